@@ -1,0 +1,148 @@
+"""Backends: where a variant runs.
+
+``cuda``: CuPy on the first visible GPU. Kernels are compiled from the component's ``.cu`` files by
+NVRTC through ``cupy.RawModule`` for whatever GPU is present (``sm_90`` on the H200), cached per
+(source, options). Every launch goes on ``backend.stream``; timing records its events there.
+
+``cpu``: the float64 references at small sizes, timed with the host clock. Every figure a CPU
+backend produces carries ``backend=cpu`` and is labelled "CPU reference backend" in reports.
+
+``auto`` picks ``cuda`` when CuPy sees a GPU, else ``cpu``.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import pathlib
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+BACKENDS = ("auto", "cuda", "cpu")
+
+
+def gpu_visible() -> bool:
+    """True when CuPy imports and the CUDA driver reports at least one device."""
+    try:
+        import cupy
+
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:  # no cupy, no driver, no device: all mean "no GPU here"
+        return False
+
+
+def resolve(name: str) -> str:
+    if name not in BACKENDS:
+        raise ValueError(f"backend.name: unknown value {name!r}; allowed: {', '.join(BACKENDS)}")
+    if name == "auto":
+        return "cuda" if gpu_visible() else "cpu"
+    return name
+
+
+class CpuBackend:
+    """Host execution of the float64 references; timed with ``time.perf_counter``."""
+
+    name = "cpu"
+    label = "CPU reference backend"
+    xp = np
+    stream = None
+
+    def synchronize(self) -> None:
+        pass
+
+    def to_device(self, array: np.ndarray) -> np.ndarray:
+        return np.array(array, copy=True)
+
+    def to_host(self, array: Any) -> np.ndarray:
+        return np.asarray(array)
+
+    def l2_bytes(self) -> int:
+        return 0
+
+
+class CudaBackend:
+    """CuPy on one GPU, one non-blocking stream for every launch and every timing event."""
+
+    name = "cuda"
+    label = "CUDA (CuPy)"
+
+    def __init__(self, device: int = 0):
+        import cupy
+
+        self.cp = cupy
+        self.xp = cupy
+        self.device_id = device
+        self.device = cupy.cuda.Device(device)
+        self.device.use()
+        self.props = cupy.cuda.runtime.getDeviceProperties(device)
+        self.stream = cupy.cuda.Stream(non_blocking=True)
+        self._modules: dict[tuple, Any] = {}
+
+    # -- memory ----------------------------------------------------------------------------
+    def synchronize(self) -> None:
+        self.stream.synchronize()
+
+    def to_device(self, array: np.ndarray):
+        with self.stream:
+            out = self.cp.asarray(np.ascontiguousarray(array))
+        self.stream.synchronize()
+        return out
+
+    def to_host(self, array: Any) -> np.ndarray:
+        self.stream.synchronize()
+        return self.cp.asnumpy(array)
+
+    def l2_bytes(self) -> int:
+        return int(self.props["l2CacheSize"])
+
+    def arch(self) -> str:
+        return f"sm_{self.props['major']}{self.props['minor']}"
+
+    # -- kernels ---------------------------------------------------------------------------
+    def module(self, source: pathlib.Path, options: tuple[str, ...] = ()):
+        """Compile ``source`` with NVRTC for this device (cached by content and options)."""
+        code = pathlib.Path(source).read_text()
+        key = (hashlib.sha256(code.encode()).hexdigest(), tuple(options))
+        if key not in self._modules:
+            opts = ("-std=c++17", "--use_fast_math", f"-arch={self.arch()}", *options)
+            # Keep exactly one arch flag: CuPy adds its own unless one is given.
+            self._modules[key] = self.cp.RawModule(code=code, options=opts, backend="nvrtc")
+        return self._modules[key]
+
+    def launch(self, kernel, grid: tuple[int, ...], block: tuple[int, ...], args: tuple,
+               shared_mem: int = 0) -> None:
+        kernel(grid, block, args, shared_mem=shared_mem, stream=self.stream)
+
+    def capture(self, step: Callable[[], None]) -> Callable[[], None]:
+        """Capture one ``step`` on this stream into a CUDA graph; return its replay."""
+        self.stream.synchronize()
+        self.stream.begin_capture()
+        try:
+            step()
+        finally:
+            graph = self.stream.end_capture()
+        graph.upload(self.stream)
+        return functools.partial(graph.launch, self.stream)
+
+
+@functools.lru_cache(maxsize=None)
+def _cuda_backend(device: int) -> CudaBackend:
+    return CudaBackend(device)
+
+
+def get(name: str, device: int = 0):
+    """The backend object for ``name`` (``auto`` resolved); one CUDA backend per device."""
+    resolved = resolve(name)
+    if resolved == "cuda":
+        if not gpu_visible():
+            raise RuntimeError("backend.name: 'cuda' requested but no GPU is visible; use backend=cpu")
+        return _cuda_backend(device)
+    return CpuBackend()
+
+
+def host_clock_ms(fn: Callable[[], None]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return (time.perf_counter() - t0) * 1e3

@@ -1,0 +1,257 @@
+"""The ``attnbench`` command.
+
+``attnbench [hydra overrides]`` runs one job; ``attnbench -m ...`` runs a Hydra multirun (a
+sweep). Before Hydra starts, every job of the sweep is composed and validated ("preflight"): a bad
+override exits with status 2 and one line naming the key and the allowed values, and nothing is
+written. Subcommands: ``report``, ``accounting``, ``fuel``, ``list``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import pathlib
+import sys
+from typing import Any
+
+from harness.config import ConfigError, register_schema, validate
+from harness.fuel import REPO_ROOT, FuelError, load_fuel
+
+EXPERIMENTS_DIR = REPO_ROOT / "experiments"
+GROUPS = ("component", "backend", "timing", "store", "experiment")
+# Hydra flags that take a value (so the value is not an override).
+_VALUE_FLAGS = {"-cp", "--config-path", "-cn", "--config-name", "-cd", "--config-dir",
+                "-p", "--package", "--experimental-rerun"}
+# Flags that inspect instead of run: no preflight.
+_INSPECT_FLAGS = {"-h", "--help", "--hydra-help", "-c", "--cfg", "-i", "--info", "--resolve",
+                  "-sc", "--shell-completion", "--version"}
+MAX_SWEEP_JOBS = 10000
+
+_last_job_dirs: list[pathlib.Path] = []
+
+
+def fail(message: str, code: int = 2) -> None:
+    print(f"attnbench: {message}", file=sys.stderr)
+    sys.exit(code)
+
+
+# -- preflight ----------------------------------------------------------------------------------
+def _split_args(argv: list[str]) -> tuple[list[str], bool, bool]:
+    overrides, multirun, inspect = [], False, False
+    skip = False
+    for a in argv:
+        if skip:
+            skip = False
+            continue
+        if a in ("-m", "--multirun"):
+            multirun = True
+        elif a in _INSPECT_FLAGS:
+            inspect = True
+        elif a in _VALUE_FLAGS:
+            skip = True
+        elif a.startswith("-"):
+            continue
+        else:
+            overrides.append(a)
+    return overrides, multirun, inspect
+
+
+def _group_options(group: str) -> list[str]:
+    folder = EXPERIMENTS_DIR / group
+    return sorted(p.stem for p in folder.glob("*.yaml") if p.stem != "schema")
+
+
+def _check_group_choices(parsed) -> None:
+    for o in parsed:
+        key = o.key_or_group
+        if key not in GROUPS or o.is_delete():
+            continue
+        values = list(o.sweep_string_iterator()) if o.is_sweep_override() else [o.value()]
+        allowed = _group_options(key)
+        for v in values:
+            if str(v) not in allowed:
+                fail(f"{key}: unknown value {v!r}; allowed: {', '.join(allowed)}")
+
+
+def _one_line(exc: BaseException) -> str:
+    """The first useful line of a Hydra / OmegaConf error, prefixed by the key it names."""
+    from omegaconf.errors import OmegaConfBaseException
+
+    seen = exc
+    while seen is not None:
+        if isinstance(seen, OmegaConfBaseException) and getattr(seen, "full_key", None):
+            msg = str(seen).strip().splitlines()[0]
+            return f"{seen.full_key}: {msg}"
+        seen = seen.__cause__ or seen.__context__
+    lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
+    return lines[0] if lines else type(exc).__name__
+
+
+def _expand(parsed) -> tuple[list[str], list[tuple[str, list[str]]]]:
+    fixed, sweeps = [], []
+    for o in parsed:
+        if o.is_sweep_override():
+            sweeps.append((o.get_key_element(), [str(v) for v in o.sweep_string_iterator()]))
+        else:
+            fixed.append(o.input_line)
+    return fixed, sweeps
+
+
+def preflight(argv: list[str]) -> int:
+    """Compose and validate every job the command would run. Returns the job count."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    overrides, multirun, inspect = _split_args(argv)
+    if inspect:
+        return 0
+    parser = OverridesParser.create()
+    try:
+        parsed = parser.parse_overrides(overrides)
+    except Exception as exc:
+        fail(_one_line(exc))
+    _check_group_choices(parsed)
+    fixed, sweeps = _expand(parsed)
+    if sweeps and not multirun:
+        key, values = sweeps[0]
+        fail(f"{key.lstrip('+~')}: {','.join(values)} is a sweep; add -m (--multirun) to run one job per value")
+    register_schema()
+    with initialize_config_dir(config_dir=str(EXPERIMENTS_DIR), version_base="1.3"):
+        if multirun:
+            # The experiment's own hydra.sweeper.params sweep too, unless the command line names the key.
+            base = fixed + [f"{k}={v[0]}" for k, v in sweeps]
+            try:
+                hcfg = compose("config", overrides=base, return_hydra_config=True)
+            except Exception as exc:
+                fail(_one_line(exc))
+            params = hcfg.hydra.sweeper.get("params") or {}
+            named = {k.lstrip("+~") for k, _ in sweeps} | {o.split("=")[0].lstrip("+~") for o in fixed}
+            extra = [f"{k}={v}" for k, v in params.items() if k not in named]
+            if extra:
+                more = parser.parse_overrides(extra)
+                _check_group_choices(more)
+                f2, s2 = _expand(more)
+                fixed += f2
+                sweeps += s2
+        combos = list(itertools.product(*[[f"{k}={v}" for v in vals] for k, vals in sweeps])) or [()]
+        if len(combos) > MAX_SWEEP_JOBS:
+            fail(f"sweep: {len(combos)} jobs; allowed: at most {MAX_SWEEP_JOBS}")
+        fuels: dict[str, Any] = {}
+        for combo in combos:
+            job_overrides = fixed + list(combo)
+            try:
+                cfg = compose("config", overrides=job_overrides)
+            except Exception as exc:
+                fail(_one_line(exc))
+            try:
+                fuel_path = cfg.fuel if pathlib.Path(cfg.fuel).is_absolute() else str(REPO_ROOT / cfg.fuel)
+                if fuel_path not in fuels:
+                    fuels[fuel_path] = load_fuel(fuel_path)
+                validate(cfg, fuels[fuel_path])
+            except (ConfigError, FuelError) as exc:
+                fail(str(exc))
+            except Exception as exc:
+                fail(_one_line(exc))
+    return len(combos)
+
+
+# -- the Hydra job --------------------------------------------------------------------------------
+def _hydra_job() -> None:
+    import hydra
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    from harness.runner import JobContext, run_job
+
+    register_schema()
+
+    @hydra.main(version_base="1.3", config_path=str(EXPERIMENTS_DIR), config_name="config")
+    def job(cfg) -> None:
+        hc = HydraConfig.get()
+        out = pathlib.Path(hc.runtime.output_dir)
+        if hc.mode == RunMode.MULTIRUN:
+            sweep_dir, job_name = pathlib.Path(hc.sweep.dir), str(hc.job.num)
+        else:
+            sweep_dir, job_name = out.parent, out.name
+        ctx = JobContext(sweep_dir=sweep_dir, job_dir=out, job=job_name, overrides=list(hc.overrides.task))
+        try:
+            run_job(cfg, ctx)
+        except (ConfigError, FuelError) as exc:
+            fail(str(exc))
+        _last_job_dirs.append(out)
+
+    job()
+
+
+# -- subcommands -----------------------------------------------------------------------------------
+def _cmd_report(args: list[str]) -> None:
+    from harness import report, store
+
+    ap = argparse.ArgumentParser(prog="attnbench report", description="Render a sweep as a dated markdown report.")
+    ap.add_argument("sweep", help="sweep folder, its name, or 'latest'")
+    ap.add_argument("--root", default="results", help="results store root (default: results)")
+    ap.add_argument("--out", default=str(REPO_ROOT / "reports"), help="where reports go (default: reports/)")
+    ns = ap.parse_args(args)
+    try:
+        sweep_dir = store.find_sweep(ns.root, ns.sweep)
+    except FileNotFoundError as exc:
+        fail(str(exc))
+    path = report.render_sweep(sweep_dir, pathlib.Path(ns.out))
+    print(f"report: {path}")
+
+
+def _cmd_accounting(args: list[str]) -> None:
+    from harness import report
+
+    ap = argparse.ArgumentParser(prog="attnbench accounting", description="Byte accounting derived from the fuel.")
+    ap.add_argument("--fuel", default=str(REPO_ROOT / "fuels/glm-5.3-flash/attention.yaml"))
+    ns = ap.parse_args(args)
+    try:
+        geometry = load_fuel(ns.fuel)
+    except FuelError as exc:
+        fail(str(exc))
+    print(report.accounting_markdown(geometry))
+
+
+def _cmd_fuel(args: list[str]) -> None:
+    ap = argparse.ArgumentParser(prog="attnbench fuel", description="Validate a fuel file and list its open facts.")
+    ap.add_argument("action", choices=["check"])
+    ap.add_argument("path", nargs="?", default=str(REPO_ROOT / "fuels/glm-5.3-flash/attention.yaml"))
+    ns = ap.parse_args(args)
+    try:
+        g = load_fuel(ns.path)
+    except FuelError as exc:
+        fail(str(exc))
+    print(f"{ns.path}: {len(g.facts)} facts valid, sha256 {g.sha256[:16]}")
+    for f in g.open_facts():
+        print(f"  open: {f.key} = {f.value!r} (alternatives: {', '.join(map(str, f.alternatives))})")
+
+
+def _cmd_list(args: list[str]) -> None:
+    from harness import registry
+
+    for name, comp in sorted(registry.components().items()):
+        print(f"{name}: {comp.summary} (axes: {', '.join(comp.axes)})")
+        for v in comp.variants:
+            print(f"  {v.backend:4s} {v.name:22s} {'[peer] ' if v.peer else ''}{v.why}")
+
+
+SUBCOMMANDS = {"report": _cmd_report, "accounting": _cmd_accounting, "fuel": _cmd_fuel, "list": _cmd_list}
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in SUBCOMMANDS:
+        SUBCOMMANDS[argv[0]](argv[1:])
+        return
+    jobs = preflight(argv)
+    sys.argv = [sys.argv[0]] + argv
+    _hydra_job()
+    if _last_job_dirs and jobs:
+        sweep = _last_job_dirs[-1].parent
+        print(f"attnbench: {len(_last_job_dirs)} job(s) stored under {sweep}; "
+              f"render with: python3 -m harness report {sweep}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

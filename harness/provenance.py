@@ -1,0 +1,159 @@
+"""Provenance: where a number came from. Captured once per sweep and stored with every job.
+
+Git commit, dirty flag (untracked files count) and branch; the device (name, SMs, shared memory
+per SM, L2, memory bus); driver (NVML string), CUDA driver/runtime, NVRTC, CuPy, torch, Python;
+host and timestamp; a hash of the fuel and of every kernel source. Clocks and throttle reasons
+are read before and after each measurement (`clocks`).
+
+On a machine where the checkout is a copy without ``.git`` (the lent GPU host), the commit and
+dirty flag come from ``ATTNBENCH_COMMIT`` / ``ATTNBENCH_DIRTY`` set by whoever launched the run.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import os
+import pathlib
+import platform
+import socket
+import subprocess
+import sys
+from typing import Any
+
+from harness.fuel import REPO_ROOT, Geometry
+
+
+def _git(*args: str) -> str | None:
+    try:
+        out = subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def git_info() -> dict[str, Any]:
+    commit = _git("rev-parse", "HEAD")
+    if commit is None:
+        env_commit = os.environ.get("ATTNBENCH_COMMIT")
+        dirty_env = os.environ.get("ATTNBENCH_DIRTY")
+        return {
+            "commit": env_commit or "unknown",
+            "dirty": None if dirty_env is None else dirty_env not in ("0", "false", ""),
+            "dirty_files": None,
+            "branch": os.environ.get("ATTNBENCH_BRANCH", "unknown"),
+            "commit_source": "env ATTNBENCH_COMMIT" if env_commit else "none (no .git, no env)",
+        }
+    status = _git("status", "--porcelain", "--untracked-files=all") or ""
+    changed = [line for line in status.splitlines() if line.strip()]
+    return {
+        "commit": commit,
+        "dirty": bool(changed),
+        "dirty_files": len(changed),  # untracked (not ignored) files count as dirty
+        "branch": _git("rev-parse", "--abbrev-ref", "HEAD") or "unknown",
+        "commit_source": "git",
+    }
+
+
+def _version(module: str) -> str | None:
+    try:
+        mod = __import__(module)
+        return str(getattr(mod, "__version__", "unknown"))
+    except Exception:
+        return None
+
+
+def _nvml_handle(device: int):
+    import pynvml
+
+    pynvml.nvmlInit()
+    return pynvml, pynvml.nvmlDeviceGetHandleByIndex(device)
+
+
+def clocks(device: int = 0) -> dict[str, Any]:
+    """SM and memory clocks (MHz) and the active clock-event (throttle) reasons, via NVML."""
+    try:
+        nv, h = _nvml_handle(device)
+        reasons_fn = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
+            nv.nvmlDeviceGetCurrentClocksThrottleReasons
+        return {
+            "sm_clock_mhz": int(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)),
+            "mem_clock_mhz": int(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM)),
+            "throttle_reasons": hex(int(reasons_fn(h))),
+            "temperature_c": int(nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU)),
+        }
+    except Exception as exc:  # NVML absent (CPU machine) or not permitted: say so, don't guess
+        return {"sm_clock_mhz": None, "mem_clock_mhz": None, "throttle_reasons": None,
+                "temperature_c": None, "nvml_error": f"{type(exc).__name__}: {exc}"[:200]}
+
+
+def device_info(backend) -> dict[str, Any]:
+    if backend.name == "cpu":
+        return {
+            "device": f"CPU reference backend ({platform.processor() or platform.machine()})",
+            "device_short": "cpu",
+            "cpu_count": os.cpu_count(),
+        }
+    cp = backend.cp
+    p = backend.props
+    name = p["name"].decode() if isinstance(p["name"], bytes) else str(p["name"])
+    info: dict[str, Any] = {
+        "device": name,
+        "device_short": name.replace("NVIDIA", "").strip().split()[0].lower(),
+        "arch": backend.arch(),
+        "sm_count": int(p["multiProcessorCount"]),
+        "smem_per_sm_bytes": int(p["sharedMemPerMultiprocessor"]),
+        "smem_per_block_optin_bytes": int(p.get("sharedMemPerBlockOptin", 0)),
+        "l2_bytes": int(p["l2CacheSize"]),
+        "memory_bus_bits": int(p.get("memoryBusWidth", 0)),
+        "memory_bytes": int(cp.cuda.runtime.memGetInfo()[1]),
+        "cuda_driver_version": int(cp.cuda.runtime.driverGetVersion()),
+        "cuda_runtime_version": int(cp.cuda.runtime.runtimeGetVersion()),
+    }
+    try:
+        info["nvrtc_version"] = ".".join(map(str, cp.cuda.nvrtc.getVersion()))
+    except Exception as exc:
+        info["nvrtc_version"] = f"unavailable: {exc}"[:100]
+    try:
+        nv, _ = _nvml_handle(backend.device_id)
+        drv = nv.nvmlSystemGetDriverVersion()
+        info["driver_version"] = drv.decode() if isinstance(drv, bytes) else str(drv)
+    except Exception as exc:
+        info["driver_version"] = f"unavailable: {exc}"[:100]
+    return info
+
+
+def file_hashes(paths: list[pathlib.Path]) -> dict[str, str]:
+    out = {}
+    for p in sorted(paths):
+        rel = p.relative_to(REPO_ROOT) if p.is_relative_to(REPO_ROOT) else p
+        out[str(rel)] = hashlib.sha256(p.read_bytes()).hexdigest()[:16]
+    return out
+
+
+def kernel_source_hashes() -> dict[str, str]:
+    """Every kernel family's sources (.cu and .py), so a row can be traced to the exact code."""
+    kdir = REPO_ROOT / "kernels"
+    return file_hashes([p for p in kdir.rglob("*") if p.suffix in (".cu", ".cuh", ".py") and p.is_file()])
+
+
+def capture(backend, geometry: Geometry) -> dict[str, Any]:
+    """Everything about the run that does not change between jobs of one sweep."""
+    prov: dict[str, Any] = {
+        "timestamp_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "host": socket.gethostname(),
+        "backend": backend.name,
+        "backend_label": backend.label,
+        "python": platform.python_version(),
+        "numpy": _version("numpy"),
+        "torch": _version("torch"),
+        "cupy": _version("cupy") if backend.name == "cuda" else None,
+        "hydra": _version("hydra"),
+        "fuel_path": os.path.relpath(geometry.path, REPO_ROOT),
+        "fuel_sha256": geometry.sha256,
+        "kernel_sources": kernel_source_hashes(),
+        "argv": " ".join(sys.argv[1:]),
+    }
+    prov.update(git_info())
+    prov.update(device_info(backend))
+    return prov

@@ -1,0 +1,208 @@
+"""Reports: a sweep rendered as a dated markdown write-up from a Jinja template.
+
+``render_sweep`` writes ``reports/<date>-<sweep>-<device>/`` with ``README.md`` (the template,
+rendered with StrictUndefined so a missing value is an error, not a blank), ``rows.csv`` (every
+stored row with its provenance columns), ``provenance.json``, ``roofline.json`` and one plot per
+component. Every figure in the text comes from those rows; CPU figures are labelled as such.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import pathlib
+import shutil
+from typing import Any, Iterable, Sequence
+
+import jinja2
+import pandas as pd
+
+from harness import accounting as acc
+from harness import store
+from harness.fuel import REPO_ROOT, Geometry
+
+TEMPLATES = REPO_ROOT / "reports" / "templates"
+AXIS_ORDER = ("M", "context", "copy_mib", "state_dtype", "key_dtype", "selection", "pooling", "topk")
+
+
+# -- small formatting helpers (used by templates through filters) ------------------------------------
+def fmt(value: Any, spec: str = ".3g") -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    if isinstance(value, float):
+        return format(value, spec)
+    return str(value)
+
+
+def md_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """A GitHub markdown table; cells are already strings or are str()-ed; pipes are escaped."""
+    def cell(x: Any) -> str:
+        return str(x).replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(cell(h) for h in headers) + " |",
+             "| " + " | ".join("---" for _ in headers) + " |"]
+    lines += ["| " + " | ".join(cell(c) for c in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def _env() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+    env.filters["fmt"] = fmt
+    return env
+
+
+# -- tables -----------------------------------------------------------------------------------------
+def component_axes(df: pd.DataFrame) -> list[str]:
+    """Point axes present in these rows, in a stable reading order."""
+    return [a for a in AXIS_ORDER if a in df.columns and df[a].notna().any()]
+
+
+def results_table(df: pd.DataFrame, cpu: bool) -> str:
+    axes = component_axes(df)
+    unit = "host" if cpu else ""
+    headers = ["variant", *axes, f"µs/layer p50{' (' + unit + ')' if unit else ''}", "p20–p80 µs", "GB/s",
+               "% roofline", "layers", "ms all layers", "rel err", "n", "status"]
+    rows = []
+    for _, r in df.sort_values(axes + ["variant"]).iterrows():
+        status = r["status"] + (" (noisy)" if r.get("noisy") else "")
+        rows.append([
+            r["variant"] + (" [peer]" if r.get("peer") else ""),
+            *[fmt(r[a]) for a in axes],
+            fmt(r["ms_p50"] * 1e3, ".2f"),
+            f"{fmt(r['ms_p20'] * 1e3, '.2f')}–{fmt(r['ms_p80'] * 1e3, '.2f')}",
+            fmt(r["gbps"], ".1f"),
+            fmt(r["roofline_fraction"] * 100 if r["roofline_fraction"] == r["roofline_fraction"] else None, ".1f"),
+            fmt(r["layers"]),
+            fmt(r["ms_all_layers"], ".4f"),
+            fmt(r["rel_err"], ".2e"),
+            fmt(r["n"]),
+            status,
+        ])
+    return md_table(headers, rows)
+
+
+def problems_table(df: pd.DataFrame) -> str:
+    bad = df[(df["status"] != "ok") | (df["noisy"] == True)]  # noqa: E712 (pandas mask)
+    if bad.empty:
+        return ""
+    axes = component_axes(bad)
+    rows = [[r["component"], r["variant"], *[fmt(r[a]) for a in axes], r["status"], r["reason"]]
+            for _, r in bad.iterrows()]
+    return md_table(["component", "variant", *axes, "status", "reason"], rows)
+
+
+def accounting_markdown(g: Geometry) -> str:
+    """Seed 000's byte tables and seed 003 §9's figures, derived from the fuel."""
+    items = md_table(["item", "bytes", "MiB / GiB", "derivation"],
+                     [[i.name, i.bytes, f"{i.bytes / acc.MIB:.2f} MiB" if i.bytes < acc.GIB else f"{i.bytes / acc.GIB:.3f} GiB",
+                       i.derivation] for i in acc.bytes_per_stream_items(g)])
+    streams = md_table(["accounting", "bytes per stream", "GiB per stream", f"streams in {g.serving.pool_gib} GiB"],
+                       [[a.label, a.bytes, f"{a.gib:.3f}", a.streams] for a in acc.per_stream_accounting(g)])
+    budgets = md_table(["accounting", "GiB per stream (per booster)", "budget GiB", "streams"],
+                       [[b.accounting, f"{b.per_stream_gib:.3f}", f"{b.budget_gib:g}", b.streams]
+                        for b in acc.budget_lines(g)])
+    s9 = md_table(["seed 003 §9 figure", "value"], [
+        ["values per token, 11 DSA layers (MLA latent)", acc.flash_values_per_token(g, False)],
+        ["values per token with pooled indexer keys", acc.flash_values_per_token(g, True)],
+        ["KDA state, all layers, BF16", f"{acc.kda_state_bytes_all_layers(g) / acc.MIB:g} MiB"],
+        [f"growing cache at {g.serving.max_position_embeddings} tokens, pooled keys",
+         f"{acc.growing_cache_bytes(g) / acc.GIB:.4f} GiB"],
+    ])
+    return (f"### Bytes per stream (BF16, context {g.serving.context_cap})\n\n{items}\n\n"
+            f"### Per-stream accounting\n\nThe conv state stays BF16 in every row, the FP32 row included.\n\n{streams}\n\n"
+            f"### Budgets\n\nUnder the {g.serving.boosters}-booster split only the KDA state shards; the MLA latent and "
+            f"the indexer keys replicate, so each stream occupies every booster. The budget left today is "
+            f"{g.serving.booster_gib} − {g.serving.weights_gib} = {acc.booster_budget_gib(g):g} GiB per booster: "
+            f"seed 000's \"10 streams\" is the single-device figure; the split figure gives the larger count.\n\n{budgets}\n\n"
+            f"### Seed 003 §9.1–9.3\n\n{s9}\n")
+
+
+# -- plots --------------------------------------------------------------------------------------------
+def plot_component(df: pd.DataFrame, roofline_gbps: float | None, path: pathlib.Path, title: str) -> bool:
+    """GB/s against the first numeric axis that varies, one line per variant (and dtype)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ok = df[df["status"] == "ok"]
+    axes = [a for a in component_axes(ok) if pd.api.types.is_numeric_dtype(ok[a]) and ok[a].nunique() > 1]
+    if ok.empty or not axes:
+        return False
+    x = axes[0]
+    series_keys = [a for a in component_axes(ok) if a != x and ok[a].nunique() > 1]
+    fig, ax = plt.subplots(figsize=(7.5, 4.2), dpi=110)
+    for key, grp in ok.groupby(["variant", *series_keys], dropna=False):
+        key = key if isinstance(key, tuple) else (key,)
+        grp = grp.sort_values(x)
+        ax.plot(grp[x], grp["gbps"], marker="o", label=" ".join(str(k) for k in key))
+    if roofline_gbps:
+        ax.axhline(roofline_gbps, color="k", ls="--", lw=1, label=f"copy roofline {roofline_gbps:.0f} GB/s")
+    if ok[x].max() / max(ok[x].min(), 1) >= 16:
+        ax.set_xscale("log", base=2)
+    ax.set_xlabel(x)
+    ax.set_ylabel("GB/s (bytes read + written)")
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return True
+
+
+# -- the write-up -------------------------------------------------------------------------------------
+def report_dir_name(prov: dict[str, Any], sweep: str) -> str:
+    date = str(prov["timestamp_utc"])[:10]
+    return f"{date}-{sweep}-{prov.get('device_short', prov['backend'])}"
+
+
+def render_sweep(sweep_dir: pathlib.Path, out_root: pathlib.Path, template: str = "sweep.md.j2") -> pathlib.Path:
+    sweep_dir = pathlib.Path(sweep_dir)
+    prov = json.loads((sweep_dir / "provenance.json").read_text())
+    roof = json.loads((sweep_dir / "roofline.json").read_text()) if (sweep_dir / "roofline.json").is_file() else None
+    df = store.load_sweep(sweep_dir)
+    if df.empty:
+        raise FileNotFoundError(f"sweep: {sweep_dir} has no stored rows")
+    sweep = str(df["sweep"].iloc[0])
+    metas = [json.loads(p.read_text()) for p in sorted(sweep_dir.glob("*/meta.json"))]
+    claim = _claim(sweep_dir)
+    out = out_root / report_dir_name(prov, sweep)
+    out.mkdir(parents=True, exist_ok=True)
+    cpu = prov["backend"] == "cpu"
+    sections = []
+    for comp, grp in df.groupby("component", sort=True):
+        plot_name = f"{comp}.png"
+        has_plot = plot_component(grp, roof["gbps"] if roof else None, out / plot_name,
+                                  f"{comp} on {prov['device']} ({sweep})")
+        sections.append({"component": comp, "table": results_table(grp, cpu),
+                         "plot": plot_name if has_plot else None,
+                         "n_ok": int((grp["status"] == "ok").sum()), "n": len(grp)})
+    df.to_csv(out / "rows.csv", index=False)
+    shutil.copyfile(sweep_dir / "provenance.json", out / "provenance.json")
+    if roof:
+        shutil.copyfile(sweep_dir / "roofline.json", out / "roofline.json")
+    text = _env().get_template(template).render(
+        sweep=sweep, prov=prov, roof=roof, cpu=cpu, sections=sections, claim=claim,
+        problems=problems_table(df), n_jobs=len(metas), n_rows=len(df),
+        overrides=sorted({" ".join(m.get("overrides", [])) for m in metas}),
+        store_path=str(sweep_dir), argv=prov.get("argv", ""),
+    )
+    (out / "README.md").write_text(text)
+    return out / "README.md"
+
+
+def _claim(sweep_dir: pathlib.Path) -> str:
+    """The experiment's claim, from the first job's Hydra config."""
+    import yaml
+
+    for cfg_path in sorted(sweep_dir.glob("*/.hydra/config.yaml")):
+        cfg = yaml.safe_load(cfg_path.read_text()) or {}
+        return str(cfg.get("claim") or "")
+    return ""

@@ -1,0 +1,231 @@
+"""The one measurement path: fuel -> config -> variant -> verification -> timing -> rows -> store.
+
+`run_job` is what every Hydra job calls; it knows no kernel. For each selected variant it draws
+fresh random inputs, computes the float64 reference, poisons the outputs, launches once, compares,
+and only then times; a failed comparison is a ``failed`` row with the reason and no timing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import pathlib
+import time
+import zlib
+from typing import Any
+
+import numpy as np
+
+from harness import backends, provenance, registry, store, timing
+from harness.config import point_of, validate
+from harness.fuel import REPO_ROOT, Geometry, load_fuel
+from harness.verify import compare
+
+log = logging.getLogger("attnbench")
+
+ROOFLINE_COMPONENT = "roofline"
+# The sweep's reference copy size: far above the L2 on a GPU; small on the CPU reference backend.
+ROOFLINE_MIB = {"cuda": 1024, "cpu": 64}
+
+
+@dataclasses.dataclass
+class JobContext:
+    sweep_dir: pathlib.Path
+    job_dir: pathlib.Path
+    job: str
+    overrides: list[str]
+
+
+def _fuel_path(path: str) -> pathlib.Path:
+    p = pathlib.Path(path)
+    return p if p.is_absolute() else REPO_ROOT / p
+
+
+def sweep_provenance(ctx: JobContext, backend, geometry: Geometry) -> dict[str, Any]:
+    """Captured by the first job of a sweep and reused by the others."""
+    path = ctx.sweep_dir / "provenance.json"
+    if path.is_file():
+        import json
+
+        return json.loads(path.read_text())
+    prov = provenance.capture(backend, geometry)
+    store.atomic_write_json(path, prov)
+    return prov
+
+
+def sweep_roofline(ctx: JobContext, backend, geometry: Geometry, timing_conf) -> dict[str, Any]:
+    """The measured copy bandwidth for this sweep (bytes read + written per second)."""
+    import json
+
+    path = ctx.sweep_dir / "roofline.json"
+    if path.is_file():
+        return json.loads(path.read_text())
+    comp = registry.get(ROOFLINE_COMPONENT)
+    variant = next(v for v in comp.variants if v.backend == backend.name)
+    point = {"copy_mib": ROOFLINE_MIB[backend.name]}
+    row = measure(comp, variant, point, geometry, backend, timing_conf, seed=12345, roofline=None)
+    if row["status"] != "ok":
+        raise RuntimeError(f"roofline copy failed on {backend.name}: {row['reason']}")
+    roof = {
+        "gbps": row["gbps"], "ms_p50": row["ms_p50"], "bytes": row["bytes"], "spread": row["spread"],
+        "n": row["n"], "variant": variant.name, "copy_mib": point["copy_mib"], "backend": backend.name,
+        "measured": "copy, bytes read + bytes written, L2 flushed between repetitions",
+    }
+    store.atomic_write_json(path, roof)
+    log.info("roofline: %s %d MiB copy %.1f GB/s (%s)", variant.name, point["copy_mib"], roof["gbps"], backend.label)
+    return roof
+
+
+def _variant_seed(seed: int, variant: str, point: dict[str, Any]) -> int:
+    return (seed * 1_000_003 + zlib.crc32(f"{variant}|{sorted(point.items())}".encode())) % (1 << 32)
+
+
+def _base_row(comp, variant, point, geometry: Geometry, backend) -> dict[str, Any]:
+    nbytes = int(comp.bytes_moved(geometry, point))
+    return {
+        "component": comp.name, "variant": variant.name, "peer": variant.peer,
+        "backend": backend.name, "device": None, "status": "ok", "reason": "",
+        "ms_p50": np.nan, "ms_p20": np.nan, "ms_p80": np.nan, "ms_min": np.nan, "n": 0,
+        "spread": np.nan, "noisy": False, "stop_reason": "",
+        "bytes": nbytes, "flops": int(comp.flops(geometry, point)),
+        "gbps": np.nan, "gflops": np.nan, "roofline_gbps": np.nan, "roofline_fraction": np.nan,
+        "layers": int(comp.layers(geometry)), "ms_all_layers": np.nan,
+        "rel_err": np.nan, "tolerance": np.nan, "errors": "",
+        "clock": "", "cache": "", "graph": False,
+        "sm_clock_mhz_before": None, "sm_clock_mhz_after": None,
+        "mem_clock_mhz_before": None, "mem_clock_mhz_after": None,
+        "throttle_before": None, "throttle_after": None,
+        **{k: v for k, v in point.items()},
+    }
+
+
+def measure(comp, variant, point: dict[str, Any], geometry: Geometry, backend, timing_conf,
+            seed: int, roofline: dict[str, Any] | None) -> dict[str, Any]:
+    """Verify then time one variant at one point; always returns a row (ok / skipped / failed)."""
+    row = _base_row(comp, variant, point, geometry, backend)
+    reason = variant.supports(geometry, point)
+    if reason is None and backend.name == "cpu" and row["bytes"] > comp.cpu_max_bytes:
+        reason = (f"CPU reference backend runs points up to {comp.cpu_max_bytes >> 20} MiB moved; "
+                  f"this one moves {row['bytes'] >> 20} MiB")
+    if reason:
+        row.update(status="skipped", reason=reason)
+        return row
+    try:
+        rng = np.random.default_rng(_variant_seed(seed, variant.name, point))
+        inputs = comp.make_inputs(geometry, point, rng)
+        ref = comp.reference(geometry, point, inputs)
+        launch = variant.build(geometry, point, inputs, backend)
+        launch.poison()
+        launch()
+        out = launch.outputs()
+        missing = sorted(set(ref) - set(out))
+        if missing:
+            raise RuntimeError(f"variant returned no output {missing}")
+        comparisons = [compare(name, out[name], ref[name], comp.tolerance(point, name)) for name in ref]
+        row["rel_err"] = max(c.rel_err for c in comparisons)
+        row["tolerance"] = max(c.tolerance for c in comparisons)
+        row["errors"] = "; ".join(f"{c.name}={c.rel_err:.3e}" for c in comparisons)
+        bad = [c for c in comparisons if not c.ok]
+        if bad:
+            row.update(status="failed", reason="; ".join(c.describe() for c in bad))
+            return row
+        del out, ref
+        result, clocks_before, clocks_after = _time(comp, variant, point, geometry, backend, timing_conf,
+                                                    inputs, launch, seed)
+    except Exception as exc:  # a broken variant is a failed row, never a crashed sweep
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        row.update(status="failed", reason=f"{type(exc).__name__}: {first}"[:500])
+        log.exception("%s/%s failed at %s", comp.name, variant.name, point)
+        return row
+    ms = result.ms_p50
+    row.update(
+        ms_p50=ms, ms_p20=result.ms_p20, ms_p80=result.ms_p80, ms_min=result.ms_min, n=result.n,
+        spread=result.spread, noisy=result.noisy, stop_reason=result.stop_reason,
+        clock=result.clock, cache=result.cache, graph=result.graph,
+        gbps=row["bytes"] / (ms * 1e-3) / 1e9 if ms > 0 else np.nan,
+        gflops=row["flops"] / (ms * 1e-3) / 1e9 if ms > 0 else np.nan,
+        ms_all_layers=ms * row["layers"],
+        sm_clock_mhz_before=clocks_before.get("sm_clock_mhz"), sm_clock_mhz_after=clocks_after.get("sm_clock_mhz"),
+        mem_clock_mhz_before=clocks_before.get("mem_clock_mhz"), mem_clock_mhz_after=clocks_after.get("mem_clock_mhz"),
+        throttle_before=clocks_before.get("throttle_reasons"), throttle_after=clocks_after.get("throttle_reasons"),
+    )
+    if roofline:
+        row["roofline_gbps"] = roofline["gbps"]
+        row["roofline_fraction"] = row["gbps"] / roofline["gbps"]
+    if result.noisy:
+        row["reason"] = f"noisy: spread {result.spread:.1%} > {timing_conf.max_noise:.0%} ({result.stop_reason})"
+    return row
+
+
+def _time(comp, variant, point, geometry, backend, timing_conf, inputs, launch, seed):
+    if backend.name == "cpu":
+        before = {}
+        result = timing.time_host(launch, timing_conf)
+        return result, before, {}
+    device = getattr(backend, "device_id", 0)
+    working_set = int(comp.bytes_moved(geometry, point))
+    cache = timing.choose_cache_mode(timing_conf.cache, working_set, backend.l2_bytes())
+    launches = [launch]
+    if cache == "rotate":
+        for i in range(1, timing.rotation_sets(working_set, backend.l2_bytes())):
+            extra = variant.build(geometry, point, inputs, backend)
+            launches.append(extra)
+    steps = []
+    for ln in launches:
+        if timing_conf.graph:
+            graph = getattr(ln, "graph", None)
+            steps.append(graph if callable(graph) else backend.capture(ln))
+        else:
+            steps.append(ln)
+    before = provenance.clocks(device)
+    result = timing.time_cuda(steps, backend, timing_conf, cache)
+    after = provenance.clocks(device)
+    return result, before, after
+
+
+def selected_variants(comp, backend_name: str, variant: str) -> list:
+    chosen = [v for v in comp.variants if v.backend == backend_name]
+    if variant != "all":
+        chosen = [v for v in chosen if v.name == variant]
+    return chosen
+
+
+def run_job(cfg, ctx: JobContext) -> list[dict[str, Any]]:
+    """Validate, measure every selected variant at the job's point, store the rows atomically."""
+    geometry = load_fuel(_fuel_path(cfg.fuel))
+    validate(cfg, geometry)
+    comp = registry.get(cfg.component.name)
+    backend = backends.get(cfg.backend.name, cfg.backend.device)
+    prov = sweep_provenance(ctx, backend, geometry)
+    roof = sweep_roofline(ctx, backend, geometry, cfg.timing)
+    point = point_of(cfg, comp.axes, geometry)
+    chosen = selected_variants(comp, backend.name, cfg.variant)
+    rows = []
+    started = time.perf_counter()
+    for i, variant in enumerate(chosen, 1):
+        row = measure(comp, variant, point, geometry, backend, cfg.timing, cfg.seed, roof)
+        row.update(sweep=cfg.sweep, job=ctx.job, device=prov.get("device"))
+        rows.append(row)
+        log.info("[%d/%d] %s", i, len(chosen), describe_row(row, backend.label))
+    if not chosen:
+        row = _base_row(comp, registry.Variant("none", backend.name, None, ""), point, geometry, backend)
+        row.update(sweep=cfg.sweep, job=ctx.job, device=prov.get("device"), status="skipped",
+                   reason=f"component {comp.name} has no variant {cfg.variant!r} on backend {backend.name}")
+        rows.append(row)
+    meta = {
+        "sweep": cfg.sweep, "job": ctx.job, "overrides": ctx.overrides, "point": point,
+        "component": comp.name, "backend": backend.name, "seconds": round(time.perf_counter() - started, 3),
+        "provenance": prov, "roofline": roof,
+    }
+    store.write_job(ctx.job_dir, rows, meta)
+    return rows
+
+
+def describe_row(row: dict[str, Any], label: str) -> str:
+    head = f"{row['component']}/{row['variant']}"
+    if row["status"] != "ok":
+        return f"{head}: {row['status']} - {row['reason']}"
+    frac = row.get("roofline_fraction")
+    frac_s = f" {frac:6.1%} of roofline" if frac == frac and frac is not None else ""
+    return (f"{head}: {row['ms_p50'] * 1e3:9.2f} us  {row['gbps']:8.1f} GB/s{frac_s}  "
+            f"rel_err {row['rel_err']:.2e}  n={row['n']}{' NOISY' if row['noisy'] else ''}  [{label}]")

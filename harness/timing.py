@@ -1,0 +1,149 @@
+"""Timing: one measurement loop for every backend.
+
+CUDA: events recorded on the stream the kernels run on. Between repetitions the L2 is either
+flushed by writing a buffer of at least 2x the L2 (allocated once per backend), or, when the
+working set fits in L2, several input sets are rotated so no repetition finds its inputs cached.
+Optional CUDA-graph replay removes launch gaps for launch-bound kernels.
+
+CPU: ``time.perf_counter`` around each call (the CPU reference backend).
+
+Stop rule: keep repeating until at least ``min_reps`` and ``min_time_ms`` of measured time, then
+stop when the relative spread (p80 - p20) / p50 is within ``max_noise``, or at ``max_reps``, or
+at ``timeout_s`` of wall time. A row that stops noisy is flagged (``noisy``), never dropped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from typing import Callable, Sequence
+
+import numpy as np
+
+BATCH = 10  # repetitions between stop-rule checks (one host sync per batch)
+
+
+@dataclasses.dataclass(frozen=True)
+class TimingResult:
+    samples_ms: tuple[float, ...]
+    ms_p50: float
+    ms_p20: float
+    ms_p80: float
+    ms_min: float
+    n: int
+    spread: float
+    noisy: bool
+    stop_reason: str
+    clock: str          # cuda-events | host
+    cache: str          # flush | rotate | warm | host
+    graph: bool
+
+
+def summarize(samples: Sequence[float]) -> tuple[float, float, float, float, float]:
+    a = np.asarray(samples, dtype=np.float64)
+    p20, p50, p80 = (float(x) for x in np.percentile(a, [20, 50, 80]))
+    spread = (p80 - p20) / p50 if p50 > 0 else math.inf
+    return p50, p20, p80, float(a.min()), spread
+
+
+def _stop(samples: list[float], conf, started: float) -> str | None:
+    n = len(samples)
+    if time.perf_counter() - started > conf.timeout_s:
+        return "timeout"
+    if n >= conf.max_reps:
+        return "max_reps"
+    if n < conf.min_reps or sum(samples) < conf.min_time_ms:
+        return None
+    _, _, _, _, spread = summarize(samples)
+    return "converged" if spread <= conf.max_noise else None
+
+
+def _result(samples: list[float], reason: str, conf, clock: str, cache: str, graph: bool) -> TimingResult:
+    p50, p20, p80, mn, spread = summarize(samples)
+    return TimingResult(tuple(samples), p50, p20, p80, mn, len(samples), spread,
+                        spread > conf.max_noise, reason, clock, cache, graph)
+
+
+def choose_cache_mode(conf_cache: str, working_set_bytes: int, l2_bytes: int) -> str:
+    """``auto``: rotate input sets when one set fits in half the L2, else flush between reps."""
+    if conf_cache != "auto":
+        return conf_cache
+    return "rotate" if working_set_bytes * 2 <= l2_bytes else "flush"
+
+
+def rotation_sets(working_set_bytes: int, l2_bytes: int, cap: int = 64) -> int:
+    """How many distinct input sets make a rotation that overflows the L2 twice over."""
+    return max(2, min(cap, math.ceil(2 * l2_bytes / max(working_set_bytes, 1)) + 1))
+
+
+def time_host(step: Callable[[], None], conf) -> TimingResult:
+    for _ in range(conf.warmup):
+        step()
+    samples: list[float] = []
+    started = time.perf_counter()
+    while True:
+        for _ in range(BATCH):
+            t0 = time.perf_counter()
+            step()
+            samples.append((time.perf_counter() - t0) * 1e3)
+        reason = _stop(samples, conf, started)
+        if reason:
+            return _result(samples, reason, conf, "host", "host", False)
+
+
+class _Flusher:
+    """Overwrites a buffer of >= 2x L2 on the stream, evicting whatever the last rep cached."""
+
+    def __init__(self, backend):
+        cp = backend.cp
+        self.size = max(2 * backend.l2_bytes(), 1 << 20)
+        self.buf = cp.empty(self.size // 4, dtype=cp.uint32)
+        self.stream = backend.stream
+
+    def __call__(self) -> None:
+        with self.stream:
+            self.buf.fill(0x5A5A5A5A)
+
+
+def _flusher(backend) -> _Flusher:
+    f = getattr(backend, "_attnbench_flusher", None)
+    if f is None:
+        f = _Flusher(backend)
+        backend._attnbench_flusher = f  # allocated once per backend, reused by every job
+    return f
+
+
+def time_cuda(steps: Sequence[Callable[[], None]], backend, conf, cache: str) -> TimingResult:
+    """Time ``steps`` (one per rotated input set; one when flushing) with CUDA events.
+
+    Each repetition records a start and an end event around one step on ``backend.stream``; the
+    flush (when used) is enqueued before the start event, so it is never inside the timed span.
+    """
+    cp = backend.cp
+    stream = backend.stream
+    flush = _flusher(backend) if cache == "flush" else None
+    k = 0
+    for _ in range(conf.warmup):
+        if flush:
+            flush()
+        steps[k % len(steps)]()
+        k += 1
+    stream.synchronize()
+    samples: list[float] = []
+    started = time.perf_counter()
+    events = [(cp.cuda.Event(), cp.cuda.Event()) for _ in range(BATCH)]
+    while True:
+        for start, end in events:
+            if flush:
+                flush()
+            start.record(stream)
+            steps[k % len(steps)]()
+            end.record(stream)
+            k += 1
+        end_last = events[-1][1]
+        end_last.synchronize()
+        samples.extend(cp.cuda.get_elapsed_time(s, e) for s, e in events)
+        reason = _stop(samples, conf, started)
+        if reason:
+            return _result(samples, reason, conf, "cuda-events", cache, bool(conf.graph))

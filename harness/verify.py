@@ -1,0 +1,70 @@
+"""One comparison helper for every output: relative error against the float64 reference.
+
+``rel_err = ||out - ref|| / ||ref||`` (Frobenius, in float64). A tolerance of 0 means byte-exact.
+NaN or inf in the output where the reference is finite is never a pass: poisoned outputs that a
+kernel did not write show up here as ``unwritten``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class Comparison:
+    name: str
+    tolerance: float
+    rel_err: float
+    max_abs: float
+    mismatches: int          # elements outside tolerance (exact: differing; else |d| > tol*|ref|max)
+    unwritten: int           # non-finite in out where ref is finite
+    first_bad: tuple[tuple[int, ...], ...]
+    shape_ok: bool = True
+
+    @property
+    def ok(self) -> bool:
+        if not self.shape_ok or self.unwritten:
+            return False
+        return self.mismatches == 0 if self.tolerance == 0 else self.rel_err <= self.tolerance
+
+    def describe(self) -> str:
+        if not self.shape_ok:
+            return f"{self.name}: shape differs from the reference"
+        where = ", ".join(str(i) for i in self.first_bad)
+        if self.unwritten:
+            return f"{self.name}: {self.unwritten} non-finite or unwritten elements (first at {where})"
+        if self.tolerance == 0:
+            return f"{self.name}: {self.mismatches} elements differ from the reference (first at {where})"
+        return (f"{self.name}: rel_err {self.rel_err:.3e} > tolerance {self.tolerance:.1e}, "
+                f"max_abs {self.max_abs:.3e}, {self.mismatches} elements off (first at {where})")
+
+
+def compare(name: str, out: np.ndarray, ref: np.ndarray, tolerance: float, first: int = 3) -> Comparison:
+    out = np.asarray(out)
+    ref = np.asarray(ref)
+    if out.shape != ref.shape:
+        return Comparison(name, tolerance, float("inf"), float("inf"), out.size, 0, (), shape_ok=False)
+    if tolerance == 0:
+        # Byte-exact: compare the raw bytes so NaN payloads and signed zeros count too.
+        a = np.ascontiguousarray(out).view(np.uint8).reshape(out.shape + (-1,))
+        b = np.ascontiguousarray(ref).view(np.uint8).reshape(ref.shape + (-1,))
+        bad = np.any(a != b, axis=-1) if out.dtype == ref.dtype else np.ones(out.shape, bool)
+        idx = np.argwhere(bad)[:first]
+        n_bad = int(bad.sum())
+        return Comparison(name, 0.0, 0.0 if n_bad == 0 else float("inf"), 0.0 if n_bad == 0 else float("inf"),
+                          n_bad, 0, tuple(tuple(int(x) for x in i) for i in idx))
+    o = out.astype(np.float64)
+    r = ref.astype(np.float64)
+    unwritten_mask = ~np.isfinite(o) & np.isfinite(r)
+    diff = np.where(unwritten_mask, 0.0, o - r)
+    denom = float(np.linalg.norm(r))
+    rel = float(np.linalg.norm(diff)) / denom if denom > 0 else float(np.linalg.norm(diff))
+    max_abs = float(np.max(np.abs(diff))) if diff.size else 0.0
+    scale = float(np.max(np.abs(r))) if r.size else 0.0
+    off = np.abs(diff) > tolerance * max(scale, np.finfo(np.float64).tiny)
+    bad = off | unwritten_mask
+    idx = np.argwhere(bad)[:first]
+    return Comparison(name, tolerance, rel, max_abs, int(off.sum()), int(unwritten_mask.sum()),
+                      tuple(tuple(int(x) for x in i) for i in idx))

@@ -1,0 +1,78 @@
+"""Bad overrides exit non-zero with one line naming the key and what is allowed, and write nothing;
+good ones run, as single jobs and as multiruns."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from harness import store
+
+CPU_QUICK = ("backend=cpu", "timing=quick", "copy_mib=1")
+
+
+@pytest.mark.parametrize("args,key,allowed", [
+    (["M=0"], "M:", "1..4096"),
+    (["context=-5"], "context:", "integers 1.."),
+    (["component=nope"], "component:", "kda_decode"),
+    (["variant=nope"], "variant:", "copy_v16"),
+    (["context=1001"], "context:", "multiples of 4"),
+    (["context=4096", "topk=8192"], "topk:", "topk <= 4096"),
+    (["context=4096", "pooling=per_token", "topk=8192"], "topk:", "topk <= 4096"),
+    (["backend=gpu"], "backend:", "auto, cpu, cuda"),
+    (["state_dtype=fp16"], "state_dtype:", "bf16, fp32"),
+    (["timing.max_noise=2"], "timing.max_noise:", "numbers 0..1"),
+    (["M=abc"], "M:", "Integer"),
+    (["+experiment=nope"], "experiment:", "roofline"),
+    (["M=8,16"], "M:", "-m"),
+    (["-m", "M=8,0"], "M:", "1..4096"),
+])
+def test_bad_override_is_one_line_and_writes_nothing(cli, tmp_path, args, key, allowed):
+    root = tmp_path / "store"
+    res = cli(*args, f"store.root={root}", *CPU_QUICK[:1])
+    assert res.returncode != 0
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, res.stderr
+    assert key in lines[0] and allowed in lines[0], lines[0]
+    assert not root.exists(), "a rejected job must not write anything"
+
+
+def test_single_job_stores_rows_and_provenance(cli, tmp_path):
+    root = tmp_path / "store"
+    res = cli(*CPU_QUICK, f"store.root={root}", "sweep=single")
+    assert res.returncode == 0, res.stderr
+    sweep = store.find_sweep(root, "single")
+    df = store.load_sweep(sweep)
+    assert list(df["variant"]) == ["numpy_copy"]
+    row = df.iloc[0]
+    assert row["status"] == "ok" and row["backend"] == "cpu" and row["rel_err"] == 0
+    assert row["bytes"] == 2 * (1 << 20) and row["gbps"] > 0 and row["ms_p50"] > 0
+    assert row["ms_p20"] <= row["ms_p50"] <= row["ms_p80"]
+    assert row["roofline_gbps"] > 0 and row["roofline_fraction"] == pytest.approx(row["gbps"] / row["roofline_gbps"])
+    prov = json.loads((sweep / "provenance.json").read_text())
+    for key in ("commit", "dirty", "branch", "device", "python", "torch", "fuel_sha256", "kernel_sources", "host"):
+        assert key in prov
+    assert "kernels/roofline/copy.cu" in prov["kernel_sources"]
+
+
+def test_multirun_runs_one_job_per_value(cli, tmp_path):
+    root = tmp_path / "store"
+    res = cli("-m", "M=8,16,32", *CPU_QUICK, f"store.root={root}", "sweep=multi")
+    assert res.returncode == 0, res.stderr
+    sweep = store.find_sweep(root, "multi")
+    metas = [json.loads(p.read_text()) for p in sorted(sweep.glob("*/meta.json"))]
+    assert sorted(m["overrides"][0] for m in metas) == ["M=16", "M=32", "M=8"]
+    df = store.load(root)
+    assert len(df) == 3 and set(df["status"]) == {"ok"}
+    assert isinstance(df, pd.DataFrame) and {"commit", "device_short", "driver_version"} <= set(df.columns)
+
+
+def test_experiment_sweeper_params_sweep(cli, tmp_path):
+    root = tmp_path / "store"
+    res = cli("-m", "+experiment=quickstart", "backend=cpu", f"store.root={root}")
+    assert res.returncode == 0, res.stderr
+    df = store.load(root)
+    assert sorted(df["copy_mib"].unique().tolist()) == [4, 16, 64]
+    assert set(df["sweep"]) == {"quickstart"}

@@ -1,0 +1,46 @@
+"""Provenance: git state (untracked files count as dirty), env fallback, and the sweep capture."""
+
+from __future__ import annotations
+
+import subprocess
+
+from harness import backends, provenance
+
+
+def _git(cwd, *args):
+    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True)
+
+
+def test_git_dirty_counts_untracked(tmp_path, monkeypatch):
+    _git(tmp_path, "init", "-q", "-b", "main")
+    (tmp_path / "a.txt").write_text("a")
+    _git(tmp_path, "add", "a.txt")
+    _git(tmp_path, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "a")
+    monkeypatch.setattr(provenance, "REPO_ROOT", tmp_path)
+    clean = provenance.git_info()
+    assert clean["dirty"] is False and clean["branch"] == "main" and len(clean["commit"]) == 40
+    (tmp_path / "untracked.txt").write_text("b")
+    dirty = provenance.git_info()
+    assert dirty["dirty"] is True and dirty["dirty_files"] == 1
+
+
+def test_env_fallback_without_git(tmp_path, monkeypatch):
+    monkeypatch.setattr(provenance, "REPO_ROOT", tmp_path)
+    monkeypatch.setenv("ATTNBENCH_COMMIT", "f" * 40)
+    monkeypatch.setenv("ATTNBENCH_DIRTY", "0")
+    info = provenance.git_info()
+    assert info["commit"] == "f" * 40 and info["dirty"] is False and info["commit_source"].startswith("env")
+
+
+def test_capture_on_cpu(geometry):
+    prov = provenance.capture(backends.CpuBackend(), geometry)
+    assert prov["backend"] == "cpu" and "CPU reference backend" in prov["device"]
+    assert prov["fuel_sha256"] == geometry.sha256
+    assert any(k.endswith(".cu") for k in prov["kernel_sources"])
+
+
+def test_clocks_without_nvml_says_why():
+    c = provenance.clocks(0)
+    assert set(c) >= {"sm_clock_mhz", "mem_clock_mhz", "throttle_reasons"}
+    if c["sm_clock_mhz"] is None:
+        assert c["nvml_error"]

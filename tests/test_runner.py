@@ -1,0 +1,100 @@
+"""The measurement path with real and deliberately broken variants: verification gates timing."""
+
+from __future__ import annotations
+
+import dataclasses
+from types import SimpleNamespace
+
+import numpy as np
+
+from harness import backends, registry, runner
+
+QUICK = SimpleNamespace(warmup=1, min_reps=5, max_reps=20, min_time_ms=0.0, max_noise=0.5,
+                        timeout_s=5.0, cache="auto", graph=False)
+
+
+class _Lazy:
+    """A CPU launch that forgets to write the second half of its output."""
+
+    def __init__(self, inputs):
+        self.src = inputs["src"]
+        self.dst = np.empty_like(self.src)
+
+    def poison(self):
+        self.dst.fill(np.uint32(0xFFFFFFFF))
+
+    def __call__(self):
+        half = self.src.size // 2
+        self.dst[:half] = self.src[:half]
+
+    def outputs(self):
+        return {"dst": self.dst.copy()}
+
+
+class _NoPoison(_Lazy):
+    """Writes everything but skips poisoning: still exact, so it must pass."""
+
+    def __call__(self):
+        np.copyto(self.dst, self.src)
+
+
+def _comp():
+    return registry.get("roofline")
+
+
+def test_every_variant_is_declared_once_with_a_reason():
+    for comp in registry.components().values():
+        names = comp.variant_names()
+        assert len(names) == len(set(names))
+        for v in comp.variants:
+            assert v.backend in ("cuda", "cpu") and v.why.strip()
+        assert comp.variant_names("cpu"), f"{comp.name} has no CPU reference variant"
+
+
+def test_real_cpu_variant_is_exact(geometry):
+    comp = _comp()
+    row = runner.measure(comp, comp.variant("numpy_copy"), {"copy_mib": 1}, geometry, backends.CpuBackend(),
+                         QUICK, seed=1, roofline={"gbps": 10.0})
+    assert row["status"] == "ok", row["reason"]
+    assert row["rel_err"] == 0 and row["n"] >= 5 and row["gbps"] > 0
+    assert row["roofline_fraction"] == row["gbps"] / 10.0
+
+
+def test_unwritten_output_fails_and_is_not_timed(geometry):
+    comp = _comp()
+    broken = registry.Variant("broken", "cpu", lambda g, p, i, b: _Lazy(i), why="test")
+    row = runner.measure(comp, broken, {"copy_mib": 1}, geometry, backends.CpuBackend(), QUICK, 1, None)
+    assert row["status"] == "failed"
+    assert "differ" in row["reason"] and row["n"] == 0 and np.isnan(row["ms_p50"])
+
+
+def test_exception_in_variant_is_a_failed_row(geometry):
+    comp = _comp()
+
+    def boom(g, p, i, b):
+        raise RuntimeError("no such kernel")
+
+    row = runner.measure(comp, registry.Variant("boom", "cpu", boom, why="test"), {"copy_mib": 1}, geometry,
+                         backends.CpuBackend(), QUICK, 1, None)
+    assert row["status"] == "failed" and "no such kernel" in row["reason"]
+
+
+def test_unsupported_point_is_skipped_with_reason(geometry):
+    comp = _comp()
+    v = dataclasses.replace(comp.variant("numpy_copy"), supports=lambda g, p: "not at this size")
+    row = runner.measure(comp, v, {"copy_mib": 1}, geometry, backends.CpuBackend(), QUICK, 1, None)
+    assert (row["status"], row["reason"]) == ("skipped", "not at this size")
+
+
+def test_cpu_size_cap_skips(geometry):
+    comp = dataclasses.replace(_comp(), cpu_max_bytes=1 << 20)
+    row = runner.measure(comp, comp.variant("numpy_copy"), {"copy_mib": 1}, geometry, backends.CpuBackend(),
+                         QUICK, 1, None)
+    assert row["status"] == "skipped" and "CPU reference backend" in row["reason"]
+
+
+def test_fresh_inputs_per_seed(geometry):
+    comp = _comp()
+    a = comp.make_inputs(geometry, {"copy_mib": 1}, np.random.default_rng(1))["src"]
+    b = comp.make_inputs(geometry, {"copy_mib": 1}, np.random.default_rng(2))["src"]
+    assert not np.array_equal(a, b) and np.all(a != 0)

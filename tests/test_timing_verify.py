@@ -1,0 +1,80 @@
+"""The stop rule, the statistics kept, and the comparison helper."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from harness import timing
+from harness.verify import compare
+
+
+def conf(**over):
+    base = dict(warmup=1, min_reps=10, max_reps=200, min_time_ms=0.0, max_noise=0.05, timeout_s=10.0,
+                cache="auto", graph=False)
+    base.update(over)
+    return SimpleNamespace(**base)
+
+
+def test_summary_statistics():
+    p50, p20, p80, mn, spread = timing.summarize([1.0, 2.0, 3.0, 4.0, 5.0])
+    assert (p50, mn) == (3.0, 1.0) and p20 == pytest.approx(1.8) and p80 == pytest.approx(4.2)
+    assert spread == pytest.approx((4.2 - 1.8) / 3.0)
+
+
+def test_steady_step_converges():
+    res = timing.time_host(lambda: time.sleep(0.002), conf())
+    assert res.stop_reason == "converged" and not res.noisy
+    assert res.n >= 10 and 1.9 <= res.ms_p50 <= 10
+
+
+def test_noisy_step_is_flagged_not_hidden():
+    durations = itertools.cycle([0.001, 0.004])
+    res = timing.time_host(lambda: time.sleep(next(durations)), conf(max_reps=40))
+    assert res.noisy and res.stop_reason == "max_reps" and res.n == 40
+
+
+def test_timeout_stops_the_loop():
+    res = timing.time_host(lambda: time.sleep(0.01), conf(min_reps=10000, max_reps=100000, timeout_s=0.2))
+    assert res.stop_reason == "timeout" and res.n < 100
+
+
+def test_min_time_keeps_repeating():
+    res = timing.time_host(lambda: time.sleep(0.001), conf(min_reps=1, min_time_ms=50.0))
+    assert sum(res.samples_ms) >= 50.0
+
+
+def test_cache_mode_choice():
+    l2 = 60 << 20
+    assert timing.choose_cache_mode("auto", 8 << 20, l2) == "rotate"
+    assert timing.choose_cache_mode("auto", 256 << 20, l2) == "flush"
+    assert timing.choose_cache_mode("warm", 8 << 20, l2) == "warm"
+    assert timing.rotation_sets(8 << 20, l2) * (8 << 20) >= 2 * l2
+
+
+def test_compare_exact_and_unwritten():
+    ref = np.arange(12, dtype=np.uint32)
+    assert compare("x", ref.copy(), ref, 0.0).ok
+    bad = ref.copy()
+    bad[5] = 99
+    c = compare("x", bad, ref, 0.0)
+    assert not c.ok and c.mismatches == 1 and c.first_bad == ((5,),)
+    f = np.linspace(1, 2, 10)
+    poisoned = f.copy()
+    poisoned[3] = np.nan
+    c = compare("o", poisoned, f, 1e-2)
+    assert not c.ok and c.unwritten == 1 and "unwritten" in c.describe()
+
+
+def test_compare_tolerance():
+    rng = np.random.default_rng(0)
+    ref = rng.standard_normal(1000)
+    noisy = ref * (1 + 1e-3 * rng.standard_normal(1000))
+    c = compare("o", noisy, ref, 1e-2)
+    assert c.ok and 1e-4 < c.rel_err < 2e-3
+    assert not compare("o", noisy, ref, 1e-5).ok
+    assert not compare("o", noisy[:10], ref, 1e-2).ok
