@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# One full call on the lent H200: install the wheels it lacks (offline), run the GPU tests, run the
+# committed sweeps, render their reports, and pack everything under $OUT (the tool brings back at
+# most 8 files, so reports and store travel as one tarball).
+#   usage (device tool): ATTNBENCH_COMMIT=<sha> bash tools/h200_run.sh [experiment ...]
+set -uo pipefail
+export PYTHONUNBUFFERED=1
+OUT="${OUT:-/tmp/attnbench-out}"
+mkdir -p "$OUT"
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH="/tmp/site:$PWD"
+experiments=("${@:-roofline kda_decode}")
+commit_note="commit ${ATTNBENCH_COMMIT:-unknown}"; echo "$commit_note"
+{
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv
+  python3 -c "import torch, cupy; print('torch', torch.__version__, 'cupy', cupy.__version__, torch.cuda.get_device_name())"
+  python3 -m pytest -q -rs tests/test_gpu_*.py $(ls tests/test_kda_cuda.py 2>/dev/null) 2>&1 | tail -25
+  for e in ${experiments[@]}; do
+    python3 -m harness -m "+experiment=$e" hydra/job_logging=disabled 2>&1 | grep -v '^\[.*HYDRA\]' 
+    python3 -m harness report latest
+  done
+} 2>&1 | tee "$OUT/log.txt"
+tar czf "$OUT/results.tgz" results reports
+python3 - <<'PY' | tee "$OUT/summary.txt"
+import pandas as pd
+from harness import store
+df = store.load("results")
+cols = ["component", "variant", "M", "state_dtype", "copy_mib", "ms_p50", "gbps", "roofline_fraction", "rel_err", "status"]
+cols = [c for c in cols if c in df.columns]
+df["ms_p50"] = df["ms_p50"] * 1e3
+pd.set_option("display.width", 250, "display.max_rows", 500)
+print(df[cols].rename(columns={"ms_p50": "us_p50"}).to_string(index=False, float_format=lambda x: f"{x:.4g}"))
+PY
