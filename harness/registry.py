@@ -41,7 +41,8 @@ class Variant:
 
     name:     stable identifier used in configs, rows and reports (``lazy_1pass``).
     backend:  ``cuda`` or ``cpu``.
-    build:    ``build(geometry, point, inputs, backend) -> Launch``; inputs are host arrays.
+    build:    ``build(geometry, point, inputs, backend) -> Launch``; inputs are host arrays
+              shared by every variant of a job: a build copies them, never modifies them.
     why:      one line: what this variant changes and why it is shaped that way.
     supports: ``supports(geometry, point) -> reason | None``; a reason makes a skipped row.
     peer:     a third-party implementation measured side by side (fla), not ours.

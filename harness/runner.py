@@ -61,23 +61,43 @@ def sweep_roofline(ctx: JobContext, backend, geometry: Geometry, timing_conf) ->
     if path.is_file():
         return json.loads(path.read_text())
     comp = registry.get(ROOFLINE_COMPONENT)
-    variant = next(v for v in comp.variants if v.backend == backend.name)
     point = {"copy_mib": ROOFLINE_MIB[backend.name]}
-    row = measure(comp, variant, point, geometry, backend, timing_conf, seed=12345, roofline=None)
-    if row["status"] != "ok":
-        raise RuntimeError(f"roofline copy failed on {backend.name}: {row['reason']}")
+    # Every copy of the roofline family on this backend (ours and peers) at one large size; the
+    # fastest verified one is the ceiling, so no GB/s is flattered by a weak copy kernel.
+    shared: dict = {}
+    rows = [measure(comp, v, point, geometry, backend, timing_conf, seed=12345, roofline=None, shared=shared)
+            for v in comp.variants if v.backend == backend.name]
+    ok = [r for r in rows if r["status"] == "ok"]
+    if not ok:
+        raise RuntimeError(f"roofline copy failed on {backend.name}: " + "; ".join(r["reason"] for r in rows))
+    best = max(ok, key=lambda r: r["gbps"])
     roof = {
-        "gbps": row["gbps"], "ms_p50": row["ms_p50"], "bytes": row["bytes"], "spread": row["spread"],
-        "n": row["n"], "variant": variant.name, "copy_mib": point["copy_mib"], "backend": backend.name,
-        "measured": "copy, bytes read + bytes written, L2 flushed between repetitions",
+        "gbps": best["gbps"], "ms_p50": best["ms_p50"], "bytes": best["bytes"], "spread": best["spread"],
+        "n": best["n"], "variant": best["variant"], "copy_mib": point["copy_mib"], "backend": backend.name,
+        "candidates": {r["variant"]: (round(r["gbps"], 1) if r["status"] == "ok" else r["status"]) for r in rows},
+        "measured": "fastest verified copy, bytes read + bytes written, L2 flushed between repetitions",
     }
     store.atomic_write_json(path, roof)
-    log.info("roofline: %s %d MiB copy %.1f GB/s (%s)", variant.name, point["copy_mib"], roof["gbps"], backend.label)
+    log.info("roofline: %s %d MiB copy %.1f GB/s (%s); candidates %s", best["variant"], point["copy_mib"],
+             roof["gbps"], backend.label, roof["candidates"])
     return roof
 
 
-def _variant_seed(seed: int, variant: str, point: dict[str, Any]) -> int:
-    return (seed * 1_000_003 + zlib.crc32(f"{variant}|{sorted(point.items())}".encode())) % (1 << 32)
+def _point_seed(seed: int, point: dict[str, Any]) -> int:
+    return (seed * 1_000_003 + zlib.crc32(repr(sorted(point.items())).encode())) % (1 << 32)
+
+
+def _case(comp, geometry: Geometry, point: dict[str, Any], seed: int, shared: dict | None):
+    """Fresh random inputs for this point and their float64 reference, drawn once per job and
+    shared by its variants (every variant is checked on the same inputs; a new job, seed or point
+    draws new ones). ``shared`` is the job's cache; None draws a private case."""
+    if shared is not None and "inputs" in shared:
+        return shared["inputs"], shared["ref"]
+    inputs = comp.make_inputs(geometry, point, np.random.default_rng(_point_seed(seed, point)))
+    ref = comp.reference(geometry, point, inputs)
+    if shared is not None:
+        shared.update(inputs=inputs, ref=ref)
+    return inputs, ref
 
 
 def _base_row(comp, variant, point, geometry: Geometry, backend) -> dict[str, Any]:
@@ -100,7 +120,7 @@ def _base_row(comp, variant, point, geometry: Geometry, backend) -> dict[str, An
 
 
 def measure(comp, variant, point: dict[str, Any], geometry: Geometry, backend, timing_conf,
-            seed: int, roofline: dict[str, Any] | None) -> dict[str, Any]:
+            seed: int, roofline: dict[str, Any] | None, shared: dict | None = None) -> dict[str, Any]:
     """Verify then time one variant at one point; always returns a row (ok / skipped / failed)."""
     row = _base_row(comp, variant, point, geometry, backend)
     reason = variant.supports(geometry, point)
@@ -111,9 +131,7 @@ def measure(comp, variant, point: dict[str, Any], geometry: Geometry, backend, t
         row.update(status="skipped", reason=reason)
         return row
     try:
-        rng = np.random.default_rng(_variant_seed(seed, variant.name, point))
-        inputs = comp.make_inputs(geometry, point, rng)
-        ref = comp.reference(geometry, point, inputs)
+        inputs, ref = _case(comp, geometry, point, seed, shared)
         launch = variant.build(geometry, point, inputs, backend)
         launch.poison()
         launch()
@@ -129,7 +147,7 @@ def measure(comp, variant, point: dict[str, Any], geometry: Geometry, backend, t
         if bad:
             row.update(status="failed", reason="; ".join(c.describe() for c in bad))
             return row
-        del out, ref
+        del out
         result, clocks_before, clocks_after = _time(comp, variant, point, geometry, backend, timing_conf,
                                                     inputs, launch, seed)
     except Exception as exc:  # a broken variant is a failed row, never a crashed sweep
@@ -201,9 +219,10 @@ def run_job(cfg, ctx: JobContext) -> list[dict[str, Any]]:
     point = point_of(cfg, comp.axes, geometry)
     chosen = selected_variants(comp, backend.name, cfg.variant)
     rows = []
+    shared: dict = {}
     started = time.perf_counter()
     for i, variant in enumerate(chosen, 1):
-        row = measure(comp, variant, point, geometry, backend, cfg.timing, cfg.seed, roof)
+        row = measure(comp, variant, point, geometry, backend, cfg.timing, cfg.seed, roof, shared)
         row.update(sweep=cfg.sweep, job=ctx.job, device=prov.get("device"))
         rows.append(row)
         log.info("[%d/%d] %s", i, len(chosen), describe_row(row, backend.label))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import pathlib
 import time
 from typing import Callable, Sequence
 
@@ -93,17 +94,26 @@ def time_host(step: Callable[[], None], conf) -> TimingResult:
 
 
 class _Flusher:
-    """Overwrites a buffer of >= 2x L2 on the stream, evicting whatever the last rep cached."""
+    """Reads a buffer of >= 2x L2 on the stream (harness/l2_flush.cu), evicting whatever the last
+    repetition cached and leaving no dirty lines for the next one to write back."""
+
+    SOURCE = pathlib.Path(__file__).with_name("l2_flush.cu")
 
     def __init__(self, backend):
         cp = backend.cp
+        self.backend = backend
         self.size = max(2 * backend.l2_bytes(), 1 << 20)
-        self.buf = cp.empty(self.size // 4, dtype=cp.uint32)
-        self.stream = backend.stream
+        with backend.stream:
+            # Random contents, so no compression or zero-page shortcut makes the reads cheap.
+            self.buf = cp.random.randint(0, 2**31, size=self.size // 4, dtype=cp.int32).view(cp.uint32)
+            self.sink = cp.zeros(1, dtype=cp.uint32)
+        self.kernel = backend.module(self.SOURCE).get_function("l2_flush_read")
+        self.n16 = self.size // 16
+        self.grid = int(backend.props["multiProcessorCount"]) * 8
 
     def __call__(self) -> None:
-        with self.stream:
-            self.buf.fill(0x5A5A5A5A)
+        cp = self.backend.cp
+        self.backend.launch(self.kernel, (self.grid,), (256,), (self.buf, cp.uint64(self.n16), self.sink))
 
 
 def _flusher(backend) -> _Flusher:

@@ -1,3 +1,3 @@
 """Kernel families. Importing this package registers every family with `harness.registry`."""
 
-from kernels import roofline  # noqa: F401
+from kernels import kda_decode, roofline  # noqa: F401

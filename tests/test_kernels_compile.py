@@ -10,7 +10,7 @@ import pytest
 
 from harness.fuel import REPO_ROOT
 
-SOURCES = sorted((REPO_ROOT / "kernels").rglob("*.cu"))
+SOURCES = sorted((REPO_ROOT / "kernels").rglob("*.cu")) + sorted((REPO_ROOT / "harness").rglob("*.cu"))
 NVCC = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
 
 

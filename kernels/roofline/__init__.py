@@ -17,7 +17,8 @@ FOLDER = pathlib.Path(__file__).parent
 SOURCE = FOLDER / "copy.cu"
 MIB = 1 << 20
 THREADS = 256
-UNROLL = 4          # matches UNROLL in copy.cu: words each thread has in flight
+UNROLL = 8          # matches UNROLL in copy.cu: words each thread has in flight
+RESIDENT_BLOCKS_PER_SM = 2048 // THREADS   # threads per SM / threads per block
 XOR_PATTERN = 0x5A5A5A5A
 
 
@@ -43,10 +44,10 @@ def bytes_moved(geometry, point) -> int:
 
 
 def _grid(backend, words: int) -> int:
-    # Enough blocks to fill every SM several times over, never more than the work needs:
-    # the kernels are grid-stride, so the grid size only sets the bytes in flight.
+    # One wave of resident blocks (grid-stride over tiles after that), never more than the work
+    # needs: the grid size sets the bytes in flight, the tiles set the access order.
     need = -(-words // (THREADS * UNROLL))
-    return max(1, min(need, backend.props["multiProcessorCount"] * 16))
+    return max(1, min(need, backend.props["multiProcessorCount"] * RESIDENT_BLOCKS_PER_SM))
 
 
 class _CudaMove:
@@ -111,19 +112,65 @@ def _needs_16_byte_words(geometry, point) -> str | None:
     return None if _size_bytes(point) % 16 == 0 else "copy size must be a multiple of 16 bytes"
 
 
+class _TorchCopy:
+    """Peer: torch's device copy (``Tensor.copy_``) on our stream, over the same CuPy buffers."""
+
+    def __init__(self, backend, inputs):
+        import torch
+
+        self.torch, self.backend = torch, backend
+        self.src_cp = backend.to_device(inputs["src"])
+        self.dst_cp = backend.cp.empty_like(self.src_cp)
+        self.src, self.dst = torch.from_dlpack(self.src_cp), torch.from_dlpack(self.dst_cp)
+        self.ext = torch.cuda.ExternalStream(backend.stream.ptr)
+
+    def poison(self) -> None:
+        with self.backend.stream:
+            self.dst_cp.fill(np.uint32(0xFFFFFFFF))
+
+    def __call__(self) -> None:
+        with self.torch.cuda.stream(self.ext):
+            self.dst.copy_(self.src)
+
+    def outputs(self) -> dict[str, np.ndarray]:
+        return {"dst": self.backend.to_host(self.dst_cp)}
+
+
+def _torch_importable(geometry, point) -> str | None:
+    try:
+        import torch
+
+        return None if torch.cuda.is_available() else "torch sees no CUDA device"
+    except Exception as exc:
+        return f"torch not importable: {type(exc).__name__}: {exc}"
+
+
+def _cuda(name: str, word_bytes: int, in_place: bool = False):
+    return lambda g, p, i, b: _CudaMove(b, name, i, word_bytes, in_place)
+
+
 COPY_VARIANTS = (
-    Variant("copy_v16", "cuda", lambda g, p, i, b: _CudaMove(b, "copy_v16", i, 16, False),
-            why="16-byte loads and stores, 4 in flight per thread: the copy roofline",
+    Variant("copy_v16", "cuda", _cuda("copy_v16", 16),
+            why="block-contiguous 16-byte tiles, 8 loads in flight per thread, one resident wave",
             supports=_needs_16_byte_words, sources=("copy.cu",)),
-    Variant("copy_v4", "cuda", lambda g, p, i, b: _CudaMove(b, "copy_v4", i, 4, False),
-            why="4-byte words: 4x the instructions per byte, to show what vectorisation buys",
+    Variant("copy_v16_cs", "cuda", _cuda("copy_v16_cs", 16),
+            why="copy_v16 with evict-first (.cs) loads and stores: what the streaming hint buys",
+            supports=_needs_16_byte_words, sources=("copy.cu",)),
+    Variant("copy_v16_strided", "cuda", _cuda("copy_v16_strided", 16),
+            why="textbook grid-stride, unrolled words a grid apart: the cost of poor DRAM locality",
+            supports=_needs_16_byte_words, sources=("copy.cu",)),
+    Variant("copy_v4", "cuda", _cuda("copy_v4", 4),
+            why="4-byte words in copy_v16's layout: 4x the instructions per byte",
             sources=("copy.cu",)),
+    Variant("torch_copy", "cuda", lambda g, p, i, b: _TorchCopy(b, i),
+            why="torch Tensor.copy_ on the same stream and buffers: an outside copy to check ours against",
+            supports=_torch_importable, peer=True),
     Variant("numpy_copy", "cpu", lambda g, p, i, b: _HostMove(i, False),
             why="NumPy copyto on the host: the CPU reference backend's copy"),
 )
 
 RMW_VARIANTS = (
-    Variant("rmw_v16", "cuda", lambda g, p, i, b: _CudaMove(b, "rmw_v16", i, 16, True),
+    Variant("rmw_v16", "cuda", _cuda("rmw_v16", 16, in_place=True),
             why="in-place 16-byte read-modify-write: a state update's access pattern",
             supports=_needs_16_byte_words, sources=("copy.cu",)),
     Variant("numpy_xor", "cpu", lambda g, p, i, b: _HostMove(i, True),

@@ -1,0 +1,32 @@
+"""KDA decode step: one read-modify-write of the 64 x 128 x 128 recurrent state per stream.
+
+- ``reference.py``: float64 references (definition order and the lazy deferred-rank-one form).
+- ``spec.py``: shapes from the fuel, inputs, bytes, FLOPs, tolerances.
+- ``kda_decode.cu``: every CUDA design; ``variants.py``: their launchers and declarations, the
+  CPU reference variant and the fla peer.
+"""
+
+from __future__ import annotations
+
+import pathlib
+
+from harness.registry import Component, register
+
+from . import spec
+from .variants import CPU_VARIANTS, CUDA_VARIANTS, PEER_VARIANTS
+
+COMPONENT = register(Component(
+    name="kda_decode",
+    axes=spec.AXES,
+    layers=lambda geometry: geometry.n_kda_layers,
+    make_inputs=spec.make_inputs,
+    reference=spec.reference,
+    bytes_moved=spec.bytes_moved,
+    flops=spec.flops,
+    tolerance=spec.tolerance,
+    variants=CUDA_VARIANTS + PEER_VARIANTS + CPU_VARIANTS,
+    summary="one KDA decode step: state read + written in place, q/k/v/g/beta in, o out",
+    # float64 references on the host: M up to 16 with a BF16 state (8 with FP32) per job.
+    cpu_max_bytes=72 << 20,
+    folder=str(pathlib.Path(__file__).parent),
+))

@@ -1,0 +1,839 @@
+/*
+KDA decode step (GLM-5.3-Flash Kimi Delta Attention, one token per stream), every variant.
+
+The op, per stream m and head h (float32 arithmetic inside every kernel):
+    qn = q / sqrt(sum(q^2) + eps) * scale          kn = k / sqrt(sum(k^2) + eps)
+    alpha_c = exp(g_c)                             (g is the per-key-channel log-decay, < 0)
+    F[c,j]  = alpha_c * S[c,j]                     fade
+    vhat_j  = sum_c F[c,j] kn_c                    predict
+    u_j     = beta * (v_j - vhat_j)                correct
+    S'[c,j] = F[c,j] + kn_c u_j                    write (in place)
+    o_j     = sum_c S'[c,j] qn_c = w_j + u_j (kn . qn),  w_j = sum_c F[c,j] qn_c
+The single-pass identity in the last line is what every kernel uses: vhat_j and w_j come from ONE
+sweep over the faded column, so o never needs the updated state read back.
+
+Lazy formulation (seed paper): the state buffer holds S_stored with S_true = S_stored + kprev dprev^T.
+One step: F = alpha * (S_stored + kprev dprev^T); vhat, w from F; d = beta (v - vhat);
+o = w + d (kn . qn); S_stored <- F; knew = kn, dnew = d. The store of F does not depend on the
+reduction, so the state is streamed once (one read, one write, no second touch); the rank-one
+correction is deferred to the next step. kprev/dprev and knew/dnew MUST be different buffers: the
+several blocks of one head read kprev/dprev while one of them writes knew/dnew.
+
+Conventions: K = V = 128 (asserted by the launcher). Head index mh = m * H + h, mh < M * H.
+    q, k, v, o : [M, H, 128]  bf16 (raw 16-bit patterns, unsigned short)
+    g          : [M, H, 128]  float32        beta : [M, H] float32
+    S          : [M, H, 128 (key row c), 128 (value col j)], j contiguous, bf16 or float32
+    kprev, dprev, knew, dnew : [M, H, 128] float32 (lazy variants only)
+bf16 is handled by bit manipulation (no <cuda_bf16.h>) so NVRTC needs no include path.
+Every template is instantiated as kda_<variant>_bf16 (bf16 state) and kda_<variant>_f32.
+
+Variants:
+  lazy_1pass        seed design: 1 block of 128 threads per head, thread j walks column j (coalesced
+                    across the warp), lazy form: one read + one write of S.
+  global_2pass      same geometry, exact form: pass 1 reads the column for vhat/w, pass 2 re-reads it
+                    (L2 hit expected) and writes F + kn u; costs a second read to stay exact.
+  vec2              lazy_1pass with 2 adjacent columns per thread (64 threads/head): 4/8-byte
+                    accesses halve the load instruction count.
+  smem_staged       seed comparison point: the whole 128x128 tile is copied to shared memory, then the
+                    exact form runs from there; 32/64 KiB per block caps occupancy.
+  regs_v16          exact form with the state slice in registers: 16-byte loads, all issued before
+                    the head prologue so their latency overlaps it, shuffle+smem column reduction,
+                    16-byte stores from registers; 2 column slices x 256 threads per head.
+  lazy_v16          lazy form with the regs_v16 access pattern: each row is stored as soon as it is
+                    converted (the store does not wait for the reduction): a pure streaming RMW.
+  pipelined_cpasync persistent grid over (head, column-half) tiles; cp.async 16-byte copies fill a
+                    2-3 stage shared-memory ring so the next tiles' state is in flight while the
+                    current one computes; exact form, 16-byte stores.
+*/
+
+typedef unsigned short bf16;  // raw bf16 bits
+// Same type as the builtin size_t (redeclaring a typedef to the same type is legal), so the file
+// does not depend on whether NVRTC predeclares it without any header.
+typedef decltype(sizeof(0)) size_t;
+
+#define KDIM 128  // key dim   (rows of S)
+#define VDIM 128  // value dim (cols of S)
+#define FULL_MASK 0xffffffffu
+
+// ------------------------------------------------------------------------------------------------
+// bf16 <-> float by bit manipulation.
+
+__device__ __forceinline__ float bf2f(unsigned short x) { return __uint_as_float(((unsigned)x) << 16); }
+
+__device__ __forceinline__ unsigned short f2bf(float f) {
+    unsigned u = __float_as_uint(f);
+    // A NaN must stay a NaN: the rounding add could carry its mantissa into the exponent (Inf) and
+    // a poisoned or diverged value would then pass a finiteness check looking like an overflow.
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (unsigned short)((u >> 16) | 0x0040u);
+    u += 0x7FFFu + ((u >> 16) & 1u);  // round to nearest, ties to even
+    return (unsigned short)(u >> 16);
+}
+
+// ------------------------------------------------------------------------------------------------
+// N consecutive state elements <-> N floats, with the widest single access the byte count allows
+// (2, 4, 8 or 16 bytes). Callers guarantee alignment (column offsets are multiples of N).
+
+template <int W>
+__device__ __forceinline__ void ld_words(const void* p, unsigned (&w)[W]) {
+    static_assert(W == 1 || W == 2 || W == 4, "one access of 4, 8 or 16 bytes");
+    if constexpr (W == 1) {
+        w[0] = *reinterpret_cast<const unsigned*>(p);
+    } else if constexpr (W == 2) {
+        uint2 r = *reinterpret_cast<const uint2*>(p);
+        w[0] = r.x; w[1] = r.y;
+    } else {
+        uint4 r = *reinterpret_cast<const uint4*>(p);
+        w[0] = r.x; w[1] = r.y; w[2] = r.z; w[3] = r.w;
+    }
+}
+
+// Stores go to global memory only. The vector forms are inline PTX because NVVM splits a C++
+// uint4/uint2 struct store into 32-bit stores (observed in the PTX), which quadruples the store
+// instruction count of the 16-byte variants. No "memory" clobber on purpose: it would forbid the
+// compiler from hoisting the next rows' loads above this store; that is safe here because no kernel
+// reads an address after storing to it (the stored value depends on the only loads of it).
+template <int W>
+__device__ __forceinline__ void st_words(void* p, const unsigned (&w)[W]) {
+    static_assert(W == 1 || W == 2 || W == 4, "one access of 4, 8 or 16 bytes");
+    if constexpr (W == 1) {
+        *reinterpret_cast<unsigned*>(p) = w[0];
+    } else if constexpr (W == 2) {
+        asm volatile("st.global.v2.b32 [%0], {%1, %2};" ::"l"(p), "r"(w[0]), "r"(w[1]));
+    } else {
+        asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(w[0]), "r"(w[1]),
+                     "r"(w[2]), "r"(w[3]));
+    }
+}
+
+template <typename T, int N>
+struct Cols {
+    static constexpr int BYTES = N * (int)sizeof(T);
+    static constexpr int W = BYTES / 4;  // 32-bit words per access (0 for a lone bf16)
+
+    // Raw (undecoded) words: lets a caller issue every load first and decode later.
+    struct Raw { unsigned w[W > 0 ? W : 1]; };
+
+    static __device__ __forceinline__ Raw load_raw(const T* p) {
+        Raw r;
+        if constexpr (BYTES == 2) r.w[0] = *reinterpret_cast<const unsigned short*>(p);
+        else ld_words<W>(p, r.w);
+        return r;
+    }
+
+    static __device__ __forceinline__ void decode(const Raw& r, float (&f)[N]) {
+        if constexpr (sizeof(T) == 4) {
+#pragma unroll
+            for (int i = 0; i < N; ++i) f[i] = __uint_as_float(r.w[i]);
+        } else if constexpr (BYTES == 2) {
+            f[0] = bf2f((unsigned short)r.w[0]);
+        } else {
+#pragma unroll
+            for (int i = 0; i < W; ++i) {  // little endian: the lower column is the low half
+                f[2 * i] = __uint_as_float(r.w[i] << 16);
+                f[2 * i + 1] = __uint_as_float(r.w[i] & 0xFFFF0000u);
+            }
+        }
+    }
+
+    static __device__ __forceinline__ void load(const T* p, float (&f)[N]) { decode(load_raw(p), f); }
+
+    static __device__ __forceinline__ void store(T* p, const float (&f)[N]) {
+        if constexpr (sizeof(T) == 4) {
+            unsigned w[W];
+#pragma unroll
+            for (int i = 0; i < N; ++i) w[i] = __float_as_uint(f[i]);
+            st_words<W>(p, w);
+        } else if constexpr (BYTES == 2) {
+            *reinterpret_cast<unsigned short*>(p) = f2bf(f[0]);
+        } else {
+            unsigned w[W];
+#pragma unroll
+            for (int i = 0; i < W; ++i) w[i] = (unsigned)f2bf(f[2 * i]) | ((unsigned)f2bf(f[2 * i + 1]) << 16);
+            st_words<W>(p, w);
+        }
+    }
+};
+
+// ------------------------------------------------------------------------------------------------
+// Head prologue shared by all block-per-head kernels.
+
+// Raw q, k and alpha = exp(g) into shared memory. Normalisation is NOT applied here: the norms are
+// folded into the per-column scalars at the end (vhat = rk * sum F k, w = rq * sum F q), which saves
+// a second barrier between "vectors staged" and "vectors normalised".
+template <int NT>
+__device__ __forceinline__ void stage_head(const bf16* __restrict__ q, const bf16* __restrict__ k,
+                                           const float* __restrict__ g, size_t off, float* sq,
+                                           float* sk, float* sa) {
+    for (int i = threadIdx.x; i < KDIM; i += NT) {
+        sq[i] = bf2f(q[off + i]);
+        sk[i] = bf2f(k[off + i]);
+        sa[i] = __expf(g[off + i]);
+    }
+}
+
+struct Norms {
+    float rq;  // scale / sqrt(q.q + eps): qn = rq * q
+    float rk;  // 1 / sqrt(k.k + eps):     kn = rk * k
+    float kq;  // kn . qn
+};
+
+__device__ __forceinline__ void warp_sum3(float& a, float& b, float& c) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        a += __shfl_xor_sync(FULL_MASK, a, o);
+        b += __shfl_xor_sync(FULL_MASK, b, o);
+        c += __shfl_xor_sync(FULL_MASK, c, o);
+    }
+}
+
+// Every warp reduces the 128-vectors itself (4 elements a lane, 5 butterfly steps) instead of one
+// block reduction: no shared scratch and no extra barrier, and all warps get bit-identical results
+// because the reduction order is the same in each.
+__device__ __forceinline__ Norms warp_norms(const float* sq, const float* sk, float eps, float scale) {
+    const int lane = threadIdx.x & 31;
+    float qq = 0.f, kk = 0.f, qk = 0.f;
+#pragma unroll
+    for (int i = 0; i < KDIM / 32; ++i) {
+        const float a = sq[lane + 32 * i], b = sk[lane + 32 * i];
+        qq = fmaf(a, a, qq);
+        kk = fmaf(b, b, kk);
+        qk = fmaf(a, b, qk);
+    }
+    warp_sum3(qq, kk, qk);
+    Norms n;
+    n.rq = scale * rsqrtf(qq + eps);
+    n.rk = rsqrtf(kk + eps);
+    n.kq = qk * n.rq * n.rk;
+    return n;
+}
+
+// Column-walking kernels load ROW_BATCH rows before using any of them. A row-at-a-time loop whose
+// store depends on its load makes every warp wait one full memory latency per row (in-order issue
+// stalls at the store); batching keeps 16 loads per thread in flight.
+#define ROW_BATCH 16
+
+// ================================================================================================
+// lazy_1pass: one block of 128 threads per head, thread j owns column j.
+
+template <typename T>
+__device__ __forceinline__ void lazy_1pass(const bf16* __restrict__ q, const bf16* __restrict__ k,
+                                           const bf16* __restrict__ v, const float* __restrict__ g,
+                                           const float* __restrict__ beta, T* __restrict__ S,
+                                           const float* __restrict__ kprev,
+                                           const float* __restrict__ dprev, float* __restrict__ knew,
+                                           float* __restrict__ dnew, bf16* __restrict__ o, int M,
+                                           int H, float eps, float scale) {
+    __shared__ float sq[KDIM], sk[KDIM], sa[KDIM], skp[KDIM];
+    const int mh = blockIdx.x;
+    if (mh >= M * H) return;
+    const int j = threadIdx.x;
+    const size_t off = (size_t)mh * KDIM;
+    T* Sh = S + (size_t)mh * KDIM * VDIM;
+
+    stage_head<VDIM>(q, k, g, off, sq, sk, sa);
+    skp[j] = kprev[off + j];
+    const float dp = dprev[off + j];
+    __syncthreads();
+    const Norms n = warp_norms(sq, sk, eps, scale);
+
+    float vh = 0.f, w = 0.f;
+    for (int c0 = 0; c0 < KDIM; c0 += ROW_BATCH) {
+        typename Cols<T, 1>::Raw raw[ROW_BATCH];
+#pragma unroll
+        for (int i = 0; i < ROW_BATCH; ++i) raw[i] = Cols<T, 1>::load_raw(Sh + (size_t)(c0 + i) * VDIM + j);
+#pragma unroll
+        for (int i = 0; i < ROW_BATCH; ++i) {
+            const int c = c0 + i;
+            float s[1];
+            Cols<T, 1>::decode(raw[i], s);
+            s[0] = sa[c] * fmaf(skp[c], dp, s[0]);
+            Cols<T, 1>::store(Sh + (size_t)c * VDIM + j, s);  // independent of the reduction
+            vh = fmaf(s[0], sk[c], vh);
+            w = fmaf(s[0], sq[c], w);
+        }
+    }
+    const float d = beta[mh] * (bf2f(v[off + j]) - n.rk * vh);
+    o[off + j] = f2bf(n.rq * w + d * n.kq);
+    dnew[off + j] = d;
+    knew[off + j] = n.rk * sk[j];
+}
+
+// ================================================================================================
+// global_2pass: exact form, same geometry; the column is read twice from global.
+
+template <typename T>
+__device__ __forceinline__ void global_2pass(const bf16* __restrict__ q, const bf16* __restrict__ k,
+                                             const bf16* __restrict__ v, const float* __restrict__ g,
+                                             const float* __restrict__ beta, T* __restrict__ S,
+                                             bf16* __restrict__ o, int M, int H, float eps,
+                                             float scale) {
+    __shared__ float sq[KDIM], sk[KDIM], sa[KDIM];
+    const int mh = blockIdx.x;
+    if (mh >= M * H) return;
+    const int j = threadIdx.x;
+    const size_t off = (size_t)mh * KDIM;
+    T* Sh = S + (size_t)mh * KDIM * VDIM;
+
+    stage_head<VDIM>(q, k, g, off, sq, sk, sa);
+    __syncthreads();
+    const Norms n = warp_norms(sq, sk, eps, scale);
+
+    float vh = 0.f, w = 0.f;
+    for (int c0 = 0; c0 < KDIM; c0 += ROW_BATCH) {
+        typename Cols<T, 1>::Raw raw[ROW_BATCH];
+#pragma unroll
+        for (int i = 0; i < ROW_BATCH; ++i) raw[i] = Cols<T, 1>::load_raw(Sh + (size_t)(c0 + i) * VDIM + j);
+#pragma unroll
+        for (int i = 0; i < ROW_BATCH; ++i) {
+            float s[1];
+            Cols<T, 1>::decode(raw[i], s);
+            const float f = sa[c0 + i] * s[0];
+            vh = fmaf(f, sk[c0 + i], vh);
+            w = fmaf(f, sq[c0 + i], w);
+        }
+    }
+    const float u = beta[mh] * (bf2f(v[off + j]) - n.rk * vh);
+    o[off + j] = f2bf(n.rq * w + u * n.kq);
+    const float uk = u * n.rk;  // kn_c u = k_c (rk u)
+    for (int c0 = 0; c0 < KDIM; c0 += ROW_BATCH) {
+        typename Cols<T, 1>::Raw raw[ROW_BATCH];
+#pragma unroll
+        for (int i = 0; i < ROW_BATCH; ++i) raw[i] = Cols<T, 1>::load_raw(Sh + (size_t)(c0 + i) * VDIM + j);
+#pragma unroll
+        for (int i = 0; i < ROW_BATCH; ++i) {
+            float s[1];
+            Cols<T, 1>::decode(raw[i], s);
+            s[0] = fmaf(sk[c0 + i], uk, sa[c0 + i] * s[0]);
+            Cols<T, 1>::store(Sh + (size_t)(c0 + i) * VDIM + j, s);
+        }
+    }
+}
+
+// ================================================================================================
+// vec2: lazy_1pass with two adjacent columns per thread.
+
+template <typename T>
+__device__ __forceinline__ void vec2(const bf16* __restrict__ q, const bf16* __restrict__ k,
+                                     const bf16* __restrict__ v, const float* __restrict__ g,
+                                     const float* __restrict__ beta, T* __restrict__ S,
+                                     const float* __restrict__ kprev, const float* __restrict__ dprev,
+                                     float* __restrict__ knew, float* __restrict__ dnew,
+                                     bf16* __restrict__ o, int M, int H, float eps, float scale) {
+    constexpr int NT = VDIM / 2;
+    __shared__ float sq[KDIM], sk[KDIM], sa[KDIM], skp[KDIM];
+    const int mh = blockIdx.x;
+    if (mh >= M * H) return;
+    const int t = threadIdx.x, j0 = 2 * t;
+    const size_t off = (size_t)mh * KDIM;
+    T* Sh = S + (size_t)mh * KDIM * VDIM;
+
+    stage_head<NT>(q, k, g, off, sq, sk, sa);
+    skp[t] = kprev[off + t];
+    skp[t + NT] = kprev[off + t + NT];
+    const float2 dp = *reinterpret_cast<const float2*>(dprev + off + j0);
+    __syncthreads();
+    const Norms n = warp_norms(sq, sk, eps, scale);
+
+    float vh0 = 0.f, vh1 = 0.f, w0 = 0.f, w1 = 0.f;
+    for (int c0 = 0; c0 < KDIM; c0 += ROW_BATCH) {
+        typename Cols<T, 2>::Raw raw[ROW_BATCH];
+#pragma unroll
+        for (int i = 0; i < ROW_BATCH; ++i) raw[i] = Cols<T, 2>::load_raw(Sh + (size_t)(c0 + i) * VDIM + j0);
+#pragma unroll
+        for (int i = 0; i < ROW_BATCH; ++i) {
+            const int c = c0 + i;
+            float s[2];
+            Cols<T, 2>::decode(raw[i], s);
+            const float a = sa[c], kp = skp[c];
+            s[0] = a * fmaf(kp, dp.x, s[0]);
+            s[1] = a * fmaf(kp, dp.y, s[1]);
+            Cols<T, 2>::store(Sh + (size_t)c * VDIM + j0, s);
+            const float kc = sk[c], qc = sq[c];
+            vh0 = fmaf(s[0], kc, vh0);
+            vh1 = fmaf(s[1], kc, vh1);
+            w0 = fmaf(s[0], qc, w0);
+            w1 = fmaf(s[1], qc, w1);
+        }
+    }
+    const float b = beta[mh];
+    const unsigned vv = *reinterpret_cast<const unsigned*>(v + off + j0);
+    const float d0 = b * (bf2f((unsigned short)(vv & 0xFFFFu)) - n.rk * vh0);
+    const float d1 = b * (bf2f((unsigned short)(vv >> 16)) - n.rk * vh1);
+    *reinterpret_cast<unsigned*>(o + off + j0) =
+        (unsigned)f2bf(n.rq * w0 + d0 * n.kq) | ((unsigned)f2bf(n.rq * w1 + d1 * n.kq) << 16);
+    *reinterpret_cast<float2*>(dnew + off + j0) = make_float2(d0, d1);
+    knew[off + t] = n.rk * sk[t];
+    knew[off + t + NT] = n.rk * sk[t + NT];
+}
+
+// ================================================================================================
+// smem_staged: the head's whole tile in shared memory (dynamic: 32 KiB bf16, 64 KiB fp32), exact.
+
+__device__ __forceinline__ unsigned dynamic_smem_bytes() {
+    unsigned r;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(r));
+    return r;
+}
+
+template <typename T>
+__device__ __forceinline__ void smem_staged(const bf16* __restrict__ q, const bf16* __restrict__ k,
+                                            const bf16* __restrict__ v, const float* __restrict__ g,
+                                            const float* __restrict__ beta, T* __restrict__ S,
+                                            bf16* __restrict__ o, int M, int H, float eps,
+                                            float scale) {
+    extern __shared__ __align__(16) unsigned char dsmem[];
+    __shared__ float sq[KDIM], sk[KDIM], sa[KDIM];
+    // A launch with too little dynamic shared memory would silently read past the tile.
+    if (dynamic_smem_bytes() < KDIM * VDIM * sizeof(T)) __trap();
+    const int mh = blockIdx.x;
+    if (mh >= M * H) return;
+    const int j = threadIdx.x;
+    const size_t off = (size_t)mh * KDIM;
+    T* Sh = S + (size_t)mh * KDIM * VDIM;
+    T* tile = reinterpret_cast<T*>(dsmem);
+
+    constexpr int CHUNKS = KDIM * VDIM * (int)sizeof(T) / 16;
+    const uint4* src = reinterpret_cast<const uint4*>(Sh);
+    uint4* dst = reinterpret_cast<uint4*>(tile);
+#pragma unroll 4
+    for (int i = j; i < CHUNKS; i += VDIM) dst[i] = src[i];
+    stage_head<VDIM>(q, k, g, off, sq, sk, sa);
+    __syncthreads();
+    const Norms n = warp_norms(sq, sk, eps, scale);
+
+    // Column reads from shared memory: consecutive threads hit consecutive words (fp32) or share a
+    // word (bf16), so there are no bank conflicts.
+    float vh = 0.f, w = 0.f;
+#pragma unroll 8
+    for (int c = 0; c < KDIM; ++c) {
+        float s[1];
+        Cols<T, 1>::load(tile + c * VDIM + j, s);
+        const float f = sa[c] * s[0];
+        vh = fmaf(f, sk[c], vh);
+        w = fmaf(f, sq[c], w);
+    }
+    const float u = beta[mh] * (bf2f(v[off + j]) - n.rk * vh);
+    o[off + j] = f2bf(n.rq * w + u * n.kq);
+    const float uk = u * n.rk;
+#pragma unroll 8
+    for (int c = 0; c < KDIM; ++c) {
+        float s[1];
+        Cols<T, 1>::load(tile + c * VDIM + j, s);
+        s[0] = fmaf(sk[c], uk, sa[c] * s[0]);
+        Cols<T, 1>::store(Sh + (size_t)c * VDIM + j, s);
+    }
+}
+
+// ================================================================================================
+// 16-byte tiles: shared geometry of regs_v16, lazy_v16 and pipelined_cpasync.
+//
+// A block of 256 threads covers all 128 rows of a COLS-wide column slice. A 16-byte vector holds
+// VEC columns (8 bf16 or 4 fp32). Thread tid owns column vector cv = tid % CV and rows
+// c = rg + NRG * i (rg = tid / CV, i < RPT). With cv fastest, each quarter-warp (8 lanes, one 16-byte
+// memory phase) touches one contiguous 128-byte row segment: coalesced in global memory and free of
+// bank conflicts in shared memory without any row padding. 64-column slices give every thread 32
+// state values (RPT * VEC = 32 for both dtypes): enough independent loads in flight without spills.
+
+template <typename T>
+struct Tile16 {
+    static constexpr int THREADS = 256;
+    static constexpr int COLS = 64;
+    static constexpr int SLICES = VDIM / COLS;
+    static constexpr int VEC = 16 / (int)sizeof(T);
+    static constexpr int CV = COLS / VEC;  // 8 (bf16) or 16 (fp32): divides 32
+    static constexpr int NRG = THREADS / CV;
+    static constexpr int RPT = KDIM / NRG;  // 4 (bf16) or 8 (fp32)
+    static constexpr int WARPS = THREADS / 32;
+    static_assert(32 % CV == 0 && KDIM % NRG == 0, "lanes sharing a column vector must be in one warp");
+};
+
+// Sum vh/w over the threads that share a column vector (lanes cv, cv+CV, ... of each warp by shuffle,
+// then the 8 warps through shared memory). After the barrier, red[*][warp][col] holds the partials.
+template <typename T>
+__device__ __forceinline__ void column_partials(float (&vh)[Tile16<T>::VEC], float (&w)[Tile16<T>::VEC],
+                                                float (*red)[Tile16<T>::WARPS][Tile16<T>::COLS]) {
+    using G = Tile16<T>;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+    for (int o = G::CV; o < 32; o <<= 1) {
+#pragma unroll
+        for (int e = 0; e < G::VEC; ++e) {
+            vh[e] += __shfl_xor_sync(FULL_MASK, vh[e], o);
+            w[e] += __shfl_xor_sync(FULL_MASK, w[e], o);
+        }
+    }
+    if (lane < G::CV) {  // lane == cv here because CV divides 32
+#pragma unroll
+        for (int e = 0; e < G::VEC; ++e) {
+            red[0][warp][lane * G::VEC + e] = vh[e];
+            red[1][warp][lane * G::VEC + e] = w[e];
+        }
+    }
+    __syncthreads();
+}
+
+// ================================================================================================
+// regs_v16: exact form, the slice of S lives in registers between the load and the store.
+
+template <typename T>
+__device__ __forceinline__ void regs_v16(const bf16* __restrict__ q, const bf16* __restrict__ k,
+                                         const bf16* __restrict__ v, const float* __restrict__ g,
+                                         const float* __restrict__ beta, T* __restrict__ S,
+                                         bf16* __restrict__ o, int M, int H, float eps, float scale) {
+    using G = Tile16<T>;
+    using C = Cols<T, G::VEC>;
+    __shared__ float sq[KDIM], sk[KDIM], sa[KDIM];
+    __shared__ float red[2][G::WARPS][G::COLS];
+    __shared__ float su[G::COLS];
+
+    const int blk = blockIdx.x;
+    if (blk >= M * H * G::SLICES) return;
+    const int mh = blk / G::SLICES, slice = blk % G::SLICES;
+    const int tid = threadIdx.x, cv = tid % G::CV, rg = tid / G::CV;
+    const int col0 = slice * G::COLS + cv * G::VEC;
+    const size_t off = (size_t)mh * KDIM;
+    T* Sh = S + (size_t)mh * KDIM * VDIM + col0;
+
+    // Issue every state load before the prologue: the DRAM latency then overlaps the q/k/g
+    // loads, the exp and the norm shuffles instead of following them.
+    typename C::Raw raw[G::RPT];
+#pragma unroll
+    for (int i = 0; i < G::RPT; ++i) raw[i] = C::load_raw(Sh + (size_t)(rg + G::NRG * i) * VDIM);
+
+    stage_head<G::THREADS>(q, k, g, off, sq, sk, sa);
+    __syncthreads();
+    const Norms n = warp_norms(sq, sk, eps, scale);
+
+    float s[G::RPT][G::VEC];
+    float vh[G::VEC], w[G::VEC];
+#pragma unroll
+    for (int e = 0; e < G::VEC; ++e) vh[e] = w[e] = 0.f;
+#pragma unroll
+    for (int i = 0; i < G::RPT; ++i) {
+        const int c = rg + G::NRG * i;
+        C::decode(raw[i], s[i]);
+        const float a = sa[c], kc = sk[c], qc = sq[c];
+#pragma unroll
+        for (int e = 0; e < G::VEC; ++e) {
+            s[i][e] *= a;
+            vh[e] = fmaf(s[i][e], kc, vh[e]);
+            w[e] = fmaf(s[i][e], qc, w[e]);
+        }
+    }
+    column_partials<T>(vh, w, red);
+
+    if (tid < G::COLS) {
+        float a = 0.f, b = 0.f;
+#pragma unroll
+        for (int wp = 0; wp < G::WARPS; ++wp) { a += red[0][wp][tid]; b += red[1][wp][tid]; }
+        const int j = slice * G::COLS + tid;
+        const float u = beta[mh] * (bf2f(v[off + j]) - n.rk * a);
+        o[off + j] = f2bf(n.rq * b + u * n.kq);
+        su[tid] = u * n.rk;
+    }
+    __syncthreads();
+
+    float uk[G::VEC];
+#pragma unroll
+    for (int e = 0; e < G::VEC; ++e) uk[e] = su[cv * G::VEC + e];
+#pragma unroll
+    for (int i = 0; i < G::RPT; ++i) {
+        const int c = rg + G::NRG * i;
+        const float kc = sk[c];
+#pragma unroll
+        for (int e = 0; e < G::VEC; ++e) s[i][e] = fmaf(kc, uk[e], s[i][e]);
+        C::store(Sh + (size_t)c * VDIM, s[i]);
+    }
+}
+
+// ================================================================================================
+// lazy_v16: lazy form with the 16-byte pattern; rows are written back as soon as they are faded.
+
+template <typename T>
+__device__ __forceinline__ void lazy_v16(const bf16* __restrict__ q, const bf16* __restrict__ k,
+                                         const bf16* __restrict__ v, const float* __restrict__ g,
+                                         const float* __restrict__ beta, T* __restrict__ S,
+                                         const float* __restrict__ kprev,
+                                         const float* __restrict__ dprev, float* __restrict__ knew,
+                                         float* __restrict__ dnew, bf16* __restrict__ o, int M, int H,
+                                         float eps, float scale) {
+    using G = Tile16<T>;
+    using C = Cols<T, G::VEC>;
+    __shared__ float sq[KDIM], sk[KDIM], sa[KDIM], skp[KDIM];
+    __shared__ float red[2][G::WARPS][G::COLS];
+
+    const int blk = blockIdx.x;
+    if (blk >= M * H * G::SLICES) return;
+    const int mh = blk / G::SLICES, slice = blk % G::SLICES;
+    const int tid = threadIdx.x, cv = tid % G::CV, rg = tid / G::CV;
+    const int col0 = slice * G::COLS + cv * G::VEC;
+    const size_t off = (size_t)mh * KDIM;
+    T* Sh = S + (size_t)mh * KDIM * VDIM + col0;
+
+    typename C::Raw raw[G::RPT];
+#pragma unroll
+    for (int i = 0; i < G::RPT; ++i) raw[i] = C::load_raw(Sh + (size_t)(rg + G::NRG * i) * VDIM);
+
+    float dp[G::VEC];
+#pragma unroll
+    for (int e = 0; e < G::VEC; e += 4) {
+        const float4 t = *reinterpret_cast<const float4*>(dprev + off + col0 + e);
+        dp[e] = t.x; dp[e + 1] = t.y; dp[e + 2] = t.z; dp[e + 3] = t.w;
+    }
+    stage_head<G::THREADS>(q, k, g, off, sq, sk, sa);
+    if (tid < KDIM) skp[tid] = kprev[off + tid];
+    __syncthreads();
+    const Norms n = warp_norms(sq, sk, eps, scale);
+
+    float vh[G::VEC], w[G::VEC];
+#pragma unroll
+    for (int e = 0; e < G::VEC; ++e) vh[e] = w[e] = 0.f;
+#pragma unroll
+    for (int i = 0; i < G::RPT; ++i) {
+        const int c = rg + G::NRG * i;
+        float s[G::VEC];
+        C::decode(raw[i], s);
+        const float a = sa[c], kp = skp[c], kc = sk[c], qc = sq[c];
+#pragma unroll
+        for (int e = 0; e < G::VEC; ++e) s[e] = a * fmaf(kp, dp[e], s[e]);
+        C::store(Sh + (size_t)c * VDIM, s);
+#pragma unroll
+        for (int e = 0; e < G::VEC; ++e) {
+            vh[e] = fmaf(s[e], kc, vh[e]);
+            w[e] = fmaf(s[e], qc, w[e]);
+        }
+    }
+    column_partials<T>(vh, w, red);
+
+    if (tid < G::COLS) {
+        float a = 0.f, b = 0.f;
+#pragma unroll
+        for (int wp = 0; wp < G::WARPS; ++wp) { a += red[0][wp][tid]; b += red[1][wp][tid]; }
+        const int j = slice * G::COLS + tid;
+        const float d = beta[mh] * (bf2f(v[off + j]) - n.rk * a);
+        o[off + j] = f2bf(n.rq * b + d * n.kq);
+        dnew[off + j] = d;
+    }
+    // One slice writes kn for the whole head; every slice read kprev from the other buffer.
+    if (slice == 0 && tid < KDIM) knew[off + tid] = n.rk * sk[tid];
+}
+
+// ================================================================================================
+// pipelined_cpasync: persistent CTAs, cp.async ring of STAGES tiles.
+//
+// Work tile t = (mh = t / 2, column half t % 2): the 128 x 64 state slice plus the head's q, k, g
+// and the slice's 64 values of v, all copied by cp.async into one stage, so the compute phase reads
+// only shared memory. The two halves of a head are adjacent tiles, i.e. neighbouring CTAs, so
+// q/k/g are fetched from DRAM once and hit L2 for the second half.
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+    unsigned r;
+    asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(r) : "l"(p));
+    return r;
+}
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+    // .cg: bypass L1; the state is touched once per step, so L1 allocation only evicts q/k/g.
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(smem)), "l"(gmem) : "memory");
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+
+template <typename T>
+struct Stage {
+    static constexpr int TILE = KDIM * Tile16<T>::COLS * (int)sizeof(T);  // 16 / 32 KiB
+    static constexpr int Q = TILE;                                      // 128 bf16
+    static constexpr int K = Q + KDIM * 2;                              // 128 bf16
+    static constexpr int G = K + KDIM * 2;                              // 128 float
+    static constexpr int V = G + KDIM * 4;                              // 64 bf16
+    static constexpr int BYTES = V + Tile16<T>::COLS * 2;               // TILE + 1152
+    static constexpr int ROW = Tile16<T>::COLS * (int)sizeof(T);        // bytes per tile row
+    static constexpr int ROW_CHUNKS = ROW / 16;
+};
+
+template <typename T>
+__device__ __forceinline__ void issue_tile(unsigned char* st, int tile, const bf16* __restrict__ q,
+                                           const bf16* __restrict__ k, const bf16* __restrict__ v,
+                                           const float* __restrict__ g, const T* __restrict__ S) {
+    using P = Stage<T>;
+    const int tid = threadIdx.x;
+    const int mh = tile >> 1, half = tile & 1;
+    const unsigned char* src = reinterpret_cast<const unsigned char*>(
+        S + (size_t)mh * KDIM * VDIM + half * Tile16<T>::COLS);
+#pragma unroll
+    for (int i = tid; i < KDIM * P::ROW_CHUNKS; i += Tile16<T>::THREADS) {
+        const int r = i / P::ROW_CHUNKS, ch = i % P::ROW_CHUNKS;
+        cp_async16(st + r * P::ROW + ch * 16, src + (size_t)r * VDIM * sizeof(T) + ch * 16);
+    }
+    // 16 chunks of q, 16 of k, 32 of g, 8 of the v slice: 72 threads, one chunk each.
+    const size_t off = (size_t)mh * KDIM;
+    if (tid < 16) cp_async16(st + P::Q + tid * 16, reinterpret_cast<const unsigned char*>(q + off) + tid * 16);
+    else if (tid < 32) cp_async16(st + P::K + (tid - 16) * 16, reinterpret_cast<const unsigned char*>(k + off) + (tid - 16) * 16);
+    else if (tid < 64) cp_async16(st + P::G + (tid - 32) * 16, reinterpret_cast<const unsigned char*>(g + off) + (tid - 32) * 16);
+    else if (tid < 72) cp_async16(st + P::V + (tid - 64) * 16, reinterpret_cast<const unsigned char*>(v + off + half * Tile16<T>::COLS) + (tid - 64) * 16);
+}
+
+template <typename T, int STAGES>
+__device__ __forceinline__ void pipelined_cpasync(const bf16* __restrict__ q, const bf16* __restrict__ k,
+                                                  const bf16* __restrict__ v, const float* __restrict__ g,
+                                                  const float* __restrict__ beta, T* __restrict__ S,
+                                                  bf16* __restrict__ o, int M, int H, float eps,
+                                                  float scale) {
+    using G = Tile16<T>;
+    using P = Stage<T>;
+    using C = Cols<T, G::VEC>;
+    static_assert(G::SLICES == 2, "tile index = 2 * head + half");
+    extern __shared__ __align__(16) unsigned char ring[];
+    __shared__ float red[2][G::WARPS][G::COLS];
+    __shared__ float su[G::COLS];
+    if (dynamic_smem_bytes() < (unsigned)(STAGES * P::BYTES)) __trap();
+
+    const int ntiles = M * H * 2;
+    const int tid = threadIdx.x, lane = tid & 31, cv = tid % G::CV, rg = tid / G::CV;
+    const int stride = gridDim.x;
+
+    // Prologue: STAGES-1 tiles in flight. Groups are committed even when empty so that
+    // "wait_group STAGES-1" always means "the current tile has landed".
+    int tile = blockIdx.x;
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (tile + s * stride < ntiles) issue_tile<T>(ring + s * P::BYTES, tile + s * stride, q, k, v, g, S);
+        cp_async_commit();
+    }
+
+    int stage = 0;
+    for (; tile < ntiles; tile += stride) {
+        // Refill the stage consumed by the previous tile: safe because every thread has passed that
+        // tile's second barrier, after which it no longer reads its stage.
+        {
+            const int ahead = tile + (STAGES - 1) * stride;
+            const int fill = (stage + STAGES - 1) % STAGES;
+            if (ahead < ntiles) issue_tile<T>(ring + fill * P::BYTES, ahead, q, k, v, g, S);
+            cp_async_commit();
+        }
+        const int mh = tile >> 1, half = tile & 1;
+        const float b = beta[mh];  // tiny; its latency hides behind the wait
+        cp_async_wait<STAGES - 1>();
+        __syncthreads();  // other threads' copies of this stage are now visible
+
+        const unsigned char* st = ring + stage * P::BYTES;
+        const bf16* sq = reinterpret_cast<const bf16*>(st + P::Q);
+        const bf16* sk = reinterpret_cast<const bf16*>(st + P::K);
+        const float* sg = reinterpret_cast<const float*>(st + P::G);
+
+        float s[G::RPT][G::VEC];
+#pragma unroll
+        for (int i = 0; i < G::RPT; ++i)
+            C::load(reinterpret_cast<const T*>(st + (rg + G::NRG * i) * P::ROW + cv * 16), s[i]);
+
+        // Norms straight from the bf16 copies in the stage (each warp redundantly, no barrier).
+        Norms n;
+        {
+            const uint2 qw = *reinterpret_cast<const uint2*>(sq + 4 * lane);
+            const uint2 kw = *reinterpret_cast<const uint2*>(sk + 4 * lane);
+            const float qa[4] = {__uint_as_float(qw.x << 16), __uint_as_float(qw.x & 0xFFFF0000u),
+                                 __uint_as_float(qw.y << 16), __uint_as_float(qw.y & 0xFFFF0000u)};
+            const float ka[4] = {__uint_as_float(kw.x << 16), __uint_as_float(kw.x & 0xFFFF0000u),
+                                 __uint_as_float(kw.y << 16), __uint_as_float(kw.y & 0xFFFF0000u)};
+            float qq = 0.f, kk = 0.f, qk = 0.f;
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                qq = fmaf(qa[e], qa[e], qq);
+                kk = fmaf(ka[e], ka[e], kk);
+                qk = fmaf(qa[e], ka[e], qk);
+            }
+            warp_sum3(qq, kk, qk);
+            n.rq = scale * rsqrtf(qq + eps);
+            n.rk = rsqrtf(kk + eps);
+            n.kq = qk * n.rq * n.rk;
+        }
+
+        float kr[G::RPT];  // raw k of this thread's rows, kept for the write phase
+        float vh[G::VEC], w[G::VEC];
+#pragma unroll
+        for (int e = 0; e < G::VEC; ++e) vh[e] = w[e] = 0.f;
+#pragma unroll
+        for (int i = 0; i < G::RPT; ++i) {
+            const int c = rg + G::NRG * i;
+            const float a = __expf(sg[c]), kc = bf2f(sk[c]), qc = bf2f(sq[c]);
+            kr[i] = kc;
+#pragma unroll
+            for (int e = 0; e < G::VEC; ++e) {
+                s[i][e] *= a;
+                vh[e] = fmaf(s[i][e], kc, vh[e]);
+                w[e] = fmaf(s[i][e], qc, w[e]);
+            }
+        }
+        column_partials<T>(vh, w, red);  // barrier inside
+
+        const size_t off = (size_t)mh * KDIM;
+        if (tid < G::COLS) {
+            float a = 0.f, bb = 0.f;
+#pragma unroll
+            for (int wp = 0; wp < G::WARPS; ++wp) { a += red[0][wp][tid]; bb += red[1][wp][tid]; }
+            const float vj = bf2f(reinterpret_cast<const bf16*>(st + P::V)[tid]);
+            const float u = b * (vj - n.rk * a);
+            o[off + half * G::COLS + tid] = f2bf(n.rq * bb + u * n.kq);
+            su[tid] = u * n.rk;
+        }
+        __syncthreads();  // last read of this stage and of red[] happened before this barrier
+
+        float uk[G::VEC];
+#pragma unroll
+        for (int e = 0; e < G::VEC; ++e) uk[e] = su[cv * G::VEC + e];
+        T* dst = S + (size_t)mh * KDIM * VDIM + half * G::COLS + cv * G::VEC;
+#pragma unroll
+        for (int i = 0; i < G::RPT; ++i) {
+#pragma unroll
+            for (int e = 0; e < G::VEC; ++e) s[i][e] = fmaf(kr[i], uk[e], s[i][e]);
+            C::store(dst + (size_t)(rg + G::NRG * i) * VDIM, s[i]);
+        }
+        stage = (stage + 1) % STAGES;
+    }
+    cp_async_wait<0>();  // only empty groups can remain; leave nothing outstanding at exit
+}
+
+// ================================================================================================
+// extern "C" entry points: kda_<variant>_<bf16|f32>. Argument order (all variants):
+//   q, k, v, g, beta, S, [kprev, dprev, knew, dnew,] o, M, H, eps, scale
+
+#define EXACT_ARGS(T)                                                                            \
+    const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v,          \
+        const float* __restrict__ g, const float* __restrict__ beta, T* __restrict__ S,          \
+        bf16* __restrict__ o, int M, int H, float eps, float scale
+#define LAZY_ARGS(T)                                                                             \
+    const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v,          \
+        const float* __restrict__ g, const float* __restrict__ beta, T* __restrict__ S,          \
+        const float* __restrict__ kprev, const float* __restrict__ dprev,                        \
+        float* __restrict__ knew, float* __restrict__ dnew, bf16* __restrict__ o, int M, int H,  \
+        float eps, float scale
+
+#define DEFINE_EXACT(NAME, SUFFIX, T, THREADS, ...)                                              \
+    extern "C" __global__ void __launch_bounds__(THREADS) kda_##NAME##_##SUFFIX(EXACT_ARGS(T)) { \
+        NAME<__VA_ARGS__>(q, k, v, g, beta, S, o, M, H, eps, scale);                            \
+    }
+#define DEFINE_LAZY(NAME, SUFFIX, T, THREADS)                                                    \
+    extern "C" __global__ void __launch_bounds__(THREADS) kda_##NAME##_##SUFFIX(LAZY_ARGS(T)) {  \
+        NAME<T>(q, k, v, g, beta, S, kprev, dprev, knew, dnew, o, M, H, eps, scale);            \
+    }
+
+DEFINE_LAZY(lazy_1pass, bf16, bf16, 128)
+DEFINE_LAZY(lazy_1pass, f32, float, 128)
+DEFINE_EXACT(global_2pass, bf16, bf16, 128, bf16)
+DEFINE_EXACT(global_2pass, f32, float, 128, float)
+DEFINE_LAZY(vec2, bf16, bf16, 64)
+DEFINE_LAZY(vec2, f32, float, 64)
+DEFINE_EXACT(smem_staged, bf16, bf16, 128, bf16)
+DEFINE_EXACT(smem_staged, f32, float, 128, float)
+DEFINE_EXACT(regs_v16, bf16, bf16, 256, bf16)
+DEFINE_EXACT(regs_v16, f32, float, 256, float)
+DEFINE_LAZY(lazy_v16, bf16, bf16, 256)
+DEFINE_LAZY(lazy_v16, f32, float, 256)
+// Stages: bf16 tiles are 17.1 KiB, so 3 stages (+4.3 KiB scratch) = 56 KiB and 3 CTAs/SM keep up to
+// 6 tiles (96 KiB) in flight per SM; fp32 tiles are 33.1 KiB, so 2 stages = 70.5 KiB still fit 3
+// CTAs/SM (3 tiles, 96 KiB in flight) where 3 stages would drop to 2 CTAs/SM for the same bytes.
+DEFINE_EXACT(pipelined_cpasync, bf16, bf16, 256, bf16, 3)
+DEFINE_EXACT(pipelined_cpasync, f32, float, 256, float, 2)

@@ -1,0 +1,433 @@
+"""Launchers and declarations of the KDA decode-step variants.
+
+One CUDA source (``kda_decode.cu``) holds every design; each design is one `Variant` and the state
+dtype (``point["state_dtype"]`` in {"bf16", "fp32"}) only picks the ``_bf16`` / ``_f32`` symbol.
+``CUDA_VARIANTS`` are ours, ``CPU_VARIANTS`` the float64 lazy reference timed by the CPU backend,
+``PEER_VARIANTS`` the fla Triton kernel measured side by side.
+
+Nothing here imports cupy, torch.cuda or fla at import time: they are imported inside ``build``
+so the module loads on a machine without a GPU.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+from typing import Any, Callable
+
+import numpy as np
+
+from harness.registry import Variant
+
+from .reference import bf16_to_float, materialize, ref_lazy_step
+
+HERE = pathlib.Path(__file__).resolve().parent
+SOURCE = HERE / "kda_decode.cu"
+
+# The .cu hard-codes K = V = 128 (KDIM/VDIM) and these shared-memory layouts; keep in step with it.
+_KV = 128
+_TILE_COLS = 64                       # Tile16<T>::COLS: column slice of the 16-byte variants
+_STAGE_EXTRA = 2 * _KV * 2 + _KV * 4 + _TILE_COLS * 2   # q, k (bf16), g (f32), v slice (bf16)
+_PIPE_STAGES = {"bf16": 3, "fp32": 2}  # instantiated stage counts (see the .cu for why)
+_STATE_DTYPES = {"bf16": np.uint16, "fp32": np.float32}
+_SYMBOL_SUFFIX = {"bf16": "bf16", "fp32": "f32"}
+_SLOW_SMEM = 48 * 1024                # above this, dynamic shared memory needs an opt-in
+
+
+@dataclasses.dataclass(frozen=True)
+class _Design:
+    """How one kernel design is launched."""
+
+    lazy: bool
+    threads: int
+    blocks_per_head: int = 1          # column slices per head (ignored when persistent)
+    persistent: bool = False
+    smem: Callable[[str], int] = lambda dtype: 0   # dynamic shared memory per block, bytes
+
+
+def _itemsize(dtype: str) -> int:
+    return np.dtype(_STATE_DTYPES[dtype]).itemsize
+
+
+_DESIGNS: dict[str, _Design] = {
+    "lazy_1pass": _Design(lazy=True, threads=128),
+    "global_2pass": _Design(lazy=False, threads=128),
+    "vec2": _Design(lazy=True, threads=64),
+    "smem_staged": _Design(lazy=False, threads=128, smem=lambda d: _KV * _KV * _itemsize(d)),
+    "regs_v16": _Design(lazy=False, threads=256, blocks_per_head=_KV // _TILE_COLS),
+    "lazy_v16": _Design(lazy=True, threads=256, blocks_per_head=_KV // _TILE_COLS),
+    "pipelined_cpasync": _Design(
+        lazy=False, threads=256, persistent=True,
+        smem=lambda d: _PIPE_STAGES[d] * (_KV * _TILE_COLS * _itemsize(d) + _STAGE_EXTRA)),
+}
+
+_WHY = {
+    "lazy_1pass": "seed design: 1 block/head, thread j walks column j, lazy rank-one deferral so S "
+                  "is read once and written once in the same sweep",
+    "global_2pass": "exact form at the seed geometry: pass 1 reads the column for vhat/w, pass 2 "
+                    "re-reads it (L2) to write F + kn u; measures the cost of staying exact",
+    "vec2": "lazy_1pass with 2 adjacent columns per thread (64 threads/head): half the load/store "
+            "instructions, 4/8-byte accesses",
+    "smem_staged": "seed comparison point: whole 128x128 tile copied to shared memory (32/64 KiB), "
+                   "exact form from there; occupancy capped by shared memory",
+    "regs_v16": "exact form, state slice held in registers: 16-byte loads issued before the "
+                "prologue, shuffle+smem column reduction, 16-byte stores; 2 slices x 256 thr/head",
+    "lazy_v16": "lazy form with the 16-byte register pattern: rows stored as soon as faded, a pure "
+                "streaming read-modify-write plus the column reductions",
+    "pipelined_cpasync": "persistent CTAs over (head, column-half) tiles with a cp.async ring "
+                         "(3 stages bf16, 2 fp32) so the next tiles stream in while one computes; "
+                         "exact form, 16-byte stores",
+}
+
+
+# -- checks ---------------------------------------------------------------------------------------
+
+def _dims(geometry) -> tuple[int, int, int, float, float]:
+    kda = geometry.kda
+    return (int(kda.heads), int(kda.head_k_dim), int(kda.head_v_dim), float(kda.q_scale),
+            float(kda.l2norm_eps))
+
+
+def supports_cuda(geometry, point) -> str | None:
+    """Reason the CUDA kernels cannot run this point, or None."""
+    H, K, V, _, _ = _dims(geometry)
+    if K != _KV or V != _KV:
+        return f"kda_decode.cu is written for head_k_dim = head_v_dim = {_KV}; got K={K}, V={V}"
+    if point.get("state_dtype") not in _STATE_DTYPES:
+        return f"state_dtype must be one of {sorted(_STATE_DTYPES)}; got {point.get('state_dtype')!r}"
+    M = int(point["M"])
+    if M < 1:
+        return f"M must be >= 1; got {M}"
+    if M * H * _KV * _KV >= 2 ** 31:  # blockIdx/tile counters are int; offsets are size_t
+        return f"M*H*K*V = {M * H * _KV * _KV} exceeds the kernels' 32-bit head/tile counters"
+    return None
+
+
+def _check_inputs(geometry, point, inputs) -> tuple[int, int, int, int, str]:
+    H, K, V, _, _ = _dims(geometry)
+    M, dtype = int(point["M"]), point["state_dtype"]
+    want = {
+        "q": ((M, H, K), np.uint16), "k": ((M, H, K), np.uint16), "v": ((M, H, V), np.uint16),
+        "g": ((M, H, K), np.float32), "beta": ((M, H), np.float32),
+        "state": ((M, H, K, V), _STATE_DTYPES[dtype]),
+    }
+    for name, (shape, dt) in want.items():
+        a = inputs[name]
+        if a.shape != shape or a.dtype != dt:
+            raise ValueError(f"kda_decode input {name!r}: expected {np.dtype(dt).name}{list(shape)}, "
+                             f"got {a.dtype.name}{list(a.shape)}")
+    return M, H, K, V, dtype
+
+
+def _decode_state(state: np.ndarray) -> np.ndarray:
+    if state.dtype == np.uint16:
+        return bf16_to_float(state).astype(np.float64)
+    return state.astype(np.float64)
+
+
+# -- CUDA launches --------------------------------------------------------------------------------
+
+def _ctas_per_sm(kernel, props: dict, threads: int, dyn_smem: int) -> int:
+    """Resident CTAs per SM for the persistent grid, from the kernel's registers and shared memory
+    (the limits the occupancy calculator applies; allocation granularity 256 registers/warp)."""
+    warps = threads // 32
+    regs_per_warp = -(-int(kernel.num_regs) * 32 // 256) * 256
+    by_regs = int(props.get("regsPerMultiprocessor", 65536)) // max(1, regs_per_warp * warps)
+    smem = int(kernel.shared_size_bytes) + dyn_smem + int(props.get("reservedSharedMemPerBlock", 1024))
+    by_smem = int(props.get("sharedMemPerMultiprocessor", 233472)) // smem
+    by_threads = int(props.get("maxThreadsPerMultiProcessor", 2048)) // threads
+    by_blocks = int(props.get("maxBlocksPerMultiProcessor", 32))
+    return max(1, min(by_regs, by_smem, by_threads, by_blocks))
+
+
+class _CudaLaunch:
+    """One step of one of our kernels on ``backend.stream``.
+
+    Lazy designs ping-pong two (kn, d) buffer pairs: step i reads pair p and writes pair 1-p, so the
+    blocks of one head that still read kprev never see another block's knew. ``poison`` resets to
+    pair 0 = zeros, i.e. S_true = the initial state.
+    """
+
+    graph = None  # ours are captured by the harness (backend.capture), not here
+
+    def __init__(self, backend, design: _Design, kernel, grid: int, dyn_smem: int, dev: dict,
+                 state0, M: int, H: int, eps: float, scale: float):
+        self.backend, self.design, self.kernel = backend, design, kernel
+        self.grid, self.dyn_smem, self.dev, self.state0 = grid, dyn_smem, dev, state0
+        self.M, self.H = M, H
+        self._scalars = (np.int32(M), np.int32(H), np.float32(eps), np.float32(scale))
+        self._parity = 0
+
+    def _args(self) -> tuple:
+        d = self.dev
+        head = (d["q"], d["k"], d["v"], d["g"], d["beta"], d["state"])
+        if self.design.lazy:
+            p = self._parity
+            return head + (d["kn"][p], d["d"][p], d["kn"][1 - p], d["d"][1 - p], d["o"]) + self._scalars
+        return head + (d["o"],) + self._scalars
+
+    def poison(self) -> None:
+        cp, d = self.backend.cp, self.dev
+        with self.backend.stream:
+            cp.copyto(d["state"], self.state0)
+            d["o"].fill(0xFFFF)  # bf16 NaN bits
+            if self.design.lazy:
+                for buf in (*d["kn"], *d["d"]):
+                    buf.fill(0)
+        self._parity = 0
+
+    def __call__(self) -> None:
+        self.backend.launch(self.kernel, (self.grid,), (self.design.threads,), self._args(),
+                            shared_mem=self.dyn_smem)
+        if self.design.lazy:
+            self._parity ^= 1
+
+    def outputs(self) -> dict[str, np.ndarray]:
+        b, d = self.backend, self.dev
+        b.stream.synchronize()
+        o = bf16_to_float(b.to_host(d["o"])).astype(np.float64)
+        state = _decode_state(b.to_host(d["state"]))
+        if self.design.lazy:  # pair _parity is the one the last step wrote (zeros after poison)
+            state = materialize(state, b.to_host(d["kn"][self._parity]).astype(np.float64),
+                                b.to_host(d["d"][self._parity]).astype(np.float64))
+        return {"o": o, "state": state}
+
+
+def _make_cuda_build(name: str) -> Callable[..., _CudaLaunch]:
+    design = _DESIGNS[name]
+
+    def build(geometry, point, inputs, backend) -> _CudaLaunch:
+        reason = supports_cuda(geometry, point)
+        if reason:
+            raise ValueError(f"{name}: {reason}")
+        M, H, K, V, dtype = _check_inputs(geometry, point, inputs)
+        _, _, _, scale, eps = _dims(geometry)
+        cp = backend.cp
+
+        module = backend.module(SOURCE)
+        kernel = module.get_function(f"kda_{name}_{_SYMBOL_SUFFIX[dtype]}")
+        dyn_smem = design.smem(dtype)
+        if dyn_smem > _SLOW_SMEM:
+            optin = int(backend.props.get("sharedMemPerBlockOptin", 0))
+            if dyn_smem + int(kernel.shared_size_bytes) > optin:
+                raise RuntimeError(f"{name}/{dtype}: needs {dyn_smem} B dynamic + "
+                                   f"{kernel.shared_size_bytes} B static shared memory per block; "
+                                   f"the device allows {optin}")
+            kernel.max_dynamic_shared_size_bytes = dyn_smem
+
+        heads = M * H
+        if design.persistent:
+            sms = int(backend.props["multiProcessorCount"])
+            resident = sms * _ctas_per_sm(kernel, backend.props, design.threads, dyn_smem)
+            # Every CTA beyond the tile count would exit at once; launching it costs for nothing.
+            grid = min(resident, heads * (_KV // _TILE_COLS))
+        else:
+            grid = heads * design.blocks_per_head
+
+        dev = {name_: backend.to_device(inputs[name_]) for name_ in ("q", "k", "v", "g", "beta")}
+        state0 = backend.to_device(inputs["state"])
+        dev["state"] = backend.to_device(inputs["state"])
+        with backend.stream:
+            dev["o"] = cp.empty((M, H, V), dtype=cp.uint16)
+            if design.lazy:
+                dev["kn"] = [cp.zeros((M, H, K), dtype=cp.float32) for _ in range(2)]
+                dev["d"] = [cp.zeros((M, H, V), dtype=cp.float32) for _ in range(2)]
+        launch = _CudaLaunch(backend, design, kernel, grid, dyn_smem, dev, state0, M, H, eps, scale)
+        launch.poison()
+        backend.stream.synchronize()
+        return launch
+
+    build.__name__ = f"build_{name}"
+    return build
+
+
+CUDA_VARIANTS: tuple[Variant, ...] = tuple(
+    Variant(name, "cuda", _make_cuda_build(name), why=_WHY[name], supports=supports_cuda,
+            sources=("kda_decode.cu",))
+    for name in _DESIGNS
+)
+
+
+# -- CPU reference backend ------------------------------------------------------------------------
+
+class _CpuLazyLaunch:
+    """``ref_lazy_step`` in float64 on the host; ``outputs`` materialises the true state."""
+
+    graph = None
+
+    def __init__(self, geometry, point, inputs):
+        M = int(point["M"])
+        H, K, V, self.scale, self.eps = _dims(geometry)
+        self.q = bf16_to_float(inputs["q"]).astype(np.float64)
+        self.k = bf16_to_float(inputs["k"]).astype(np.float64)
+        self.v = bf16_to_float(inputs["v"]).astype(np.float64)
+        self.g = np.asarray(inputs["g"], dtype=np.float64)
+        self.beta = np.asarray(inputs["beta"], dtype=np.float64)
+        self.state0 = _decode_state(inputs["state"])
+        self.shape_k, self.shape_v = (M, H, K), (M, H, V)
+        self.poison()
+
+    def poison(self) -> None:
+        self.state = self.state0.copy()
+        self.kprev = np.zeros(self.shape_k)
+        self.dprev = np.zeros(self.shape_v)
+        self.o = np.full(self.shape_v, np.nan)
+
+    def __call__(self) -> None:
+        self.o, self.state, self.kprev, self.dprev = ref_lazy_step(
+            self.q, self.k, self.v, self.g, self.beta, self.state, self.kprev, self.dprev,
+            self.eps, self.scale)
+
+    def outputs(self) -> dict[str, np.ndarray]:
+        return {"o": self.o.copy(), "state": materialize(self.state, self.kprev, self.dprev)}
+
+
+def build_cpu_lazy(geometry, point, inputs, backend) -> _CpuLazyLaunch:
+    if point.get("state_dtype") not in _STATE_DTYPES:
+        raise ValueError(f"state_dtype must be one of {sorted(_STATE_DTYPES)}")
+    _check_inputs(geometry, point, inputs)
+    return _CpuLazyLaunch(geometry, point, inputs)
+
+
+CPU_VARIANTS: tuple[Variant, ...] = (
+    Variant("ref_lazy", "cpu", build_cpu_lazy,
+            why="float64 lazy-form step (torch on the host), state materialised S + kn d^T; "
+                "checked against the definition reference",
+            sources=("reference.py",)),
+)
+
+
+# -- fla peer -------------------------------------------------------------------------------------
+
+def _fla_forward():
+    """fla's forward entry with in-place state update, or raise ImportError with the reason.
+
+    The public ``fused_recurrent_kda`` hard-codes ``inplace_final_state=False``: it would write a
+    fresh float32 final state every step (and never update a bf16 state in place), which is not the
+    decode-serving path. ``fused_recurrent_kda_fwd`` (same Triton kernel, what vLLM-style decode
+    calls) takes ``inplace_final_state=True`` and stores the state back in its own dtype.
+    """
+    import inspect
+
+    from fla.ops.kda import fused_recurrent_kda  # noqa: F401  (the public API must import too)
+    from fla.ops.kda.fused_recurrent import fused_recurrent_kda_fwd
+
+    params = inspect.signature(fused_recurrent_kda_fwd).parameters
+    for needed in ("inplace_final_state", "out", "use_qk_l2norm_in_kernel"):
+        if needed not in params:
+            raise ImportError(f"fused_recurrent_kda_fwd has no {needed!r} parameter")
+    return fused_recurrent_kda_fwd
+
+
+_FLA_EPS = 1e-6  # hard-coded in fla's kernel for use_qk_l2norm_in_kernel
+
+
+def supports_fla(geometry, point) -> str | None:
+    try:
+        _fla_forward()
+    except Exception as exc:  # ImportError, or triton/torch failing underneath
+        return f"fla not importable: {type(exc).__name__}: {exc}"
+    if point.get("state_dtype") not in _STATE_DTYPES:
+        return f"state_dtype must be one of {sorted(_STATE_DTYPES)}"
+    _, _, _, _, eps = _dims(geometry)
+    if abs(eps - _FLA_EPS) > 1e-12:
+        return f"fla's in-kernel l2norm uses eps={_FLA_EPS}; geometry l2norm_eps={eps}"
+    return None
+
+
+class _FlaLaunch:
+    """fla's Triton fused_recurrent KDA kernel at T=1, sharing ``backend.stream``."""
+
+    def __init__(self, backend, forward, tensors: dict, state0, scale: float):
+        import torch
+
+        self.backend, self.forward, self.t, self.state0, self.scale = backend, forward, tensors, state0, scale
+        self.torch = torch
+        self.ext = torch.cuda.ExternalStream(backend.stream.ptr)
+        self._graph = None
+
+    def _step(self) -> None:
+        t = self.t
+        self.forward(q=t["q"], k=t["k"], v=t["v"], g=t["g"], beta=t["beta"],
+                     initial_state=t["state"], inplace_final_state=True, output_final_state=False,
+                     scale=self.scale, use_qk_l2norm_in_kernel=True, out=t["o"])
+
+    def poison(self) -> None:
+        with self.torch.cuda.stream(self.ext):
+            self.t["state"].copy_(self.state0)
+            self.t["o"].view(self.torch.int16).fill_(-1)  # 0xFFFF: bf16 NaN
+
+    def __call__(self) -> None:
+        with self.torch.cuda.stream(self.ext):
+            self._step()
+
+    def capture(self) -> None:
+        """Warm up (Triton JIT, autotune-free here), then capture one step into a CUDA graph on our
+        stream, as torch's CUDA-graph docs prescribe; capturing does not execute the step."""
+        torch = self.torch
+        self()
+        self.backend.stream.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=self.ext):
+            self._step()
+        self._graph = graph
+
+    def graph(self) -> None:
+        with self.torch.cuda.stream(self.ext):
+            self._graph.replay()
+
+    def outputs(self) -> dict[str, np.ndarray]:
+        torch = self.torch
+        self.backend.stream.synchronize()
+        with torch.cuda.stream(self.ext):
+            o = self.t["o"].to(torch.float64).cpu().numpy()
+            state = self.t["state"].to(torch.float64).cpu().numpy()
+        M, H = o.shape[0], o.shape[2]
+        return {"o": o.reshape(M, H, -1), "state": state}
+
+
+def build_fla(geometry, point, inputs, backend) -> _FlaLaunch:
+    reason = supports_fla(geometry, point)
+    if reason:
+        raise RuntimeError(reason)
+    import torch
+
+    forward = _fla_forward()
+    M, H, K, V, dtype = _check_inputs(geometry, point, inputs)
+    _, _, _, scale, _ = _dims(geometry)
+    device = torch.device("cuda", getattr(backend, "device_id", 0))
+    ext = torch.cuda.ExternalStream(backend.stream.ptr)
+
+    def bf16(a: np.ndarray, shape) -> "torch.Tensor":
+        host = torch.from_numpy(np.ascontiguousarray(a).view(np.int16)).view(torch.bfloat16)
+        return host.reshape(shape).to(device)
+
+    with torch.cuda.stream(ext):
+        t = {
+            "q": bf16(inputs["q"], (M, 1, H, K)),
+            "k": bf16(inputs["k"], (M, 1, H, K)),
+            "v": bf16(inputs["v"], (M, 1, H, V)),
+            "g": torch.from_numpy(np.ascontiguousarray(inputs["g"])).reshape(M, 1, H, K).to(device),
+            "beta": torch.from_numpy(np.ascontiguousarray(inputs["beta"])).reshape(M, 1, H).to(device),
+            "o": torch.empty((M, 1, H, V), dtype=torch.bfloat16, device=device),
+        }
+        if dtype == "bf16":
+            state0 = bf16(inputs["state"], (M, H, K, V))
+        else:
+            state0 = torch.from_numpy(np.ascontiguousarray(inputs["state"])).to(device)
+        t["state"] = state0.clone()
+    backend.stream.synchronize()
+    launch = _FlaLaunch(backend, forward, t, state0, scale)
+    launch.capture()
+    launch.poison()
+    backend.stream.synchronize()
+    return launch
+
+
+PEER_VARIANTS: tuple[Variant, ...] = (
+    Variant("fla_fused_recurrent", "cuda", build_fla,
+            why="fla 0.6 Triton fused_recurrent_kda kernel (via fused_recurrent_kda_fwd with "
+                "inplace_final_state=True: the public wrapper forces a fresh fp32 state), T=1, "
+                "in-kernel l2norm, state updated in place in its own dtype",
+            supports=supports_fla, peer=True),
+)

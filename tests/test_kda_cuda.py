@@ -1,0 +1,117 @@
+"""GPU tests: every KDA decode CUDA variant (and the fla peer when importable) against the float64
+definition reference. Skipped when no GPU is visible."""
+
+from __future__ import annotations
+
+import types
+
+import numpy as np
+import pytest
+
+from harness.backends import gpu_visible
+from harness.fuel import load_fuel
+from kernels.kda_decode.reference import bf16_to_float, float_to_bf16, ref_step
+from kernels.kda_decode.variants import CUDA_VARIANTS, PEER_VARIANTS
+
+pytestmark = pytest.mark.skipif(not gpu_visible(), reason="no GPU visible (cupy finds no CUDA device)")
+
+# The real geometry, from the fuel (64 heads x 128 x 128, q scale 1/sqrt(128), eps 1e-6).
+GEOMETRY = load_fuel()
+
+# Tolerances on ||out - ref|| / ||ref||.
+# o is stored as bf16: round-to-nearest-even to an 8-bit significand errs by at most 2^-8 = 3.9e-3
+# relative per element, hence at most that norm-wise; float32 arithmetic adds ~1e-6. 5e-3 is that
+# bound with margin, independent of the state dtype (the reference sees the same decoded inputs).
+# A bf16 state is rounded once per step the same way (<= 3.9e-3 per step, growing slowly over the
+# 3-step case), so 1e-2. An fp32 state only carries float32 rounding (~1e-6 over 128-term sums and
+# fast-math exp/rsqrt), so 1e-4 there catches real mistakes that a bf16-sized bound would hide.
+TOL_O = 5e-3
+TOL_STATE = {"bf16": 1e-2, "fp32": 1e-4}
+
+
+def make_inputs(M: int, state_dtype: str, seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    H, K, V = GEOMETRY.kda.heads, GEOMETRY.kda.head_k_dim, GEOMETRY.kda.head_v_dim
+    bf = lambda shape: float_to_bf16(rng.standard_normal(shape))  # noqa: E731
+    # Log-decays: a third spread over (-5, -0.01), a third near zero (-1e-4 .. -1e-2: channels that
+    # barely forget, where alpha ~ 1 stresses accumulation), a third moderate (-1 .. -0.01).
+    pick = rng.integers(0, 3, (M, H, K))
+    g = np.select([pick == 0, pick == 1],
+                  [rng.uniform(-5.0, -0.01, (M, H, K)), -np.exp(rng.uniform(np.log(1e-4), np.log(1e-2), (M, H, K)))],
+                  rng.uniform(-1.0, -0.01, (M, H, K))).astype(np.float32)
+    state = rng.normal(0.0, 0.1, (M, H, K, V)).astype(np.float32)
+    return {
+        "q": bf((M, H, K)), "k": bf((M, H, K)), "v": bf((M, H, V)), "g": g,
+        "beta": rng.uniform(0.05, 0.95, (M, H)).astype(np.float32),
+        "state": float_to_bf16(state) if state_dtype == "bf16" else state,
+    }
+
+
+def reference(inputs: dict, steps: int) -> tuple[np.ndarray, np.ndarray]:
+    """``steps`` repeated decode steps with the same token (exercises the lazy carry and ping-pong)."""
+    S = inputs["state"]
+    S = bf16_to_float(S).astype(np.float64) if S.dtype == np.uint16 else S.astype(np.float64)
+    q, k, v = (bf16_to_float(inputs[n]) for n in ("q", "k", "v"))
+    for _ in range(steps):
+        o, S = ref_step(q, k, v, inputs["g"], inputs["beta"], S,
+                        GEOMETRY.kda.l2norm_eps, GEOMETRY.kda.q_scale)
+    return o, S
+
+
+def rel(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+
+@pytest.fixture(scope="module")
+def backend():
+    from harness.backends import get
+
+    return get("cuda")
+
+
+def _run_and_check(variant, backend, M, state_dtype, steps, use_graph=False):
+    point = {"M": M, "state_dtype": state_dtype}
+    reason = variant.supports(GEOMETRY, point)
+    if reason:
+        pytest.skip(reason)
+    inputs = make_inputs(M, state_dtype, seed=1000 * M + steps + (state_dtype == "fp32"))
+    launch = variant.build(GEOMETRY, point, inputs, backend)
+
+    launch.poison()
+    poisoned = launch.outputs()
+    assert np.isnan(poisoned["o"]).all(), "poison() must fill o with NaN"
+
+    for _ in range(steps):
+        launch.graph() if use_graph else launch()
+    out = launch.outputs()
+    o_ref, s_ref = reference(inputs, steps)
+
+    assert out["o"].shape == o_ref.shape and out["state"].shape == s_ref.shape
+    assert np.isfinite(out["o"]).all(), "o has non-finite elements (unwritten or diverged)"
+    assert np.isfinite(out["state"]).all(), "state has non-finite elements"
+    e_o, e_s = rel(out["o"], o_ref), rel(out["state"], s_ref)
+    assert e_o < TOL_O, f"o rel err {e_o:.3e} >= {TOL_O}"
+    assert e_s < TOL_STATE[state_dtype], f"state rel err {e_s:.3e} >= {TOL_STATE[state_dtype]}"
+
+    # poison() must restore the initial state: one more step from it reproduces the 1-step reference.
+    launch.poison()
+    launch()
+    again = launch.outputs()
+    o1, s1 = reference(inputs, 1)
+    assert rel(again["o"], o1) < TOL_O and rel(again["state"], s1) < TOL_STATE[state_dtype]
+
+
+@pytest.mark.parametrize("steps", [1, 3])
+@pytest.mark.parametrize("M", [1, 3, 32])
+@pytest.mark.parametrize("state_dtype", ["bf16", "fp32"])
+@pytest.mark.parametrize("variant", CUDA_VARIANTS, ids=lambda v: v.name)
+def test_cuda_variant_matches_definition(variant, backend, state_dtype, M, steps):
+    _run_and_check(variant, backend, M, state_dtype, steps)
+
+
+@pytest.mark.parametrize("M", [1, 32])
+@pytest.mark.parametrize("state_dtype", ["bf16", "fp32"])
+@pytest.mark.parametrize("variant", PEER_VARIANTS, ids=lambda v: v.name)
+def test_peer_matches_definition(variant, backend, state_dtype, M):
+    _run_and_check(variant, backend, M, state_dtype, steps=1)
+    _run_and_check(variant, backend, M, state_dtype, steps=1, use_graph=True)
