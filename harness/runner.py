@@ -189,16 +189,32 @@ def _time(comp, variant, point, geometry, backend, timing_conf, inputs, launch, 
             extra = variant.build(geometry, point, inputs, backend)
             launches.append(extra)
     steps = []
+    use_graph = bool(timing_conf.graph)
     for ln in launches:
-        if timing_conf.graph:
+        step = ln
+        if use_graph:
             graph = getattr(ln, "graph", None)
-            steps.append(graph if callable(graph) else backend.capture(ln))
-        else:
-            steps.append(ln)
+            try:
+                step = graph if callable(graph) else backend.capture(ln)
+            except Exception as exc:  # say so in the row (graph=False) rather than fail the point
+                log.warning("%s: graph capture failed (%s); timing plain launches", variant.name, exc)
+                use_graph = False
+                steps = list(launches[:len(steps)])
+        steps.append(step)
+    timing_conf = dataclasses.replace(timing_conf, graph=use_graph) if dataclasses.is_dataclass(timing_conf) \
+        else _with_graph(timing_conf, use_graph)
     before = provenance.clocks(device)
     result = timing.time_cuda(steps, backend, timing_conf, cache)
     after = provenance.clocks(device)
     return result, before, after
+
+
+def _with_graph(conf, graph: bool):
+    """A copy of a timing config (DictConfig or namespace) with ``graph`` set."""
+    from types import SimpleNamespace
+
+    fields = ("warmup", "min_reps", "max_reps", "min_time_ms", "max_noise", "timeout_s", "cache")
+    return SimpleNamespace(**{f: getattr(conf, f) for f in fields}, graph=graph)
 
 
 def selected_variants(comp, backend_name: str, variant: str) -> list:

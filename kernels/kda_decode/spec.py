@@ -53,7 +53,7 @@ def make_inputs(geometry, point, rng: np.random.Generator) -> dict[str, np.ndarr
         "v": float_to_bf16(rng.standard_normal((M, H, V))),
         "g": (lower * sig(rng.normal(-2.0, 2.5, (M, H, K)))).astype(np.float32),
         # beta is rounded to BF16-representable values so a BF16-input peer sees the same numbers.
-        "beta": bf16_to_float(float_to_bf16(sig(rng.standard_normal((M, H)))).astype(np.float32)),
+        "beta": bf16_to_float(float_to_bf16(sig(rng.standard_normal((M, H))))).astype(np.float32),
         "state": float_to_bf16(state) if point["state_dtype"] == "bf16" else state,
     }
 
