@@ -65,6 +65,10 @@ def sweep_roofline(ctx: JobContext, backend, geometry: Geometry, timing_conf) ->
     # Every copy of the roofline family on this backend (ours and peers) at one large size; the
     # fastest verified one is the ceiling, so no GB/s is flattered by a weak copy kernel.
     shared: dict = {}
+    # Plain launches, whatever the sweep's timing says: a copy captured in a CUDA graph becomes a
+    # memcpy node, which is not the copy path the ceiling is about (seen on the H200: torch's copy
+    # fell from 4.25 to 2.7 TB/s as a graph node).
+    timing_conf = _with_graph(timing_conf, False)
     rows = [measure(comp, v, point, geometry, backend, timing_conf, seed=12345, roofline=None, shared=shared)
             for v in comp.variants if v.backend == backend.name]
     ok = [r for r in rows if r["status"] == "ok"]

@@ -14,7 +14,7 @@ commit_note="commit ${ATTNBENCH_COMMIT:-unknown}"; echo "$commit_note"
 {
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv
   python3 -c "import torch, cupy; print('torch', torch.__version__, 'cupy', cupy.__version__, torch.cuda.get_device_name())"
-  if [ -z "${SKIP_TESTS:-}" ]; then python3 -m pytest -q -rs tests/test_gpu_*.py tests/test_kda_cuda.py 2>&1 | tail -25; fi
+  if [ -z "${SKIP_TESTS:-}" ]; then python3 -m pytest -q -rs tests/test_gpu_*.py tests/test_kda_cuda.py ${PYTEST_K:+-k "$PYTEST_K"} 2>&1 | tail -25; fi
   for e in ${experiments[@]}; do
     python3 -m harness -m "+experiment=$e" 2>&1
     python3 -m harness report latest

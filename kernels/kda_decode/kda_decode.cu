@@ -44,6 +44,14 @@ Variants:
   pipelined_cpasync persistent grid over (head, column-half) tiles; cp.async 16-byte copies fill a
                     2-3 stage shared-memory ring so the next tiles' state is in flight while the
                     current one computes; exact form, 16-byte stores.
+  regs_pipelined    persistent grid over 64-column tiles (16 KiB BF16, 32 KiB FP32);
+                    each CTA issues the next tile's 16-byte loads before reducing and storing the
+                    current one (register double buffering), so a full tile of loads is always in
+                    flight and the grid has no wave tail; exact form.
+  regs_wide         regs_v16's exact form with 32 KiB per block in both dtypes (the whole head in
+                    BF16, 8 16-byte loads per thread); the tile stays as raw words in registers and
+                    is decoded twice instead of held as floats, so BF16 fits 4 blocks (128 KiB of
+                    loads in flight) per SM: regs_v16's BF16 blocks carry half the bytes.
 */
 
 typedef unsigned short bf16;  // raw bf16 bits
@@ -449,10 +457,10 @@ struct Tile16 {
 
 // Sum vh/w over the threads that share a column vector (lanes cv, cv+CV, ... of each warp by shuffle,
 // then the 8 warps through shared memory). After the barrier, red[*][warp][col] holds the partials.
-template <typename T>
-__device__ __forceinline__ void column_partials(float (&vh)[Tile16<T>::VEC], float (&w)[Tile16<T>::VEC],
-                                                float (*red)[Tile16<T>::WARPS][Tile16<T>::COLS]) {
-    using G = Tile16<T>;
+// G is any tile geometry with THREADS/COLS/VEC/CV/WARPS (Tile16 here, TileG for regs_pipelined).
+template <typename G>
+__device__ __forceinline__ void column_partials_g(float (&vh)[G::VEC], float (&w)[G::VEC],
+                                                  float (*red)[G::WARPS][G::COLS]) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 #pragma unroll
     for (int o = G::CV; o < 32; o <<= 1) {
@@ -470,6 +478,12 @@ __device__ __forceinline__ void column_partials(float (&vh)[Tile16<T>::VEC], flo
         }
     }
     __syncthreads();
+}
+
+template <typename T>
+__device__ __forceinline__ void column_partials(float (&vh)[Tile16<T>::VEC], float (&w)[Tile16<T>::VEC],
+                                                float (*red)[Tile16<T>::WARPS][Tile16<T>::COLS]) {
+    column_partials_g<Tile16<T>>(vh, w, red);
 }
 
 // ================================================================================================
@@ -797,6 +811,195 @@ __device__ __forceinline__ void pipelined_cpasync(const bf16* __restrict__ q, co
 }
 
 // ================================================================================================
+// regs_pipelined: persistent CTAs, register double buffering across tiles (exact form).
+//
+// What the other 16-byte designs leave on the table at small M: each block loads its tile, then
+// reduces, then stores, so for most of its life a block has no loads in flight, and the grid ends
+// in a ragged tail. Here each CTA walks tiles t, t + grid, ... and issues the NEXT tile's 16-byte
+// state loads (and its q/k/g/v/beta) before it reduces and stores the current one: the DRAM
+// latency of tile n+1 hides behind the arithmetic, barriers and stores of tile n, every CTA always
+// has a tile of loads outstanding, and the grid is sized to the resident CTAs so the tail is one
+// tile long. The current tile stays as raw words in registers (decoded twice rather than held as
+// floats).
+//
+// regs_wide (below) is the same tile code run once per block (no double buffer), with 32 KiB
+// tiles: its registers hold one tile, so more blocks fit and more bytes are in flight per SM.
+
+template <typename T, int COLS_>
+struct TileG {
+    static constexpr int THREADS = 256;
+    static constexpr int COLS = COLS_;
+    static constexpr int SLICES = VDIM / COLS;
+    static constexpr int VEC = 16 / (int)sizeof(T);
+    static constexpr int CV = COLS / VEC;   // 16 for both instantiations: divides 32
+    static constexpr int NRG = THREADS / CV;
+    static constexpr int RPT = KDIM / NRG;  // 8 rows per thread
+    static constexpr int WARPS = THREADS / 32;
+    static_assert(32 % CV == 0 && KDIM % NRG == 0 && COLS <= THREADS, "tile geometry");
+};
+
+template <typename T, int COLS>
+__device__ __forceinline__ void regs_pipelined(const bf16* __restrict__ q, const bf16* __restrict__ k,
+                                               const bf16* __restrict__ v, const float* __restrict__ g,
+                                               const float* __restrict__ beta, T* __restrict__ S,
+                                               bf16* __restrict__ o, int M, int H, float eps, float scale) {
+    using G = TileG<T, COLS>;
+    using C = Cols<T, G::VEC>;
+    __shared__ float sq[KDIM], sk[KDIM], sa[KDIM];
+    __shared__ float red[2][G::WARPS][G::COLS];
+    __shared__ float su[G::COLS];
+
+    const int tiles = M * H * G::SLICES;
+    const int tid = threadIdx.x, cv = tid % G::CV, rg = tid / G::CV;
+    int t = blockIdx.x;
+    if (t >= tiles) return;
+
+    typename C::Raw cur[G::RPT], nxt[G::RPT];
+    // Per-tile vectors, prefetched into registers one tile ahead: thread tid < KDIM holds q/k/g of
+    // row tid, thread tid < COLS holds v of column tid and beta.
+    float nq = 0.f, nk = 0.f, ng = 0.f, nv = 0.f, nb = 0.f;
+
+    auto issue = [&](int tile) {
+        const int mh = tile / G::SLICES, slice = tile % G::SLICES;
+        const T* src = S + (size_t)mh * KDIM * VDIM + slice * G::COLS + cv * G::VEC;
+#pragma unroll
+        for (int i = 0; i < G::RPT; ++i) nxt[i] = C::load_raw(src + (size_t)(rg + G::NRG * i) * VDIM);
+        const size_t off = (size_t)mh * KDIM;
+        if (tid < KDIM) { nq = bf2f(q[off + tid]); nk = bf2f(k[off + tid]); ng = g[off + tid]; }
+        if (tid < G::COLS) { nv = bf2f(v[off + slice * G::COLS + tid]); nb = beta[mh]; }
+    };
+
+    issue(t);
+    for (; t < tiles; t += gridDim.x) {
+#pragma unroll
+        for (int i = 0; i < G::RPT; ++i) cur[i] = nxt[i];
+        const float cq = nq, ck = nk, cg = ng, cvv = nv, cb = nb;
+        const int tn = t + gridDim.x;
+        if (tn < tiles) issue(tn);  // next tile's loads go out before this tile's first barrier
+
+        const int mh = t / G::SLICES, slice = t % G::SLICES;
+        __syncthreads();  // the previous tile's readers of sq/sk/sa/su are done
+        if (tid < KDIM) { sq[tid] = cq; sk[tid] = ck; sa[tid] = __expf(cg); }
+        __syncthreads();
+        const Norms n = warp_norms(sq, sk, eps, scale);
+
+        float vh[G::VEC], w[G::VEC];
+#pragma unroll
+        for (int e = 0; e < G::VEC; ++e) vh[e] = w[e] = 0.f;
+#pragma unroll
+        for (int i = 0; i < G::RPT; ++i) {
+            const int c = rg + G::NRG * i;
+            float s[G::VEC];
+            C::decode(cur[i], s);
+            const float a = sa[c], kc = sk[c], qc = sq[c];
+#pragma unroll
+            for (int e = 0; e < G::VEC; ++e) {
+                s[e] *= a;
+                vh[e] = fmaf(s[e], kc, vh[e]);
+                w[e] = fmaf(s[e], qc, w[e]);
+            }
+        }
+        column_partials_g<G>(vh, w, red);
+
+        if (tid < G::COLS) {
+            float a = 0.f, b = 0.f;
+#pragma unroll
+            for (int wp = 0; wp < G::WARPS; ++wp) { a += red[0][wp][tid]; b += red[1][wp][tid]; }
+            const float u = cb * (cvv - n.rk * a);
+            o[(size_t)mh * VDIM + slice * G::COLS + tid] = f2bf(n.rq * b + u * n.kq);
+            su[tid] = u * n.rk;
+        }
+        __syncthreads();
+
+        float uk[G::VEC];
+#pragma unroll
+        for (int e = 0; e < G::VEC; ++e) uk[e] = su[cv * G::VEC + e];
+        T* dst = S + (size_t)mh * KDIM * VDIM + slice * G::COLS + cv * G::VEC;
+#pragma unroll
+        for (int i = 0; i < G::RPT; ++i) {
+            const int c = rg + G::NRG * i;
+            float s[G::VEC];
+            C::decode(cur[i], s);  // the same fade as above, bit for bit
+            const float a = sa[c], kc = sk[c];
+#pragma unroll
+            for (int e = 0; e < G::VEC; ++e) s[e] = fmaf(kc, uk[e], s[e] * a);
+            C::store(dst + (size_t)c * VDIM, s);
+        }
+    }
+}
+
+template <typename T, int COLS>
+__device__ __forceinline__ void regs_wide(const bf16* __restrict__ q, const bf16* __restrict__ k,
+                                          const bf16* __restrict__ v, const float* __restrict__ g,
+                                          const float* __restrict__ beta, T* __restrict__ S,
+                                          bf16* __restrict__ o, int M, int H, float eps, float scale) {
+    using G = TileG<T, COLS>;
+    using C = Cols<T, G::VEC>;
+    __shared__ float sq[KDIM], sk[KDIM], sa[KDIM];
+    __shared__ float red[2][G::WARPS][G::COLS];
+    __shared__ float su[G::COLS];
+
+    const int blk = blockIdx.x;
+    if (blk >= M * H * G::SLICES) return;
+    const int mh = blk / G::SLICES, slice = blk % G::SLICES;
+    const int tid = threadIdx.x, cv = tid % G::CV, rg = tid / G::CV;
+    const size_t off = (size_t)mh * KDIM;
+    T* Sh = S + (size_t)mh * KDIM * VDIM + slice * G::COLS + cv * G::VEC;
+
+    // Every state load first, so their latency overlaps the prologue.
+    typename C::Raw raw[G::RPT];
+#pragma unroll
+    for (int i = 0; i < G::RPT; ++i) raw[i] = C::load_raw(Sh + (size_t)(rg + G::NRG * i) * VDIM);
+
+    stage_head<G::THREADS>(q, k, g, off, sq, sk, sa);
+    __syncthreads();
+    const Norms n = warp_norms(sq, sk, eps, scale);
+
+    float vh[G::VEC], w[G::VEC];
+#pragma unroll
+    for (int e = 0; e < G::VEC; ++e) vh[e] = w[e] = 0.f;
+#pragma unroll
+    for (int i = 0; i < G::RPT; ++i) {
+        const int c = rg + G::NRG * i;
+        float s[G::VEC];
+        C::decode(raw[i], s);
+        const float a = sa[c], kc = sk[c], qc = sq[c];
+#pragma unroll
+        for (int e = 0; e < G::VEC; ++e) {
+            s[e] *= a;
+            vh[e] = fmaf(s[e], kc, vh[e]);
+            w[e] = fmaf(s[e], qc, w[e]);
+        }
+    }
+    column_partials_g<G>(vh, w, red);
+
+    if (tid < G::COLS) {
+        float a = 0.f, b = 0.f;
+#pragma unroll
+        for (int wp = 0; wp < G::WARPS; ++wp) { a += red[0][wp][tid]; b += red[1][wp][tid]; }
+        const int j = slice * G::COLS + tid;
+        const float u = beta[mh] * (bf2f(v[off + j]) - n.rk * a);
+        o[off + j] = f2bf(n.rq * b + u * n.kq);
+        su[tid] = u * n.rk;
+    }
+    __syncthreads();
+
+    float uk[G::VEC];
+#pragma unroll
+    for (int e = 0; e < G::VEC; ++e) uk[e] = su[cv * G::VEC + e];
+#pragma unroll
+    for (int i = 0; i < G::RPT; ++i) {
+        const int c = rg + G::NRG * i;
+        float s[G::VEC];
+        C::decode(raw[i], s);  // the same fade as above, bit for bit
+        const float a = sa[c], kc = sk[c];
+#pragma unroll
+        for (int e = 0; e < G::VEC; ++e) s[e] = fmaf(kc, uk[e], s[e] * a);
+        C::store(Sh + (size_t)c * VDIM, s);
+    }
+}
+
+// ================================================================================================
 // extern "C" entry points: kda_<variant>_<bf16|f32>. Argument order (all variants):
 //   q, k, v, g, beta, S, [kprev, dprev, knew, dnew,] o, M, H, eps, scale
 
@@ -837,3 +1040,27 @@ DEFINE_LAZY(lazy_v16, f32, float, 256)
 // CTAs/SM (3 tiles, 96 KiB in flight) where 3 stages would drop to 2 CTAs/SM for the same bytes.
 DEFINE_EXACT(pipelined_cpasync, bf16, bf16, 256, bf16, 3)
 DEFINE_EXACT(pipelined_cpasync, f32, float, 256, float, 2)
+// 64-column tiles for both dtypes: a 128-column BF16 tile double-buffered needs 163 registers
+// (1 CTA/SM); 64 columns keep it at 116-126 registers, 2 CTAs/SM.
+DEFINE_EXACT(regs_pipelined, bf16, bf16, 256, bf16, 64)
+DEFINE_EXACT(regs_pipelined, f32, float, 256, float, 64)
+// 32 KiB tiles for both dtypes: the whole head (128 columns) in BF16, half a head in FP32.
+// Capped at 64 registers (4 blocks of 256 threads per SM): 4 x 32 KiB of loads in flight per SM,
+// the same bytes in flight that regs_v16 reaches only with FP32.
+#define DEFINE_EXACT_MINB(NAME, SUFFIX, T, THREADS, MINB, ...)                                    \
+    extern "C" __global__ void __launch_bounds__(THREADS, MINB) kda_##NAME##_##SUFFIX(EXACT_ARGS(T)) { \
+        NAME<__VA_ARGS__>(q, k, v, g, beta, S, o, M, H, eps, scale);                            \
+    }
+DEFINE_EXACT_MINB(regs_wide, bf16, bf16, 256, 4, bf16, 128)
+DEFINE_EXACT_MINB(regs_wide, f32, float, 256, 4, float, 64)
+// The same code uncapped (80 registers in BF16: 3 blocks/SM, no spill): which costs more, the
+// 92 bytes of BF16 spill under the cap or the fourth block's missing 32 KiB in flight?
+template <typename T, int COLS>
+__device__ __forceinline__ void regs_wide3(const bf16* __restrict__ q, const bf16* __restrict__ k,
+                                           const bf16* __restrict__ v, const float* __restrict__ g,
+                                           const float* __restrict__ beta, T* __restrict__ S,
+                                           bf16* __restrict__ o, int M, int H, float eps, float scale) {
+    regs_wide<T, COLS>(q, k, v, g, beta, S, o, M, H, eps, scale);
+}
+DEFINE_EXACT(regs_wide3, bf16, bf16, 256, bf16, 128)
+DEFINE_EXACT(regs_wide3, f32, float, 256, float, 64)

@@ -40,7 +40,7 @@ class _Design:
 
     lazy: bool
     threads: int
-    blocks_per_head: int = 1          # column slices per head (ignored when persistent)
+    blocks_per_head: int | dict = 1   # column slices per head, or {dtype: slices} (not persistent)
     persistent: bool = False
     smem: Callable[[str], int] = lambda dtype: 0   # dynamic shared memory per block, bytes
 
@@ -59,6 +59,11 @@ _DESIGNS: dict[str, _Design] = {
     "pipelined_cpasync": _Design(
         lazy=False, threads=256, persistent=True,
         smem=lambda d: _PIPE_STAGES[d] * (_KV * _TILE_COLS * _itemsize(d) + _STAGE_EXTRA)),
+    # 64-column tiles in both dtypes (TileG<T, 64> in the .cu), persistent: tiles = heads x 2.
+    "regs_pipelined": _Design(lazy=False, threads=256, persistent=True),
+    # 32 KiB per block: the whole head in BF16 (TileG<bf16, 128>), half a head in FP32.
+    "regs_wide": _Design(lazy=False, threads=256, blocks_per_head={"bf16": 1, "fp32": 2}),
+    "regs_wide3": _Design(lazy=False, threads=256, blocks_per_head={"bf16": 1, "fp32": 2}),
 }
 
 _WHY = {
@@ -77,6 +82,12 @@ _WHY = {
     "pipelined_cpasync": "persistent CTAs over (head, column-half) tiles with a cp.async ring "
                          "(3 stages bf16, 2 fp32) so the next tiles stream in while one computes; "
                          "exact form, 16-byte stores",
+    "regs_pipelined": "persistent CTAs over 64-column tiles, next tile's 16-byte loads issued before "
+                      "the current tile reduces and stores (register double buffering); exact form",
+    "regs_wide": "regs_v16 with 32 KiB per block in both dtypes (whole head in BF16), tile kept as raw "
+                 "words and decoded twice, capped at 64 registers for 4 blocks/SM: 128 KiB in flight",
+    "regs_wide3": "regs_wide without the register cap: 3 blocks/SM in BF16 and no spill, to weigh "
+                  "the cap's 92-byte spill against the fourth block's bytes in flight",
 }
 
 
@@ -222,7 +233,8 @@ def _make_cuda_build(name: str) -> Callable[..., _CudaLaunch]:
             # Every CTA beyond the tile count would exit at once; launching it costs for nothing.
             grid = min(resident, heads * (_KV // _TILE_COLS))
         else:
-            grid = heads * design.blocks_per_head
+            bph = design.blocks_per_head
+            grid = heads * (bph[dtype] if isinstance(bph, dict) else bph)
 
         dev = {name_: backend.to_device(inputs[name_]) for name_ in ("q", "k", "v", "g", "beta")}
         state0 = backend.to_device(inputs["state"])
