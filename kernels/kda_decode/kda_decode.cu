@@ -77,6 +77,16 @@ __device__ __forceinline__ unsigned short f2bf(float f) {
     return (unsigned short)(u >> 16);
 }
 
+// Two floats -> one word of two bf16 (lo in the low half), round to nearest even, NaN stays NaN:
+// the same result as f2bf on each, in ONE instruction (cvt.rn.bf16x2.f32, sm_80+) instead of about
+// six per element. With a BF16 state the SM issues ~2x the arithmetic per byte of an FP32 state, so
+// the store-side conversion is a visible share of the instruction budget.
+__device__ __forceinline__ unsigned pack_bf16x2(float lo, float hi) {
+    unsigned r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
 // ------------------------------------------------------------------------------------------------
 // N consecutive state elements <-> N floats, with the widest single access the byte count allows
 // (2, 4, 8 or 16 bytes). Callers guarantee alignment (column offsets are multiples of N).
@@ -156,7 +166,7 @@ struct Cols {
         } else {
             unsigned w[W];
 #pragma unroll
-            for (int i = 0; i < W; ++i) w[i] = (unsigned)f2bf(f[2 * i]) | ((unsigned)f2bf(f[2 * i + 1]) << 16);
+            for (int i = 0; i < W; ++i) w[i] = pack_bf16x2(f[2 * i], f[2 * i + 1]);
             st_words<W>(p, w);
         }
     }
