@@ -125,32 +125,42 @@ def accounting_markdown(g: Geometry) -> str:
 
 # -- plots --------------------------------------------------------------------------------------------
 def plot_component(df: pd.DataFrame, roofline_gbps: float | None, path: pathlib.Path, title: str) -> bool:
-    """GB/s against the first numeric axis that varies, one line per variant (and dtype)."""
+    """GB/s against the first numeric axis that varies, one line per variant (and other varying
+    axes), one panel per value of the first categorical axis that varies (state_dtype, say)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     ok = df[df["status"] == "ok"]
-    axes = [a for a in component_axes(ok) if pd.api.types.is_numeric_dtype(ok[a]) and ok[a].nunique() > 1]
-    if ok.empty or not axes:
+    varying = [a for a in component_axes(ok) if ok[a].nunique() > 1]
+    numeric = [a for a in varying if pd.api.types.is_numeric_dtype(ok[a])]
+    if ok.empty or not numeric:
         return False
-    x = axes[0]
-    series_keys = [a for a in component_axes(ok) if a != x and ok[a].nunique() > 1]
-    fig, ax = plt.subplots(figsize=(7.5, 4.2), dpi=110)
-    for key, grp in ok.groupby(["variant", *series_keys], dropna=False):
-        key = key if isinstance(key, tuple) else (key,)
-        grp = grp.sort_values(x)
-        ax.plot(grp[x], grp["gbps"], marker="o", label=" ".join(str(k) for k in key))
-    if roofline_gbps:
-        ax.axhline(roofline_gbps, color="k", ls="--", lw=1, label=f"copy roofline {roofline_gbps:.0f} GB/s")
-    if ok[x].max() / max(ok[x].min(), 1) >= 16:
-        ax.set_xscale("log", base=2)
-    ax.set_xlabel(x)
-    ax.set_ylabel("GB/s (bytes read + written)")
-    ax.set_title(title, fontsize=10)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, ncol=2)
+    x = numeric[0]
+    facets = [a for a in varying if a not in numeric]
+    facet = facets[0] if facets else None
+    panels = sorted(ok[facet].unique()) if facet else [None]
+    series_keys = [a for a in varying if a not in (x, facet)]
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 4.4), dpi=110, squeeze=False)
+    for ax, value in zip(axes[0], panels):
+        ax.set_prop_cycle(color=plt.cm.tab20.colors)  # more variants than the default 10 colours
+        part = ok if facet is None else ok[ok[facet] == value]
+        for key, grp in part.groupby(["variant", *series_keys], dropna=False):
+            key = key if isinstance(key, tuple) else (key,)
+            grp = grp.sort_values(x)
+            peer = bool(grp["peer"].iloc[0]) if "peer" in grp else False
+            ax.plot(grp[x], grp["gbps"], marker="o", ls="--" if peer else "-",
+                    label=" ".join(str(k) for k in key) + (" [peer]" if peer else ""))
+        if roofline_gbps:
+            ax.axhline(roofline_gbps, color="k", ls=":", lw=1, label=f"copy roofline {roofline_gbps:.0f} GB/s")
+        if part[x].max() / max(part[x].min(), 1) >= 16:
+            ax.set_xscale("log", base=2)
+        ax.set_xlabel(x)
+        ax.set_ylabel("GB/s (bytes read + written)")
+        ax.set_title(title + (f", {facet}={value}" if facet else ""), fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6, ncol=2)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
