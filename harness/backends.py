@@ -15,7 +15,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import pathlib
-import time
 from typing import Any, Callable
 
 import numpy as np
@@ -140,9 +139,3 @@ def get(name: str, device: int = 0):
             raise RuntimeError("backend.name: 'cuda' requested but no GPU is visible; use backend=cpu")
         return _cuda_backend(device)
     return CpuBackend()
-
-
-def host_clock_ms(fn: Callable[[], None]) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return (time.perf_counter() - t0) * 1e3

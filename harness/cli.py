@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import os
 import pathlib
 import sys
 from typing import Any
 
-from harness.config import ConfigError, register_schema, validate
+from harness import backends, registry
+from harness.config import AXIS_KEYS, ConfigError, register_schema, validate
 from harness.fuel import REPO_ROOT, FuelError, load_fuel
 
 EXPERIMENTS_DIR = REPO_ROOT / "experiments"
@@ -137,6 +139,9 @@ def preflight(argv: list[str]) -> int:
         if len(combos) > MAX_SWEEP_JOBS:
             fail(f"sweep: {len(combos)} jobs; allowed: at most {MAX_SWEEP_JOBS}")
         fuels: dict[str, Any] = {}
+        per_sweep: dict[str, set] = {"backend": set(), "backend.device": set(), "fuel": set(), "store.root": set()}
+        unread: dict[str, set] = {}
+        swept = {k.lstrip("+~") for k, _ in sweeps}
         for combo in combos:
             job_overrides = fixed + list(combo)
             try:
@@ -152,7 +157,37 @@ def preflight(argv: list[str]) -> int:
                 fail(str(exc))
             except Exception as exc:
                 fail(_one_line(exc))
+            per_sweep["backend"].add(backends.resolve(cfg.backend.name))
+            per_sweep["backend.device"].add(cfg.backend.device)
+            per_sweep["fuel"].add(fuel_path)
+            per_sweep["store.root"].add(str(cfg.store.root))
+            comp = registry.get(cfg.component.name)
+            for key in swept & set(AXIS_KEYS) - set(comp.axes):
+                unread.setdefault(key, set()).add(comp.name)
+    # One sweep = one backend, device, fuel and store: its provenance and roofline are captured
+    # once and would be wrong for jobs on another (CUDA rows divided by a CPU roofline, say).
+    for key, values in per_sweep.items():
+        if len(values) > 1:
+            fail(f"{key}: one sweep runs on one {key}, got {', '.join(sorted(map(str, values)))}; "
+                 f"allowed: a single value per sweep (run one sweep for each)")
+    if "cuda" in per_sweep["backend"] and not backends.gpu_visible():
+        fail("backend: 'cuda' requested but no GPU is visible; allowed: auto, cpu")
+    root = pathlib.Path(next(iter(per_sweep["store.root"])))
+    if not _creatable(root):
+        fail(f"store.root: {root} cannot be created or written; allowed: a writable directory path")
+    for key, comps in sorted(unread.items()):
+        print(f"attnbench: note: {', '.join(sorted(comps))} does not read {key}; those jobs repeat one point",
+              file=sys.stderr)
     return len(combos)
+
+
+def _creatable(path: pathlib.Path) -> bool:
+    """True when ``path`` is (or can be made) a writable directory; creates nothing."""
+    path = path.absolute()
+    for candidate in (path, *path.parents):
+        if candidate.exists():
+            return candidate.is_dir() and os.access(candidate, os.W_OK | os.X_OK)
+    return False
 
 
 # -- the Hydra job --------------------------------------------------------------------------------
@@ -194,9 +229,9 @@ def _cmd_report(args: list[str]) -> None:
     ns = ap.parse_args(args)
     try:
         sweep_dir = store.find_sweep(ns.root, ns.sweep)
-    except FileNotFoundError as exc:
-        fail(str(exc))
-    path = report.render_sweep(sweep_dir, pathlib.Path(ns.out))
+        path = report.render_sweep(sweep_dir, pathlib.Path(ns.out))
+    except (FileNotFoundError, ValueError, KeyError) as exc:
+        fail(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
     print(f"report: {path}")
 
 

@@ -9,6 +9,7 @@ pooling, state_dtype, key_dtype, variant.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, Optional
 
 from hydra.core.config_store import ConfigStore
@@ -20,6 +21,8 @@ SELECTIONS = ("grouped", "scattered", "dense")
 POOLINGS = ("pooled", "per_token")
 CACHE_MODES = ("auto", "flush", "rotate", "warm")
 M_MAX = 4096
+# JobConfig keys that are shape axes; a component reads the subset it names in Component.axes.
+AXIS_KEYS = ("M", "context", "copy_mib", "state_dtype", "key_dtype", "selection", "pooling", "topk")
 
 
 class ConfigError(ValueError):
@@ -85,7 +88,9 @@ def register_schema() -> None:
 
 
 def _in_range(key: str, value: Any, lo: float, hi: float | None, kind: str = "integers") -> None:
-    if value is None or value < lo or (hi is not None and value > hi):
+    # NaN compares false with everything, so test for finiteness first (a NaN max_noise would
+    # silently switch the stop rule off).
+    if value is None or not math.isfinite(value) or value < lo or (hi is not None and value > hi):
         allowed = f"{kind} {lo}..{hi}" if hi is not None else f"{kind} >= {lo}"
         raise ConfigError(f"{key}: {value} is out of range; allowed: {allowed}")
 
@@ -134,10 +139,14 @@ def validate(cfg: DictConfig | JobConfig, geometry: Geometry) -> None:
     _one_of("pooling", c.pooling, POOLINGS)
     topk = effective_topk(c, geometry)
     _in_range("topk", topk, 1, None)
+    unit_is_tokens = c.pooling == "pooled" and geometry.indexer.index_topk_unit == "tokens"
+    if unit_is_tokens and topk % kpool:
+        raise ConfigError(f"topk: {topk} is not a whole number of pools of indexer.kpool={kpool}; "
+                          f"allowed: multiples of {kpool}")
     n_cand = candidates(geometry, c.context, c.pooling)
     n_sel = selected_candidates(geometry, topk, c.pooling)
     if n_sel > n_cand:
-        most = n_cand * (kpool if c.pooling == "pooled" and geometry.indexer.index_topk_unit == "tokens" else 1)
+        most = n_cand * (kpool if unit_is_tokens else 1)
         raise ConfigError(f"topk: {topk} selects {n_sel} candidates but context={c.context} with "
                           f"pooling={c.pooling} gives only {n_cand}; allowed: topk <= {most}")
     t = c.timing

@@ -64,10 +64,18 @@ def _version(module: str) -> str | None:
 
 
 def _nvml_handle(device: int):
+    """NVML handle of the GPU CuPy calls ``device``: matched by PCI bus id, because NVML's index
+    order ignores CUDA_VISIBLE_DEVICES and CUDA's fastest-first ordering."""
     import pynvml
 
     pynvml.nvmlInit()
-    return pynvml, pynvml.nvmlDeviceGetHandleByIndex(device)
+    try:
+        import cupy
+
+        bus_id = cupy.cuda.runtime.deviceGetPCIBusId(device)
+        return pynvml, pynvml.nvmlDeviceGetHandleByPciBusId_v2(bus_id.encode() if isinstance(bus_id, str) else bus_id)
+    except Exception:  # no CuPy (CPU machine) or an NVML without the call: fall back to the index
+        return pynvml, pynvml.nvmlDeviceGetHandleByIndex(device)
 
 
 def clocks(device: int = 0) -> dict[str, Any]:
@@ -132,9 +140,14 @@ def file_hashes(paths: list[pathlib.Path]) -> dict[str, str]:
 
 
 def kernel_source_hashes() -> dict[str, str]:
-    """Every kernel family's sources (.cu and .py), so a row can be traced to the exact code."""
-    kdir = REPO_ROOT / "kernels"
-    return file_hashes([p for p in kdir.rglob("*") if p.suffix in (".cu", ".cuh", ".py") and p.is_file()])
+    """Every source that shapes a number: kernel families, the harness (timing, verification,
+    the L2 flush kernel) and the experiment configs, so a row can be traced to the exact code even
+    where the checkout has no .git."""
+    files = []
+    for folder in ("kernels", "harness", "experiments"):
+        root = REPO_ROOT / folder
+        files += [p for p in root.rglob("*") if p.suffix in (".cu", ".cuh", ".py", ".yaml") and p.is_file()]
+    return file_hashes(files)
 
 
 def capture(backend, geometry: Geometry) -> dict[str, Any]:
@@ -144,6 +157,7 @@ def capture(backend, geometry: Geometry) -> dict[str, Any]:
         "host": socket.gethostname(),
         "backend": backend.name,
         "backend_label": backend.label,
+        "device_index": getattr(backend, "device_id", 0),
         "python": platform.python_version(),
         "numpy": _version("numpy"),
         "torch": _version("torch"),

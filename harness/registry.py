@@ -46,7 +46,8 @@ class Variant:
     why:      one line: what this variant changes and why it is shaped that way.
     supports: ``supports(geometry, point) -> reason | None``; a reason makes a skipped row.
     peer:     a third-party implementation measured side by side (fla), not ours.
-    sources:  kernel source files (relative to the component folder) hashed into provenance.
+    sources:  kernel source files (relative to the component folder); their hash is each row's
+              ``source_sha`` (the sweep's provenance hashes every source file too).
     """
 
     name: str
@@ -71,6 +72,8 @@ class Component:
     flops:       FLOPs of the algorithm at that point.
     tolerance:   ``tolerance(point, output_name) -> float`` on ||out - ref|| / ||ref||
                  (0.0 means byte-exact).
+    footprint:   bytes one step touches, each buffer once (an in-place state counts once, where
+                 bytes_moved counts it read and written); sizes the L2 rotation. None: bytes_moved.
     check_point: ``check_point(geometry, point) -> error | None`` for values that are invalid for
                  this component whatever the variant (the one-line config error).
     cpu_max_bytes: the CPU reference backend skips points that move more than this.
@@ -88,8 +91,12 @@ class Component:
     variants: tuple[Variant, ...]
     summary: str
     check_point: Callable[[Any, Point], str | None] = lambda geometry, point: None
+    footprint: Callable[[Any, Point], int] | None = None
     cpu_max_bytes: int = 1 << 30
     folder: str = ""
+
+    def footprint_bytes(self, geometry, point: Point) -> int:
+        return int((self.footprint or self.bytes_moved)(geometry, point))
 
     def variant_names(self, backend: str | None = None) -> list[str]:
         return [v.name for v in self.variants if backend is None or v.backend == backend]

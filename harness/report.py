@@ -30,6 +30,10 @@ def fmt(value: Any, spec: str = ".3g") -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "–"
     if isinstance(value, float):
+        # An integer axis becomes float in a frame where other components leave it NaN: print
+        # 1024.0 as 1024, not as 1.02e+03.
+        if spec == ".3g" and value.is_integer():
+            return str(int(value))
         return format(value, spec)
     return str(value)
 
@@ -183,8 +187,9 @@ def render_sweep(sweep_dir: pathlib.Path, out_root: pathlib.Path, template: str 
     sweep = str(df["sweep"].iloc[0])
     metas = [json.loads(p.read_text()) for p in sorted(sweep_dir.glob("*/meta.json"))]
     claim = _claim(sweep_dir)
-    out = out_root / report_dir_name(prov, sweep)
+    out = _report_folder(out_root, report_dir_name(prov, sweep), sweep_dir, prov)
     out.mkdir(parents=True, exist_ok=True)
+    generated: list[str] = ["README.md", "rows.csv", "provenance.json"]
     cpu = prov["backend"] == "cpu"
     sections = []
     for comp, grp in df.groupby("component", sort=True):
@@ -194,10 +199,13 @@ def render_sweep(sweep_dir: pathlib.Path, out_root: pathlib.Path, template: str 
         sections.append({"component": comp, "table": results_table(grp, cpu),
                          "plot": plot_name if has_plot else None,
                          "n_ok": int((grp["status"] == "ok").sum()), "n": len(grp)})
+        if has_plot:
+            generated.append(plot_name)
     df.to_csv(out / "rows.csv", index=False)
     shutil.copyfile(sweep_dir / "provenance.json", out / "provenance.json")
     if roof:
         shutil.copyfile(sweep_dir / "roofline.json", out / "roofline.json")
+        generated.append("roofline.json")
     text = _env().get_template(template).render(
         sweep=sweep, prov=prov, roof=roof, cpu=cpu, sections=sections, claim=claim,
         problems=problems_table(df), n_jobs=len(metas), n_rows=len(df),
@@ -205,7 +213,34 @@ def render_sweep(sweep_dir: pathlib.Path, out_root: pathlib.Path, template: str 
         store_path=str(sweep_dir), argv=prov.get("argv", ""),
     )
     (out / "README.md").write_text(text)
+    _record_generated(out, generated, sweep_dir)
     return out / "README.md"
+
+
+_MANIFEST = ".generated"   # files the last render wrote; hand-written notes and store/ are kept
+_SOURCE = ".sweep"         # the sweep folder a report folder was rendered from
+
+
+def _report_folder(out_root: pathlib.Path, name: str, sweep_dir: pathlib.Path, prov: dict[str, Any]) -> pathlib.Path:
+    """``<date>-<sweep>-<device>``; when that folder already holds another sweep's report, the
+    measurement time is added instead of overwriting it."""
+    out = out_root / name
+    marker = out / _SOURCE
+    if marker.is_file() and marker.read_text().strip() != sweep_dir.resolve().name:
+        stamp = str(prov["timestamp_utc"])[11:19].replace(":", "")
+        out = out_root / f"{name}-{stamp}"
+    return out
+
+
+def _record_generated(out: pathlib.Path, generated: list[str], sweep_dir: pathlib.Path) -> None:
+    """Remove what an earlier render of this folder wrote and this one did not (a plot of a
+    component no longer in the sweep), then record this render's files."""
+    manifest = out / _MANIFEST
+    if manifest.is_file():
+        for stale in set(manifest.read_text().split()) - set(generated):
+            (out / stale).unlink(missing_ok=True)
+    manifest.write_text("\n".join(sorted(generated)) + "\n")
+    (out / _SOURCE).write_text(sweep_dir.resolve().name + "\n")
 
 
 def _claim(sweep_dir: pathlib.Path) -> str:

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from harness import backends, provenance, registry, store, timing
-from harness.config import point_of, validate
+from harness.config import ConfigError, point_of, validate
 from harness.fuel import REPO_ROOT, Geometry, load_fuel
 from harness.verify import compare
 
@@ -47,7 +47,14 @@ def sweep_provenance(ctx: JobContext, backend, geometry: Geometry) -> dict[str, 
     if path.is_file():
         import json
 
-        return json.loads(path.read_text())
+        prov = json.loads(path.read_text())
+        mine = (backend.name, getattr(backend, "device_id", 0), geometry.sha256)
+        theirs = (prov.get("backend"), prov.get("device_index", 0), prov.get("fuel_sha256"))
+        if mine != theirs:
+            raise ConfigError(f"backend: this job ({mine[0]}, device {mine[1]}, fuel {mine[2][:12]}) does not match "
+                              f"its sweep's provenance ({theirs[0]}, device {theirs[1]}, fuel {str(theirs[2])[:12]}); "
+                              f"allowed: one backend, device and fuel per sweep")
+        return prov
     prov = provenance.capture(backend, geometry)
     store.atomic_write_json(path, prov)
     return prov
@@ -79,7 +86,9 @@ def sweep_roofline(ctx: JobContext, backend, geometry: Geometry, timing_conf) ->
         "gbps": best["gbps"], "ms_p50": best["ms_p50"], "bytes": best["bytes"], "spread": best["spread"],
         "n": best["n"], "variant": best["variant"], "copy_mib": point["copy_mib"], "backend": backend.name,
         "candidates": {r["variant"]: (round(r["gbps"], 1) if r["status"] == "ok" else r["status"]) for r in rows},
-        "measured": "fastest verified copy, bytes read + bytes written, L2 flushed between repetitions",
+        "measured": ("fastest verified copy, bytes read + bytes written, "
+                     + ("host caches not flushed (CPU reference backend)" if backend.name == "cpu"
+                        else "L2 flushed between repetitions, plain launches")),
     }
     store.atomic_write_json(path, roof)
     log.info("roofline: %s %d MiB copy %.1f GB/s (%s); candidates %s", best["variant"], point["copy_mib"],
@@ -104,6 +113,17 @@ def _case(comp, geometry: Geometry, point: dict[str, Any], seed: int, shared: di
     return inputs, ref
 
 
+def _source_sha(comp, variant) -> str:
+    """Short hash of the files a variant declares as its sources (its .cu), '' if none."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for name in variant.sources:
+        path = pathlib.Path(comp.folder) / name
+        h.update(path.read_bytes() if path.is_file() else b"missing:" + name.encode())
+    return h.hexdigest()[:16] if variant.sources else ""
+
+
 def _base_row(comp, variant, point, geometry: Geometry, backend) -> dict[str, Any]:
     nbytes = int(comp.bytes_moved(geometry, point))
     return {
@@ -114,6 +134,7 @@ def _base_row(comp, variant, point, geometry: Geometry, backend) -> dict[str, An
         "bytes": nbytes, "flops": int(comp.flops(geometry, point)),
         "gbps": np.nan, "gflops": np.nan, "roofline_gbps": np.nan, "roofline_fraction": np.nan,
         "layers": int(comp.layers(geometry)), "ms_all_layers": np.nan,
+        "source_sha": _source_sha(comp, variant),
         "rel_err": np.nan, "tolerance": np.nan, "errors": "",
         "clock": "", "cache": "", "graph": False,
         "sm_clock_mhz_before": None, "sm_clock_mhz_after": None,
@@ -174,7 +195,9 @@ def measure(comp, variant, point: dict[str, Any], geometry: Geometry, backend, t
     if roofline:
         row["roofline_gbps"] = roofline["gbps"]
         row["roofline_fraction"] = row["gbps"] / roofline["gbps"]
-    if result.noisy:
+    if result.noisy and result.n < timing_conf.min_reps:
+        row["reason"] = f"noisy: only {result.n} repetitions < min_reps {timing_conf.min_reps} ({result.stop_reason})"
+    elif result.noisy:
         row["reason"] = f"noisy: spread {result.spread:.1%} > {timing_conf.max_noise:.0%} ({result.stop_reason})"
     return row
 
@@ -185,11 +208,11 @@ def _time(comp, variant, point, geometry, backend, timing_conf, inputs, launch, 
         result = timing.time_host(launch, timing_conf)
         return result, before, {}
     device = getattr(backend, "device_id", 0)
-    working_set = int(comp.bytes_moved(geometry, point))
-    cache = timing.choose_cache_mode(timing_conf.cache, working_set, backend.l2_bytes())
+    footprint = comp.footprint_bytes(geometry, point)
+    cache = timing.choose_cache_mode(timing_conf.cache, footprint, backend.l2_bytes())
     launches = [launch]
     if cache == "rotate":
-        for i in range(1, timing.rotation_sets(working_set, backend.l2_bytes())):
+        for i in range(1, timing.rotation_sets(footprint, backend.l2_bytes())):
             extra = variant.build(geometry, point, inputs, backend)
             launches.append(extra)
     steps = []
@@ -205,8 +228,7 @@ def _time(comp, variant, point, geometry, backend, timing_conf, inputs, launch, 
                 use_graph = False
                 steps = list(launches[:len(steps)])
         steps.append(step)
-    timing_conf = dataclasses.replace(timing_conf, graph=use_graph) if dataclasses.is_dataclass(timing_conf) \
-        else _with_graph(timing_conf, use_graph)
+    timing_conf = _with_graph(timing_conf, use_graph)
     before = provenance.clocks(device)
     result = timing.time_cuda(steps, backend, timing_conf, cache)
     after = provenance.clocks(device)
@@ -214,11 +236,15 @@ def _time(comp, variant, point, geometry, backend, timing_conf, inputs, launch, 
 
 
 def _with_graph(conf, graph: bool):
-    """A copy of a timing config (DictConfig or namespace) with ``graph`` set."""
+    """A copy of a timing config (DictConfig or namespace) with ``graph`` set; the fields come
+    from the schema, so a new timing field is carried along."""
     from types import SimpleNamespace
 
-    fields = ("warmup", "min_reps", "max_reps", "min_time_ms", "max_noise", "timeout_s", "cache")
-    return SimpleNamespace(**{f: getattr(conf, f) for f in fields}, graph=graph)
+    from harness.config import TimingConf
+
+    values = {f.name: getattr(conf, f.name) for f in dataclasses.fields(TimingConf)}
+    values["graph"] = graph
+    return SimpleNamespace(**values)
 
 
 def selected_variants(comp, backend_name: str, variant: str) -> list:

@@ -8,7 +8,8 @@ Layout (the Hydra output directories, see experiments/hydra/output/store.yaml)::
         <job>/rows.parquet, <job>/meta.json     one job: its rows and its metadata
 
 Every file is written atomically (write to a temporary name in the same folder, then rename), so
-a reader never sees half a table and a failed job leaves nothing behind.
+a reader never sees half a table and a failed job leaves no rows behind (Hydra's own .hydra/ and
+log files may remain; a sweep with no rows is not listed by `sweep_dirs`).
 """
 
 from __future__ import annotations
@@ -89,10 +90,13 @@ def write_job(job_dir: pathlib.Path, rows: list[dict[str, Any]], meta: dict[str,
 
 
 def sweep_dirs(root: str | pathlib.Path) -> list[pathlib.Path]:
+    """Sweeps under ``root`` that stored at least one job's rows, oldest first. A sweep whose
+    every job failed before writing rows (its provenance.json only) is not listed."""
     root = pathlib.Path(root)
     if not root.is_dir():
         return []
-    return sorted(p for p in root.iterdir() if p.is_dir() and (p / "provenance.json").is_file())
+    return sorted(p for p in root.iterdir()
+                  if p.is_dir() and (p / "provenance.json").is_file() and any(p.glob("*/rows.parquet")))
 
 
 def find_sweep(root: str | pathlib.Path, name: str) -> pathlib.Path:

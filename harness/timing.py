@@ -61,21 +61,30 @@ def _stop(samples: list[float], conf, started: float) -> str | None:
 
 
 def _result(samples: list[float], reason: str, conf, clock: str, cache: str, graph: bool) -> TimingResult:
+    samples = samples[:conf.max_reps]  # the stop rule checks once a batch; keep exactly max_reps
     p50, p20, p80, mn, spread = summarize(samples)
+    # Too few repetitions (a timeout before min_reps) is as untrustworthy as a wide spread.
+    noisy = spread > conf.max_noise or len(samples) < conf.min_reps
     return TimingResult(tuple(samples), p50, p20, p80, mn, len(samples), spread,
-                        spread > conf.max_noise, reason, clock, cache, graph)
+                        noisy, reason, clock, cache, graph)
 
 
-def choose_cache_mode(conf_cache: str, working_set_bytes: int, l2_bytes: int) -> str:
-    """``auto``: rotate input sets when one set fits in half the L2, else flush between reps."""
+ROTATION_CAP = 64  # input sets at most; beyond that a flush is cheaper than the copies
+
+
+def rotation_sets(footprint_bytes: int, l2_bytes: int, cap: int = ROTATION_CAP) -> int:
+    """Input sets whose footprints together cover twice the L2 (so none is cached when reused)."""
+    return max(2, min(cap, math.ceil(2 * l2_bytes / max(footprint_bytes, 1))))
+
+
+def choose_cache_mode(conf_cache: str, footprint_bytes: int, l2_bytes: int) -> str:
+    """``auto``: rotate input sets when one set's footprint (bytes the step touches, each buffer
+    once) fits in half the L2 and the rotation can cover 2x the L2; else flush between reps."""
     if conf_cache != "auto":
         return conf_cache
-    return "rotate" if working_set_bytes * 2 <= l2_bytes else "flush"
-
-
-def rotation_sets(working_set_bytes: int, l2_bytes: int, cap: int = 64) -> int:
-    """How many distinct input sets make a rotation that overflows the L2 twice over."""
-    return max(2, min(cap, math.ceil(2 * l2_bytes / max(working_set_bytes, 1)) + 1))
+    fits = footprint_bytes * 2 <= l2_bytes
+    covers = rotation_sets(footprint_bytes, l2_bytes) * footprint_bytes >= 2 * l2_bytes
+    return "rotate" if fits and covers else "flush"
 
 
 def time_host(step: Callable[[], None], conf) -> TimingResult:

@@ -18,7 +18,7 @@ class Comparison:
     tolerance: float
     rel_err: float
     max_abs: float
-    mismatches: int          # elements outside tolerance (exact: differing; else |d| > tol*|ref|max)
+    mismatches: int          # elements off: exact: differing bytes; else |out - ref| > tol * max|ref|
     unwritten: int           # non-finite in out where ref is finite
     first_bad: tuple[tuple[int, ...], ...]
     shape_ok: bool = True
@@ -27,7 +27,10 @@ class Comparison:
     def ok(self) -> bool:
         if not self.shape_ok or self.unwritten:
             return False
-        return self.mismatches == 0 if self.tolerance == 0 else self.rel_err <= self.tolerance
+        # Both the norm-wise error and no single element off by more than tolerance x max|ref|:
+        # the norm alone shrinks as sqrt(fraction wrong), so a kernel that skipped one head of an
+        # in-place state (left at its plausible initial values) could pass at large M.
+        return self.mismatches == 0 and (self.tolerance == 0 or self.rel_err <= self.tolerance)
 
     def describe(self) -> str:
         if not self.shape_ok:

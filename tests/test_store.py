@@ -57,8 +57,14 @@ def test_atomic_json_replaces_whole_file(tmp_path):
 
 
 def test_find_sweep(tmp_path):
-    _sweep(tmp_path)
-    assert store.find_sweep(tmp_path, "latest").name.endswith("_s")
+    sweep = _sweep(tmp_path)
+    empty = tmp_path / "2026-01-02_00-00-00_e"  # newer, but every job failed before writing rows
+    empty.mkdir()
+    store.atomic_write_json(empty / "provenance.json", {})
+    with pytest.raises(FileNotFoundError):
+        store.find_sweep(tmp_path, "latest")
+    store.write_job(sweep / "0", [_row()], {})
+    assert store.find_sweep(tmp_path, "latest") == sweep
     assert store.find_sweep(tmp_path, "s").name.endswith("_s")
     with pytest.raises(FileNotFoundError, match="allowed: latest, s"):
         store.find_sweep(tmp_path, "other")

@@ -2,7 +2,8 @@
 # One full call on the lent H200: install the wheels it lacks (offline), run the GPU tests, run the
 # committed sweeps, render their reports, and pack everything under $OUT (the tool brings back at
 # most 8 files, so reports and store travel as one tarball).
-#   usage (device tool): ATTNBENCH_COMMIT=<sha> bash tools/h200_run.sh [experiment ...]
+#   usage (device tool): ATTNBENCH_COMMIT=<sha> ATTNBENCH_DIRTY=<0|n files> bash tools/h200_run.sh [experiment ...]
+#   (the device copy has no .git: without these the reports say commit unknown / dirty: unknown)
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT="${OUT:-/tmp/attnbench-out}"

@@ -22,6 +22,7 @@ COMPONENT = register(Component(
     make_inputs=spec.make_inputs,
     reference=spec.reference,
     bytes_moved=spec.bytes_moved,
+    footprint=spec.footprint,
     flops=spec.flops,
     tolerance=spec.tolerance,
     variants=CUDA_VARIANTS + PEER_VARIANTS + CPU_VARIANTS,

@@ -80,6 +80,12 @@ def bytes_moved(geometry, point) -> int:
     return 2 * state + io
 
 
+def footprint(geometry, point) -> int:
+    """Bytes one step touches: the in-place state once, plus the inputs and the output."""
+    M = int(point["M"])
+    return bytes_moved(geometry, point) - M * kda_state_bytes_per_layer(geometry, point["state_dtype"])
+
+
 def flops(geometry, point) -> int:
     """Per head: fade (1 mul), predict (2), correct (2), read (2) per state element: 7 K V
     (seed 003 §8.2.6: about 115K FLOPs per head); the norms are O(K) and not counted."""

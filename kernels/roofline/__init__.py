@@ -191,4 +191,5 @@ _common = dict(
 register(Component(name="roofline", reference=ref_copy, variants=COPY_VARIANTS,
                    summary="device copy, bytes read + written", **_common))
 register(Component(name="roofline_rmw", reference=ref_rmw, variants=RMW_VARIANTS,
+                   footprint=lambda geometry, point: _size_bytes(point),  # one buffer, in place
                    summary="in-place read-modify-write, bytes read + written", **_common))
