@@ -174,7 +174,7 @@ def measure(comp, variant, point: dict[str, Any], geometry: Geometry, backend, t
             return row
         del out
         result, clocks_before, clocks_after = _time(comp, variant, point, geometry, backend, timing_conf,
-                                                    inputs, launch, seed)
+                                                    inputs, launch)
     except Exception as exc:  # a broken variant is a failed row, never a crashed sweep
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         row.update(status="failed", reason=f"{type(exc).__name__}: {first}"[:500])
@@ -202,11 +202,10 @@ def measure(comp, variant, point: dict[str, Any], geometry: Geometry, backend, t
     return row
 
 
-def _time(comp, variant, point, geometry, backend, timing_conf, inputs, launch, seed):
+def _time(comp, variant, point, geometry, backend, timing_conf, inputs, launch):
+    """Time one verified launch; returns (result, clocks before, clocks after)."""
     if backend.name == "cpu":
-        before = {}
-        result = timing.time_host(launch, timing_conf)
-        return result, before, {}
+        return timing.time_host(launch, timing_conf), {}, {}
     device = getattr(backend, "device_id", 0)
     footprint = comp.footprint_bytes(geometry, point)
     cache = timing.choose_cache_mode(timing_conf.cache, footprint, backend.l2_bytes())
