@@ -57,3 +57,27 @@ def test_kda_sweep_on_cpu_skips_big_points(cli, tmp_path):
     df = store.load(root).sort_values("M")
     assert list(df["status"]) == ["ok", "skipped"]
     assert "CPU reference backend" in df.iloc[1]["reason"]
+
+
+def test_ring_launch_table_matches_the_cuda_source():
+    """The launcher sizes shared memory and the persistent grid from RING_CONFIGS; the kernels are
+    instantiated by DEFINE_RING lines in the .cu. A mismatch would launch with the wrong shared
+    memory (the kernel traps) or the wrong tile count, so the two tables must agree line for line."""
+    import re
+
+    from kernels.kda_decode import variants
+
+    src = variants.SOURCE.read_text()
+    found: dict[tuple[str, str], tuple[int, int, int, bool]] = {}
+    for m in re.finditer(r"^DEFINE_RING\((\w+), (\w+), (\w+), (\d+), (\d+), (\d+), (true|false)\)", src, re.M):
+        name, suffix, ctype, cols, threads, stages, hold = m.groups()
+        found[(name, suffix)] = (int(cols), int(threads), int(stages), hold == "true")
+        assert ctype == {"bf16": "bf16", "f32": "float"}[suffix]
+    expected = {}
+    for name, (tile_bytes, threads, stages, hold) in variants.RING_CONFIGS.items():
+        for dtype, suffix in (("bf16", "bf16"), ("fp32", "f32")):
+            expected[(name, suffix)] = (variants.ring_cols(name, dtype), threads, stages, hold)
+            design = variants._DESIGNS[name]
+            assert design.persistent and design.threads == threads
+            assert design.tiles_per_head(dtype) * variants.ring_cols(name, dtype) == 128
+    assert found == expected

@@ -207,15 +207,15 @@ __device__ __forceinline__ void warp_sum3(float& a, float& b, float& c) {
 // Every warp reduces the 128-vectors itself (4 elements a lane, 5 butterfly steps) instead of one
 // block reduction: no shared scratch and no extra barrier, and all warps get bit-identical results
 // because the reduction order is the same in each.
-__device__ __forceinline__ Norms warp_norms(const float* sq, const float* sk, float eps, float scale) {
-    const int lane = threadIdx.x & 31;
+// qa/ka: this lane's 4 of the 128 elements of q and k (any split, the same in every warp).
+__device__ __forceinline__ Norms norms_of_lanes(const float (&qa)[KDIM / 32], const float (&ka)[KDIM / 32],
+                                                float eps, float scale) {
     float qq = 0.f, kk = 0.f, qk = 0.f;
 #pragma unroll
-    for (int i = 0; i < KDIM / 32; ++i) {
-        const float a = sq[lane + 32 * i], b = sk[lane + 32 * i];
-        qq = fmaf(a, a, qq);
-        kk = fmaf(b, b, kk);
-        qk = fmaf(a, b, qk);
+    for (int e = 0; e < KDIM / 32; ++e) {
+        qq = fmaf(qa[e], qa[e], qq);
+        kk = fmaf(ka[e], ka[e], kk);
+        qk = fmaf(qa[e], ka[e], qk);
     }
     warp_sum3(qq, kk, qk);
     Norms n;
@@ -223,6 +223,27 @@ __device__ __forceinline__ Norms warp_norms(const float* sq, const float* sk, fl
     n.rk = rsqrtf(kk + eps);
     n.kq = qk * n.rq * n.rk;
     return n;
+}
+
+__device__ __forceinline__ Norms warp_norms(const float* sq, const float* sk, float eps, float scale) {
+    const int lane = threadIdx.x & 31;
+    float qa[KDIM / 32], ka[KDIM / 32];
+#pragma unroll
+    for (int i = 0; i < KDIM / 32; ++i) { qa[i] = sq[lane + 32 * i]; ka[i] = sk[lane + 32 * i]; }
+    return norms_of_lanes(qa, ka, eps, scale);
+}
+
+// The same from the raw bf16 vectors (as copied into a cp.async stage): 4 elements a lane, read as
+// one 8-byte word each of q and k.
+__device__ __forceinline__ Norms warp_norms_bf16(const bf16* sq, const bf16* sk, int lane, float eps,
+                                                 float scale) {
+    const uint2 qw = *reinterpret_cast<const uint2*>(sq + 4 * lane);
+    const uint2 kw = *reinterpret_cast<const uint2*>(sk + 4 * lane);
+    const float qa[KDIM / 32] = {__uint_as_float(qw.x << 16), __uint_as_float(qw.x & 0xFFFF0000u),
+                         __uint_as_float(qw.y << 16), __uint_as_float(qw.y & 0xFFFF0000u)};
+    const float ka[KDIM / 32] = {__uint_as_float(kw.x << 16), __uint_as_float(kw.x & 0xFFFF0000u),
+                         __uint_as_float(kw.y << 16), __uint_as_float(kw.y & 0xFFFF0000u)};
+    return norms_of_lanes(qa, ka, eps, scale);
 }
 
 // Column-walking kernels load ROW_BATCH rows before using any of them. A row-at-a-time loop whose
@@ -754,26 +775,7 @@ __device__ __forceinline__ void pipelined_cpasync(const bf16* __restrict__ q, co
             C::load(reinterpret_cast<const T*>(st + (rg + G::NRG * i) * P::ROW + cv * 16), s[i]);
 
         // Norms straight from the bf16 copies in the stage (each warp redundantly, no barrier).
-        Norms n;
-        {
-            const uint2 qw = *reinterpret_cast<const uint2*>(sq + 4 * lane);
-            const uint2 kw = *reinterpret_cast<const uint2*>(sk + 4 * lane);
-            const float qa[4] = {__uint_as_float(qw.x << 16), __uint_as_float(qw.x & 0xFFFF0000u),
-                                 __uint_as_float(qw.y << 16), __uint_as_float(qw.y & 0xFFFF0000u)};
-            const float ka[4] = {__uint_as_float(kw.x << 16), __uint_as_float(kw.x & 0xFFFF0000u),
-                                 __uint_as_float(kw.y << 16), __uint_as_float(kw.y & 0xFFFF0000u)};
-            float qq = 0.f, kk = 0.f, qk = 0.f;
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                qq = fmaf(qa[e], qa[e], qq);
-                kk = fmaf(ka[e], ka[e], kk);
-                qk = fmaf(qa[e], ka[e], qk);
-            }
-            warp_sum3(qq, kk, qk);
-            n.rq = scale * rsqrtf(qq + eps);
-            n.rk = rsqrtf(kk + eps);
-            n.kq = qk * n.rq * n.rk;
-        }
+        const Norms n = warp_norms_bf16(sq, sk, lane, eps, scale);
 
         float kr[G::RPT];  // raw k of this thread's rows, kept for the write phase
         float vh[G::VEC], w[G::VEC];
@@ -1010,6 +1012,217 @@ __device__ __forceinline__ void regs_wide(const bf16* __restrict__ q, const bf16
 }
 
 // ================================================================================================
+// ring: persistent CTAs, cp.async ring of STAGES tiles, with the per-tile overhead cut down.
+//
+// Why not pipelined_cpasync: its BF16 SASS spends ~780 instructions per warp per 16 KiB tile, of
+// which ~180 touch the state. A run-time-strided copy loop costs ~300 (integer division and
+// remainder handling per chunk), every warp recomputes the q/k norms, and 16 partials per thread
+// go through two shuffle rounds. With a BF16 state at ~4 TB/s that is most of the SM's issue
+// budget, so the loads of the next tiles issue late. Here:
+//   - thread (cv, rg) copies exactly the RPT 16-byte chunks it later reads, at compile-time offsets
+//     from two base addresses fixed for the whole kernel: RPT LDGSTS and a few adds per tile;
+//   - the per-row scalars (alpha, kn, alpha*kn, alpha*qn) are computed once per tile by KDIM
+//     threads into shared memory (the norms by those 4 warps only), then read as one float4 a row;
+//   - the tile shape is a template: 16 KiB or 32 KiB tiles, 128 or 256 threads, so the per-tile
+//     costs (barriers, norms, cross-warp sums) are spread over more bytes.
+// HOLD keeps the faded tile in registers between the reduction and the write (5.5 instructions per
+// BF16 element); !HOLD re-reads and re-decodes it from the stage (about 1.4 more per element, but no
+// registers, so a thread can own 16 rows and the column sums need fewer shuffles).
+
+template <typename T, int COLS_, int THREADS_>
+struct RingTile {
+    static constexpr int THREADS = THREADS_;
+    static constexpr int COLS = COLS_;
+    static constexpr int SLICES = VDIM / COLS;
+    static constexpr int VEC = 16 / (int)sizeof(T);   // columns per 16-byte chunk
+    static constexpr int CV = COLS / VEC;             // chunks per tile row
+    static constexpr int NRG = THREADS / CV;          // row groups; thread rows are rg + NRG * i
+    static constexpr int RPT = KDIM / NRG;            // rows per thread
+    static constexpr int WARPS = THREADS / 32;
+    static constexpr int ROW = COLS * (int)sizeof(T); // bytes of one tile row in the stage
+    static constexpr int TILE = KDIM * ROW;
+    static constexpr int OFF_Q = TILE;                // 128 bf16
+    static constexpr int OFF_K = OFF_Q + KDIM * 2;    // 128 bf16
+    static constexpr int OFF_G = OFF_K + KDIM * 2;    // 128 float
+    static constexpr int OFF_V = OFF_G + KDIM * 4;    // COLS bf16
+    static constexpr int BYTES = OFF_V + COLS * 2;
+    static constexpr int VCHUNKS = (OFF_V - OFF_Q + COLS * 2) / 16;  // 16-byte chunks of q, k, g, v
+    // 8 consecutive lanes (one 16-byte shared-memory phase) read one contiguous 128-byte row
+    // segment: conflict-free without padding, and coalesced in global memory.
+    static_assert(CV >= 8 && 32 % CV == 0, "a row segment of at least 128 bytes per 8 lanes");
+    static_assert(THREADS % CV == 0 && KDIM % NRG == 0, "rows split evenly");
+    static_assert(THREADS >= KDIM && THREADS >= VCHUNKS && THREADS >= COLS, "one item per thread");
+};
+
+__device__ __forceinline__ void cp_async16_s(unsigned saddr, const void* gmem) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(saddr), "l"(gmem) : "memory");
+}
+
+template <typename T, int COLS, int THREADS, int STAGES, bool HOLD>
+__device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __restrict__ k,
+                                     const bf16* __restrict__ v, const float* __restrict__ g,
+                                     const float* __restrict__ beta, T* __restrict__ S,
+                                     bf16* __restrict__ o, int M, int H, float eps, float scale) {
+    using R = RingTile<T, COLS, THREADS>;
+    using C = Cols<T, R::VEC>;
+    static_assert(STAGES >= 2, "one stage computing, at least one loading");
+    extern __shared__ __align__(16) unsigned char ring_smem[];
+    __shared__ __align__(16) float4 srow[KDIM];  // alpha, kn, alpha*kn, alpha*qn of each key row
+    __shared__ __align__(16) float red[2][R::WARPS][R::COLS];
+    __shared__ __align__(16) float su[R::COLS];
+    __shared__ float skq;
+    if (dynamic_smem_bytes() < (unsigned)(STAGES * R::BYTES)) __trap();
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int cv = tid % R::CV, rg = tid / R::CV;
+    const int ntiles = M * H * R::SLICES;
+    const int stride = gridDim.x;
+    constexpr size_t HEAD_BYTES = (size_t)KDIM * VDIM * sizeof(T);
+    constexpr size_t ROW_STEP_G = (size_t)R::NRG * VDIM * sizeof(T);  // global bytes between own rows
+    constexpr int ROW_STEP_S = R::NRG * R::ROW;                         // stage bytes between own rows
+
+    // Fixed per-thread copy addressing.
+    const unsigned ring_base = smem_addr(ring_smem);
+    const unsigned s_own = rg * R::ROW + cv * 16;
+    const unsigned char* g_own = reinterpret_cast<const unsigned char*>(S) +
+                                 (size_t)rg * VDIM * sizeof(T) + cv * 16;
+    // One 16-byte chunk of q, k, g or the v slice per thread tid < VCHUNKS; per tile it moves by
+    // vhead bytes per head and vslice bytes per column slice.
+    const unsigned char* vsrc = nullptr;
+    unsigned vdst = 0, vhead = 0, vslice = 0;
+    if (tid < 16) {
+        vsrc = reinterpret_cast<const unsigned char*>(q) + tid * 16; vdst = R::OFF_Q + tid * 16; vhead = KDIM * 2;
+    } else if (tid < 32) {
+        vsrc = reinterpret_cast<const unsigned char*>(k) + (tid - 16) * 16; vdst = R::OFF_K + (tid - 16) * 16; vhead = KDIM * 2;
+    } else if (tid < 64) {
+        vsrc = reinterpret_cast<const unsigned char*>(g) + (tid - 32) * 16; vdst = R::OFF_G + (tid - 32) * 16; vhead = KDIM * 4;
+    } else if (tid < R::VCHUNKS) {
+        vsrc = reinterpret_cast<const unsigned char*>(v) + (tid - 64) * 16; vdst = R::OFF_V + (tid - 64) * 16;
+        vhead = VDIM * 2; vslice = R::COLS * 2;
+    }
+
+    auto issue = [&](int stage, int t) {
+        const int mh = t / R::SLICES, sl = t % R::SLICES;
+        const unsigned dst = ring_base + stage * R::BYTES;
+        const unsigned char* src = g_own + (size_t)mh * HEAD_BYTES + sl * R::ROW;
+#pragma unroll
+        for (int i = 0; i < R::RPT; ++i) cp_async16_s(dst + s_own + i * ROW_STEP_S, src + i * ROW_STEP_G);
+        if (vsrc) cp_async16_s(dst + vdst, vsrc + (size_t)mh * vhead + sl * vslice);
+    };
+
+    // Prologue: STAGES-1 tiles in flight; empty groups are committed too, so the group count
+    // always says which tile has landed.
+    int t = blockIdx.x;
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (t + s * stride < ntiles) issue(s, t + s * stride);
+        cp_async_commit();
+    }
+
+    // Where column tid's partial sits in red[][warp][]: chunk-major within each 4-float group so
+    // the lanes writing partials store contiguous 16-byte vectors.
+    const int rcol = ((tid % R::VEC) / 4) * R::CV * 4 + (tid / R::VEC) * 4 + (tid % 4);
+
+    int stage = 0;
+    for (; t < ntiles; t += stride) {
+        const int mh = t / R::SLICES, sl = t % R::SLICES;
+        const float b = tid < R::COLS ? beta[mh] : 0.f;  // latency hidden behind the wait
+        cp_async_wait<STAGES - 2>();
+        __syncthreads();  // this tile's stage is visible; every thread is done with the last tile
+        {
+            const int ahead = t + (STAGES - 1) * stride;
+            if (ahead < ntiles) issue((stage + STAGES - 1) % STAGES, ahead);  // the last tile's stage
+            cp_async_commit();
+        }
+        const unsigned char* st = ring_smem + stage * R::BYTES;
+
+        if (tid < KDIM) {  // warps 0-3: norms (each warp, no barrier), then one key row each
+            const bf16* sq = reinterpret_cast<const bf16*>(st + R::OFF_Q);
+            const bf16* sk = reinterpret_cast<const bf16*>(st + R::OFF_K);
+            const Norms n = warp_norms_bf16(sq, sk, lane, eps, scale);
+            const float a = __expf(reinterpret_cast<const float*>(st + R::OFF_G)[tid]);
+            const float kn = n.rk * bf2f(sk[tid]), qn = n.rq * bf2f(sq[tid]);
+            srow[tid] = make_float4(a, kn, a * kn, a * qn);
+            if (tid == 0) skq = n.kq;
+        }
+        __syncthreads();
+
+        float vh[R::VEC], w[R::VEC];
+#pragma unroll
+        for (int e = 0; e < R::VEC; ++e) vh[e] = w[e] = 0.f;
+        float held[HOLD ? R::RPT : 1][R::VEC];  // faded rows (HOLD only)
+        float knr[HOLD ? R::RPT : 1];
+#pragma unroll
+        for (int i = 0; i < R::RPT; ++i) {
+            float s[R::VEC];
+            C::load(reinterpret_cast<const T*>(st + s_own + i * ROW_STEP_S), s);
+            const float4 r = srow[rg + R::NRG * i];
+#pragma unroll
+            for (int e = 0; e < R::VEC; ++e) {
+                vh[e] = fmaf(s[e], r.z, vh[e]);
+                w[e] = fmaf(s[e], r.w, w[e]);
+            }
+            if constexpr (HOLD) {
+#pragma unroll
+                for (int e = 0; e < R::VEC; ++e) held[i][e] = s[e] * r.x;
+                knr[i] = r.y;
+            }
+        }
+#pragma unroll
+        for (int off = R::CV; off < 32; off <<= 1) {
+#pragma unroll
+            for (int e = 0; e < R::VEC; ++e) {
+                vh[e] += __shfl_xor_sync(FULL_MASK, vh[e], off);
+                w[e] += __shfl_xor_sync(FULL_MASK, w[e], off);
+            }
+        }
+        if (lane < R::CV) {  // lane == cv: the warp's sums for chunk cv
+#pragma unroll
+            for (int e = 0; e < R::VEC; e += 4) {
+                const int at = (e / 4) * R::CV * 4 + cv * 4;
+                *reinterpret_cast<float4*>(&red[0][warp][at]) = make_float4(vh[e], vh[e + 1], vh[e + 2], vh[e + 3]);
+                *reinterpret_cast<float4*>(&red[1][warp][at]) = make_float4(w[e], w[e + 1], w[e + 2], w[e + 3]);
+            }
+        }
+        __syncthreads();
+        if (tid < R::COLS) {
+            float a = 0.f, bb = 0.f;
+#pragma unroll
+            for (int wp = 0; wp < R::WARPS; ++wp) { a += red[0][wp][rcol]; bb += red[1][wp][rcol]; }
+            const float vj = bf2f(reinterpret_cast<const bf16*>(st + R::OFF_V)[tid]);
+            const float u = b * (vj - a);
+            o[(size_t)mh * VDIM + sl * R::COLS + tid] = f2bf(bb + u * skq);
+            su[tid] = u;
+        }
+        __syncthreads();
+
+        float uu[R::VEC];
+#pragma unroll
+        for (int e = 0; e < R::VEC; e += 4) {
+            const float4 x = *reinterpret_cast<const float4*>(&su[cv * R::VEC + e]);
+            uu[e] = x.x; uu[e + 1] = x.y; uu[e + 2] = x.z; uu[e + 3] = x.w;
+        }
+        T* dst = S + (size_t)mh * KDIM * VDIM + sl * R::COLS + (size_t)rg * VDIM + cv * R::VEC;
+#pragma unroll
+        for (int i = 0; i < R::RPT; ++i) {
+            float s[R::VEC];
+            if constexpr (HOLD) {
+#pragma unroll
+                for (int e = 0; e < R::VEC; ++e) s[e] = fmaf(knr[i], uu[e], held[i][e]);
+            } else {
+                C::load(reinterpret_cast<const T*>(st + s_own + i * ROW_STEP_S), s);
+                const float2 r = *reinterpret_cast<const float2*>(&srow[rg + R::NRG * i]);
+#pragma unroll
+                for (int e = 0; e < R::VEC; ++e) s[e] = fmaf(s[e], r.x, r.y * uu[e]);
+            }
+            C::store(dst + (size_t)i * R::NRG * VDIM, s);
+        }
+        stage = (stage + 1) % STAGES;
+    }
+    cp_async_wait<0>();  // only empty groups can remain; leave nothing outstanding at exit
+}
+
+// ================================================================================================
 // extern "C" entry points: kda_<variant>_<bf16|f32>. Argument order (all variants):
 //   q, k, v, g, beta, S, [kprev, dprev, knew, dnew,] o, M, H, eps, scale
 
@@ -1074,3 +1287,20 @@ __device__ __forceinline__ void regs_wide3(const bf16* __restrict__ q, const bf1
 }
 DEFINE_EXACT(regs_wide3, bf16, bf16, 256, bf16, 128)
 DEFINE_EXACT(regs_wide3, f32, float, 256, float, 64)
+
+// ring configurations, named by tile bytes (16 KiB: 64 BF16 / 32 FP32 columns; 32 KiB: 128 / 64)
+// and whether the faded tile is held in registers. Stages are the most that keep 2-3 CTAs per SM.
+#define DEFINE_RING(NAME, SUFFIX, T, COLS, THREADS, STAGES, HOLD)                                  \
+    extern "C" __global__ void __launch_bounds__(THREADS) kda_##NAME##_##SUFFIX(EXACT_ARGS(T)) {  \
+        ring<T, COLS, THREADS, STAGES, HOLD>(q, k, v, g, beta, S, o, M, H, eps, scale);          \
+    }
+DEFINE_RING(ring16k_hold, bf16, bf16, 64, 256, 3, true)
+DEFINE_RING(ring16k_hold, f32, float, 32, 256, 3, true)
+DEFINE_RING(ring32k_hold, bf16, bf16, 128, 256, 3, true)
+DEFINE_RING(ring32k_hold, f32, float, 64, 256, 3, true)
+DEFINE_RING(ring32k_hold2, bf16, bf16, 128, 256, 2, true)
+DEFINE_RING(ring32k_hold2, f32, float, 64, 256, 2, true)
+DEFINE_RING(ring32k_reread, bf16, bf16, 128, 128, 2, false)
+DEFINE_RING(ring32k_reread, f32, float, 64, 128, 2, false)
+DEFINE_RING(ring16k_reread, bf16, bf16, 64, 128, 4, false)
+DEFINE_RING(ring16k_reread, f32, float, 32, 128, 4, false)

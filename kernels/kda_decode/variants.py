@@ -43,6 +43,31 @@ class _Design:
     blocks_per_head: int | dict = 1   # column slices per head, or {dtype: slices} (not persistent)
     persistent: bool = False
     smem: Callable[[str], int] = lambda dtype: 0   # dynamic shared memory per block, bytes
+    tiles_per_head: Callable[[str], int] = lambda dtype: _KV // _TILE_COLS  # persistent designs
+
+
+# ring<T, COLS, THREADS, STAGES, HOLD> in the .cu: (tile bytes, threads, stages, hold) per variant,
+# the same for both dtypes (a 16 KiB tile is 64 BF16 or 32 FP32 columns). tests/test_kda_component
+# checks this table against the DEFINE_RING lines of the .cu.
+RING_CONFIGS: dict[str, tuple[int, int, int, bool]] = {
+    "ring16k_hold": (16384, 256, 3, True),
+    "ring32k_hold": (32768, 256, 3, True),
+    "ring32k_hold2": (32768, 256, 2, True),
+    "ring32k_reread": (32768, 128, 2, False),
+    "ring16k_reread": (16384, 128, 4, False),
+}
+
+
+def ring_cols(name: str, dtype: str) -> int:
+    return RING_CONFIGS[name][0] // (_KV * _itemsize(dtype))
+
+
+def _ring_design(name: str) -> _Design:
+    tile_bytes, threads, stages, _ = RING_CONFIGS[name]
+    # One stage: the state tile, then q, k (bf16), g (f32) and the tile's slice of v (bf16).
+    return _Design(lazy=False, threads=threads, persistent=True,
+                   tiles_per_head=lambda d: _KV // ring_cols(name, d),
+                   smem=lambda d: stages * (tile_bytes + 2 * _KV * 2 + _KV * 4 + ring_cols(name, d) * 2))
 
 
 def _itemsize(dtype: str) -> int:
@@ -64,6 +89,7 @@ _DESIGNS: dict[str, _Design] = {
     # 32 KiB per block: the whole head in BF16 (TileG<bf16, 128>), half a head in FP32.
     "regs_wide": _Design(lazy=False, threads=256, blocks_per_head={"bf16": 1, "fp32": 2}),
     "regs_wide3": _Design(lazy=False, threads=256, blocks_per_head={"bf16": 1, "fp32": 2}),
+    **{name: _ring_design(name) for name in RING_CONFIGS},
 }
 
 _WHY = {
@@ -88,6 +114,15 @@ _WHY = {
                  "words and decoded twice, capped at 64 registers for 4 blocks/SM: 128 KiB in flight",
     "regs_wide3": "regs_wide without the register cap: 3 blocks/SM in BF16 and no spill, to weigh "
                   "the cap's 92-byte spill against the fourth block's bytes in flight",
+    "ring16k_hold": "persistent cp.async ring of 3 x 16 KiB tiles with lean per-tile code (copies at "
+                    "compile-time offsets, row scalars computed once per tile, norms in 4 warps); "
+                    "faded tile held in registers",
+    "ring32k_hold": "ring with 32 KiB tiles (a whole BF16 head), 3 stages, 256 threads, faded tile in "
+                    "registers: per-tile costs spread over twice the bytes, 2 CTAs/SM in BF16",
+    "ring32k_hold2": "ring32k_hold with 2 stages: less shared memory per CTA, fewer tiles in flight",
+    "ring32k_reread": "ring with 32 KiB tiles and 128 threads owning 16 rows each; the tile is re-read "
+                      "from shared memory for the write instead of held: few registers, 3 CTAs/SM",
+    "ring16k_reread": "ring with 4 x 16 KiB tiles, 128 threads, tile re-read from shared memory",
 }
 
 
@@ -231,7 +266,7 @@ def _make_cuda_build(name: str) -> Callable[..., _CudaLaunch]:
             sms = int(backend.props["multiProcessorCount"])
             resident = sms * _ctas_per_sm(kernel, backend.props, design.threads, dyn_smem)
             # Every CTA beyond the tile count would exit at once; launching it costs for nothing.
-            grid = min(resident, heads * (_KV // _TILE_COLS))
+            grid = min(resident, heads * design.tiles_per_head(dtype))
         else:
             bph = design.blocks_per_head
             grid = heads * (bph[dtype] if isinstance(bph, dict) else bph)
