@@ -68,15 +68,16 @@ def test_ring_launch_table_matches_the_cuda_source():
     from kernels.kda_decode import variants
 
     src = variants.SOURCE.read_text()
-    found: dict[tuple[str, str], tuple[int, int, int, bool]] = {}
-    for m in re.finditer(r"^DEFINE_RING\((\w+), (\w+), (\w+), (\d+), (\d+), (\d+), (true|false)\)", src, re.M):
-        name, suffix, ctype, cols, threads, stages, hold = m.groups()
-        found[(name, suffix)] = (int(cols), int(threads), int(stages), hold == "true")
+    found: dict[tuple[str, str], tuple[int, int, int, bool, str]] = {}
+    for m in re.finditer(r"^DEFINE_RING\((\w+), (\w+), (\w+), (\d+), (\d+), (\d+), (true|false), (\w+)\)",
+                         src, re.M):
+        name, suffix, ctype, cols, threads, stages, hold, loader = m.groups()
+        found[(name, suffix)] = (int(cols), int(threads), int(stages), hold == "true", loader)
         assert ctype == {"bf16": "bf16", "f32": "float"}[suffix]
     expected = {}
-    for name, (tile_bytes, threads, stages, hold) in variants.RING_CONFIGS.items():
+    for name, (tile_bytes, threads, stages, hold, loader) in variants.RING_CONFIGS.items():
         for dtype, suffix in (("bf16", "bf16"), ("fp32", "f32")):
-            expected[(name, suffix)] = (variants.ring_cols(name, dtype), threads, stages, hold)
+            expected[(name, suffix)] = (variants.ring_cols(name, dtype), threads, stages, hold, loader)
             design = variants._DESIGNS[name]
             assert design.persistent and design.threads == threads
             assert design.tiles_per_head(dtype) * variants.ring_cols(name, dtype) == 128

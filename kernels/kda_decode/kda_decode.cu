@@ -1058,7 +1058,33 @@ __device__ __forceinline__ void cp_async16_s(unsigned saddr, const void* gmem) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(saddr), "l"(gmem) : "memory");
 }
 
-template <typename T, int COLS, int THREADS, int STAGES, bool HOLD>
+// Bulk (TMA engine) copies completing on an mbarrier, plain sm_90 PTX. One instruction moves a
+// whole row segment; the copy engine, not the SM's load/store unit, tracks the bytes in flight.
+__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(unsigned bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
+    asm volatile(
+        "{\n"
+        ".reg .pred P1;\n"
+        "WAIT:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n"
+        "@P1 bra DONE;\n"
+        "bra WAIT;\n"
+        "DONE:\n"
+        "}\n" ::"r"(bar), "r"(parity) : "memory");
+}
+__device__ __forceinline__ void bulk_copy(unsigned dst, const void* src, unsigned bytes, unsigned bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
+}
+
+enum RingLoader { CPASYNC = 0, BULK = 1 };
+
+template <typename T, int COLS, int THREADS, int STAGES, bool HOLD, int LOADER>
 __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __restrict__ k,
                                      const bf16* __restrict__ v, const float* __restrict__ g,
                                      const float* __restrict__ beta, T* __restrict__ S,
@@ -1101,22 +1127,61 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
         vhead = VDIM * 2; vslice = R::COLS * 2;
     }
 
+    // BULK: thread c < KDIM copies tile row c (ROW bytes, one instruction); threads 0-3 also copy
+    // q, k, g and the v slice whole. Thread 0 arms the stage's barrier with the stage's byte count
+    // (the transaction count may go negative first: the phase cannot complete before the arrive).
+    __shared__ __align__(8) unsigned long long full_bar[STAGES];
+    const unsigned bar0 = smem_addr(full_bar);
+    if constexpr (LOADER == BULK) {
+        if (tid == 0) {
+#pragma unroll
+            for (int s = 0; s < STAGES; ++s) mbar_init(bar0 + 8 * s, 1);
+            asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        }
+        __syncthreads();
+    }
+    const unsigned char* b_row = reinterpret_cast<const unsigned char*>(S) + (size_t)tid * VDIM * sizeof(T);
+    const unsigned char* b_vec = tid == 0 ? reinterpret_cast<const unsigned char*>(q)
+                               : tid == 1 ? reinterpret_cast<const unsigned char*>(k)
+                               : tid == 2 ? reinterpret_cast<const unsigned char*>(g)
+                                          : reinterpret_cast<const unsigned char*>(v);
+    const unsigned b_vdst = tid == 0 ? R::OFF_Q : tid == 1 ? R::OFF_K : tid == 2 ? R::OFF_G : R::OFF_V;
+    const unsigned b_vbytes = tid == 2 ? KDIM * 4 : tid == 3 ? R::COLS * 2 : KDIM * 2;
+    const unsigned b_vhead = tid == 2 ? KDIM * 4 : KDIM * 2;
+
     auto issue = [&](int stage, int t) {
         const int mh = t / R::SLICES, sl = t % R::SLICES;
         const unsigned dst = ring_base + stage * R::BYTES;
-        const unsigned char* src = g_own + (size_t)mh * HEAD_BYTES + sl * R::ROW;
+        if constexpr (LOADER == BULK) {
+            const unsigned bar = bar0 + 8 * stage;
+            if (tid == 0) mbar_expect_tx(bar, R::BYTES);
+            if (tid < KDIM) bulk_copy(dst + tid * R::ROW, b_row + (size_t)mh * HEAD_BYTES + sl * R::ROW, R::ROW, bar);
+            if (tid < 4) bulk_copy(dst + b_vdst, b_vec + (size_t)mh * b_vhead + (tid == 3 ? sl * R::COLS * 2 : 0), b_vbytes, bar);
+        } else {
+            const unsigned char* src = g_own + (size_t)mh * HEAD_BYTES + sl * R::ROW;
 #pragma unroll
-        for (int i = 0; i < R::RPT; ++i) cp_async16_s(dst + s_own + i * ROW_STEP_S, src + i * ROW_STEP_G);
-        if (vsrc) cp_async16_s(dst + vdst, vsrc + (size_t)mh * vhead + sl * vslice);
+            for (int i = 0; i < R::RPT; ++i) cp_async16_s(dst + s_own + i * ROW_STEP_S, src + i * ROW_STEP_G);
+            if (vsrc) cp_async16_s(dst + vdst, vsrc + (size_t)mh * vhead + sl * vslice);
+            cp_async_commit();  // one group per issue slot, empty or not (see refill)
+        }
+    };
+    // The stage of tile n + STAGES - 1 is the one tile n - 1 used. HOLD designs stop reading a
+    // stage at the tile's last barrier, so they refill it BEFORE waiting for tile n (STAGES tiles in
+    // flight during the wait); re-reading designs read it until the end of the tile, so they refill
+    // only after the next barrier (STAGES - 1 in flight).
+    auto refill = [&](int stage, int t) {
+        const int ahead = t + (STAGES - 1) * stride;
+        if (ahead < ntiles) issue((stage + STAGES - 1) % STAGES, ahead);
+        else if constexpr (LOADER == CPASYNC) cp_async_commit();  // keep the group count in step
     };
 
-    // Prologue: STAGES-1 tiles in flight; empty groups are committed too, so the group count
-    // always says which tile has landed.
+    // Prologue: STAGES-1 tiles in flight; with cp.async, empty groups are committed too, so the
+    // group count always says which tile has landed.
     int t = blockIdx.x;
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
         if (t + s * stride < ntiles) issue(s, t + s * stride);
-        cp_async_commit();
+        else if constexpr (LOADER == CPASYNC) cp_async_commit();
     }
 
     // Where column tid's partial sits in red[][warp][]: chunk-major within each 4-float group so
@@ -1124,16 +1189,19 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
     const int rcol = ((tid % R::VEC) / 4) * R::CV * 4 + (tid / R::VEC) * 4 + (tid % 4);
 
     int stage = 0;
+    unsigned parity = 0;  // BULK: phase of the current stage's barrier
     for (; t < ntiles; t += stride) {
         const int mh = t / R::SLICES, sl = t % R::SLICES;
         const float b = tid < R::COLS ? beta[mh] : 0.f;  // latency hidden behind the wait
-        cp_async_wait<STAGES - 2>();
-        __syncthreads();  // this tile's stage is visible; every thread is done with the last tile
-        {
-            const int ahead = t + (STAGES - 1) * stride;
-            if (ahead < ntiles) issue((stage + STAGES - 1) % STAGES, ahead);  // the last tile's stage
-            cp_async_commit();
+        if constexpr (HOLD) refill(stage, t);
+        if constexpr (LOADER == BULK) {
+            mbar_wait(bar0 + 8 * stage, parity);  // the barrier's phase makes the stage visible
+            if constexpr (!HOLD) __syncthreads();  // every thread is done with the last tile's stage
+        } else {
+            cp_async_wait<HOLD ? STAGES - 1 : STAGES - 2>();
+            __syncthreads();  // the other threads' copies are visible; the last tile is done
         }
+        if constexpr (!HOLD) refill(stage, t);
         const unsigned char* st = ring_smem + stage * R::BYTES;
 
         if (tid < KDIM) {  // warps 0-3: norms (each warp, no barrier), then one key row each
@@ -1217,9 +1285,9 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
             }
             C::store(dst + (size_t)i * R::NRG * VDIM, s);
         }
-        stage = (stage + 1) % STAGES;
+        if (++stage == STAGES) { stage = 0; parity ^= 1u; }
     }
-    cp_async_wait<0>();  // only empty groups can remain; leave nothing outstanding at exit
+    if constexpr (LOADER == CPASYNC) cp_async_wait<0>();  // only empty groups remain; drain them
 }
 
 // ================================================================================================
@@ -1288,19 +1356,24 @@ __device__ __forceinline__ void regs_wide3(const bf16* __restrict__ q, const bf1
 DEFINE_EXACT(regs_wide3, bf16, bf16, 256, bf16, 128)
 DEFINE_EXACT(regs_wide3, f32, float, 256, float, 64)
 
-// ring configurations, named by tile bytes (16 KiB: 64 BF16 / 32 FP32 columns; 32 KiB: 128 / 64)
-// and whether the faded tile is held in registers. Stages are the most that keep 2-3 CTAs per SM.
-#define DEFINE_RING(NAME, SUFFIX, T, COLS, THREADS, STAGES, HOLD)                                  \
+// ring configurations, named by tile bytes (16 KiB: 64 BF16 / 32 FP32 columns; 32 KiB: 128 / 64),
+// whether the faded tile is held in registers, and the loader (cp.async or bulk). Stages: the most
+// that keep 3 CTAs per SM (2 where the registers allow only 2).
+#define DEFINE_RING(NAME, SUFFIX, T, COLS, THREADS, STAGES, HOLD, LOADER)                          \
     extern "C" __global__ void __launch_bounds__(THREADS) kda_##NAME##_##SUFFIX(EXACT_ARGS(T)) {  \
-        ring<T, COLS, THREADS, STAGES, HOLD>(q, k, v, g, beta, S, o, M, H, eps, scale);          \
+        ring<T, COLS, THREADS, STAGES, HOLD, LOADER>(q, k, v, g, beta, S, o, M, H, eps, scale);  \
     }
-DEFINE_RING(ring16k_hold, bf16, bf16, 64, 256, 3, true)
-DEFINE_RING(ring16k_hold, f32, float, 32, 256, 3, true)
-DEFINE_RING(ring32k_hold, bf16, bf16, 128, 256, 3, true)
-DEFINE_RING(ring32k_hold, f32, float, 64, 256, 3, true)
-DEFINE_RING(ring32k_hold2, bf16, bf16, 128, 256, 2, true)
-DEFINE_RING(ring32k_hold2, f32, float, 64, 256, 2, true)
-DEFINE_RING(ring32k_reread, bf16, bf16, 128, 128, 2, false)
-DEFINE_RING(ring32k_reread, f32, float, 64, 128, 2, false)
-DEFINE_RING(ring16k_reread, bf16, bf16, 64, 128, 4, false)
-DEFINE_RING(ring16k_reread, f32, float, 32, 128, 4, false)
+DEFINE_RING(ring16k_hold, bf16, bf16, 64, 256, 4, true, CPASYNC)
+DEFINE_RING(ring16k_hold, f32, float, 32, 256, 4, true, CPASYNC)
+DEFINE_RING(ring32k_hold, bf16, bf16, 128, 256, 3, true, CPASYNC)
+DEFINE_RING(ring32k_hold, f32, float, 64, 256, 3, true, CPASYNC)
+DEFINE_RING(ring32k_reread, bf16, bf16, 128, 128, 2, false, CPASYNC)
+DEFINE_RING(ring32k_reread, f32, float, 64, 128, 2, false, CPASYNC)
+DEFINE_RING(bulk16k_hold, bf16, bf16, 64, 256, 4, true, BULK)
+DEFINE_RING(bulk16k_hold, f32, float, 32, 256, 4, true, BULK)
+DEFINE_RING(bulk32k_hold, bf16, bf16, 128, 256, 3, true, BULK)
+DEFINE_RING(bulk32k_hold, f32, float, 64, 256, 3, true, BULK)
+DEFINE_RING(bulk32k_hold2, bf16, bf16, 128, 256, 2, true, BULK)
+DEFINE_RING(bulk32k_hold2, f32, float, 64, 256, 2, true, BULK)
+DEFINE_RING(bulk32k_reread, bf16, bf16, 128, 128, 2, false, BULK)
+DEFINE_RING(bulk32k_reread, f32, float, 64, 128, 2, false, BULK)

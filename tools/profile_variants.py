@@ -1,0 +1,58 @@
+"""Launch chosen variants of one component a few times each at one point, for a profiler to capture.
+
+    ncu --clock-control none -k regex:kda_ python3 tools/profile_variants.py kda_decode \
+        ring32k_reread pipelined_cpasync --point M=32 --point state_dtype=bf16
+
+Builds each variant through the launcher the sweeps use, so the profiled kernel is the swept one
+(same grid, shared memory and inputs). Times nothing itself: the profiler does.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+
+from harness import registry
+from harness.backends import CudaBackend
+from harness.fuel import load_fuel
+
+
+def _value(text: str):
+    try:
+        return int(text)
+    except ValueError:
+        return text
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("component")
+    ap.add_argument("variants", nargs="+")
+    ap.add_argument("--point", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--launches", type=int, default=1)
+    args = ap.parse_args()
+
+    comp = registry.get(args.component)
+    point = {}
+    for item in args.point:
+        key, sep, value = item.partition("=")
+        if not sep or key not in comp.axes:
+            raise SystemExit(f"--point: {item!r} must be KEY=VALUE with KEY one of {sorted(comp.axes)}")
+        point[key] = _value(value)
+    geometry = load_fuel()
+    backend = CudaBackend()
+    inputs = comp.make_inputs(geometry, point, np.random.default_rng(0))
+    by_name = {v.name: v for v in comp.variants if v.backend == "cuda"}
+    for name in args.variants:
+        if name not in by_name:
+            raise SystemExit(f"variant: unknown value {name!r}; allowed: {sorted(by_name)}")
+        launch = by_name[name].build(geometry, point, inputs, backend)
+        for _ in range(args.launches):
+            launch()
+        backend.stream.synchronize()
+        print(f"{args.component}/{name} {point}: {args.launches} launch(es)")
+
+
+if __name__ == "__main__":
+    main()
