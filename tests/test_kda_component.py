@@ -82,23 +82,3 @@ def test_ring_launch_table_matches_the_cuda_source():
             assert design.persistent and design.threads == threads
             assert design.tiles_per_head(dtype) * variants.ring_cols(name, dtype) == 128
     assert found == expected
-
-
-@pytest.mark.parametrize("tiles,resident", [(4096, 396), (2048, 396), (8192, 396), (64, 396), (397, 396),
-                                            (396, 396), (1, 264)])
-def test_persistent_grid_policies(tiles, resident):
-    from kernels.kda_decode.variants import persistent_grid
-
-    for policy in ("resident", "balanced"):
-        grid = persistent_grid(tiles, resident, policy)
-        assert 1 <= grid <= min(tiles, resident)
-        rounds = -(-tiles // grid)
-        # Never more rounds than the resident grid needs.
-        assert rounds == -(-tiles // min(tiles, resident))
-        if policy == "balanced":
-            # Dealt round-robin, every CTA gets `rounds` tiles except fewer than `rounds` of them,
-            # which get one less: no CTA idles through the last round while others work.
-            short = grid * rounds - tiles
-            assert 0 <= short < rounds
-    with pytest.raises(ValueError, match="grid: unknown policy"):
-        persistent_grid(tiles, resident, "fastest")

@@ -44,12 +44,6 @@ class _Design:
     persistent: bool = False
     smem: Callable[[str], int] = lambda dtype: 0   # dynamic shared memory per block, bytes
     tiles_per_head: Callable[[str], int] = lambda dtype: _KV // _TILE_COLS  # persistent designs
-    # Persistent grid: "resident" launches every CTA that fits, so with tiles dealt round-robin the
-    # first (tiles mod grid) CTAs get one tile more and finish alone, a few per SM: too few bytes in
-    # flight to keep DRAM busy for that last round. "balanced" launches ceil(tiles / per_cta) CTAs
-    # with per_cta = ceil(tiles / resident): the same number of rounds, every CTA busy in each.
-    grid: str = "resident"
-    kernel: str | None = None   # symbol stem when it differs from the variant name
 
 
 # ring<T, COLS, THREADS, STAGES, HOLD, LOADER> in the .cu: (tile bytes, threads, stages, hold,
@@ -99,9 +93,6 @@ _DESIGNS: dict[str, _Design] = {
     "regs_wide3": _Design(lazy=False, threads=256, blocks_per_head={"bf16": 1, "fp32": 2}),
     **{name: _ring_design(name) for name in RING_CONFIGS},
 }
-# The same kernels launched on a balanced persistent grid.
-for _base in ("pipelined_cpasync", "ring32k_reread", "bulk32k_hold", "bulk32k_reread"):
-    _DESIGNS[_base + "_bal"] = dataclasses.replace(_DESIGNS[_base], grid="balanced", kernel=_base)
 
 _WHY = {
     "lazy_1pass": "seed design: 1 block/head, thread j walks column j, lazy rank-one deferral so S "
@@ -137,9 +128,6 @@ _WHY = {
     "bulk32k_hold": "ring32k_hold through the bulk copy engine",
     "bulk32k_hold2": "bulk32k_hold with 2 stages: 3 CTAs/SM in FP32 where 3 stages allow 2",
     "bulk32k_reread": "ring32k_reread through the bulk copy engine",
-    **{base + "_bal": f"{base} on a balanced persistent grid: ceil(tiles / rounds) CTAs, so every CTA "
-                      f"works in every round instead of a third of them finishing the last one alone"
-       for base in ("pipelined_cpasync", "ring32k_reread", "bulk32k_hold", "bulk32k_reread")},
 }
 
 
@@ -201,17 +189,6 @@ def _ctas_per_sm(kernel, props: dict, threads: int, dyn_smem: int) -> int:
     by_threads = int(props.get("maxThreadsPerMultiProcessor", 2048)) // threads
     by_blocks = int(props.get("maxBlocksPerMultiProcessor", 32))
     return max(1, min(by_regs, by_smem, by_threads, by_blocks))
-
-
-def persistent_grid(tiles: int, resident: int, policy: str) -> int:
-    """CTAs to launch for ``tiles`` work tiles dealt round-robin (see ``_Design.grid``)."""
-    grid = min(resident, tiles)  # a CTA beyond the tile count would exit at once
-    if policy == "balanced":
-        per_cta = -(-tiles // grid)
-        grid = -(-tiles // per_cta)
-    elif policy != "resident":
-        raise ValueError(f"grid: unknown policy {policy!r}; allowed: balanced, resident")
-    return grid
 
 
 class _CudaLaunch:
@@ -279,7 +256,7 @@ def _make_cuda_build(name: str) -> Callable[..., _CudaLaunch]:
         cp = backend.cp
 
         module = backend.module(SOURCE)
-        kernel = module.get_function(f"kda_{design.kernel or name}_{_SYMBOL_SUFFIX[dtype]}")
+        kernel = module.get_function(f"kda_{name}_{_SYMBOL_SUFFIX[dtype]}")
         dyn_smem = design.smem(dtype)
         if dyn_smem > _SLOW_SMEM:
             optin = int(backend.props.get("sharedMemPerBlockOptin", 0))
@@ -293,8 +270,8 @@ def _make_cuda_build(name: str) -> Callable[..., _CudaLaunch]:
         if design.persistent:
             sms = int(backend.props["multiProcessorCount"])
             resident = sms * _ctas_per_sm(kernel, backend.props, design.threads, dyn_smem)
-            tiles = heads * design.tiles_per_head(dtype)
-            grid = persistent_grid(tiles, resident, design.grid)
+            # Every CTA beyond the tile count would exit at once; launching it costs for nothing.
+            grid = min(resident, heads * design.tiles_per_head(dtype))
         else:
             bph = design.blocks_per_head
             grid = heads * (bph[dtype] if isinstance(bph, dict) else bph)
