@@ -1026,8 +1026,13 @@ __device__ __forceinline__ void regs_wide(const bf16* __restrict__ q, const bf16
 //   - the tile shape is a template: 16 KiB or 32 KiB tiles, 128 or 256 threads, so the per-tile
 //     costs (barriers, norms, cross-warp sums) are spread over more bytes.
 // HOLD keeps the faded tile in registers between the reduction and the write (5.5 instructions per
-// BF16 element); !HOLD re-reads and re-decodes it from the stage (about 1.4 more per element, but no
-// registers, so a thread can own 16 rows and the column sums need fewer shuffles).
+// BF16 element) and refills a stage before waiting for the next tile; !HOLD re-reads and re-decodes
+// it from the stage (about 1.4 more per element, but no registers, so a thread can own 16 rows and
+// the column sums need fewer shuffles) and can refill only after the next barrier.
+// LOADER: per-thread 16-byte cp.async, or the bulk copy engine (one instruction per tile row).
+// Measured on the H200 (reports/2026-11-29-kda_decode-h200-1049*): this cut the BF16 instructions
+// per byte 2.5x, yet time moved by at most 2% -- the SMs were not the bound (FINDINGS.md). The
+// variants kept are the 32 KiB-tile ones; 16 KiB tiles and the 2-stage hold were slower.
 
 template <typename T, int COLS_, int THREADS_>
 struct RingTile {
@@ -1356,24 +1361,16 @@ __device__ __forceinline__ void regs_wide3(const bf16* __restrict__ q, const bf1
 DEFINE_EXACT(regs_wide3, bf16, bf16, 256, bf16, 128)
 DEFINE_EXACT(regs_wide3, f32, float, 256, float, 64)
 
-// ring configurations, named by tile bytes (16 KiB: 64 BF16 / 32 FP32 columns; 32 KiB: 128 / 64),
-// whether the faded tile is held in registers, and the loader (cp.async or bulk). Stages: the most
-// that keep 3 CTAs per SM (2 where the registers allow only 2).
+// ring configurations: 32 KiB tiles (128 BF16 / 64 FP32 columns), the tile held in registers or
+// re-read, the loader (cp.async or bulk). Stages: the most that keep 3 CTAs per SM (2 where the
+// registers allow only 2).
 #define DEFINE_RING(NAME, SUFFIX, T, COLS, THREADS, STAGES, HOLD, LOADER)                          \
     extern "C" __global__ void __launch_bounds__(THREADS) kda_##NAME##_##SUFFIX(EXACT_ARGS(T)) {  \
         ring<T, COLS, THREADS, STAGES, HOLD, LOADER>(q, k, v, g, beta, S, o, M, H, eps, scale);  \
     }
-DEFINE_RING(ring16k_hold, bf16, bf16, 64, 256, 4, true, CPASYNC)
-DEFINE_RING(ring16k_hold, f32, float, 32, 256, 4, true, CPASYNC)
-DEFINE_RING(ring32k_hold, bf16, bf16, 128, 256, 3, true, CPASYNC)
-DEFINE_RING(ring32k_hold, f32, float, 64, 256, 3, true, CPASYNC)
 DEFINE_RING(ring32k_reread, bf16, bf16, 128, 128, 2, false, CPASYNC)
 DEFINE_RING(ring32k_reread, f32, float, 64, 128, 2, false, CPASYNC)
-DEFINE_RING(bulk16k_hold, bf16, bf16, 64, 256, 4, true, BULK)
-DEFINE_RING(bulk16k_hold, f32, float, 32, 256, 4, true, BULK)
 DEFINE_RING(bulk32k_hold, bf16, bf16, 128, 256, 3, true, BULK)
 DEFINE_RING(bulk32k_hold, f32, float, 64, 256, 3, true, BULK)
-DEFINE_RING(bulk32k_hold2, bf16, bf16, 128, 256, 2, true, BULK)
-DEFINE_RING(bulk32k_hold2, f32, float, 64, 256, 2, true, BULK)
 DEFINE_RING(bulk32k_reread, bf16, bf16, 128, 128, 2, false, BULK)
 DEFINE_RING(bulk32k_reread, f32, float, 64, 128, 2, false, BULK)

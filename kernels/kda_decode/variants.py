@@ -50,12 +50,8 @@ class _Design:
 # loader) per variant, the same for both dtypes (a 16 KiB tile is 64 BF16 or 32 FP32 columns).
 # tests/test_kda_component checks this table against the DEFINE_RING lines of the .cu.
 RING_CONFIGS: dict[str, tuple[int, int, int, bool, str]] = {
-    "ring16k_hold": (16384, 256, 4, True, "CPASYNC"),
-    "ring32k_hold": (32768, 256, 3, True, "CPASYNC"),
     "ring32k_reread": (32768, 128, 2, False, "CPASYNC"),
-    "bulk16k_hold": (16384, 256, 4, True, "BULK"),
     "bulk32k_hold": (32768, 256, 3, True, "BULK"),
-    "bulk32k_hold2": (32768, 256, 2, True, "BULK"),
     "bulk32k_reread": (32768, 128, 2, False, "BULK"),
 }
 
@@ -116,18 +112,13 @@ _WHY = {
                  "words and decoded twice, capped at 64 registers for 4 blocks/SM: 128 KiB in flight",
     "regs_wide3": "regs_wide without the register cap: 3 blocks/SM in BF16 and no spill, to weigh "
                   "the cap's 92-byte spill against the fourth block's bytes in flight",
-    "ring16k_hold": "persistent cp.async ring of 4 x 16 KiB tiles with lean per-tile code (copies at "
-                    "compile-time offsets, row scalars computed once per tile, norms in 4 warps); "
-                    "faded tile held in registers, so a stage is refilled before the next wait",
-    "ring32k_hold": "ring with 32 KiB tiles (a whole BF16 head), 3 stages, 256 threads, faded tile in "
-                    "registers: per-tile costs spread over twice the bytes, 2 CTAs/SM in BF16",
     "ring32k_reread": "ring with 32 KiB tiles and 128 threads owning 16 rows each; the tile is re-read "
                       "from shared memory for the write instead of held: few registers, 3 CTAs/SM",
-    "bulk16k_hold": "ring16k_hold loading through the bulk copy engine (cp.async.bulk, one instruction "
-                    "per tile row, completion on an mbarrier) instead of per-thread 16-byte cp.async",
-    "bulk32k_hold": "ring32k_hold through the bulk copy engine",
-    "bulk32k_hold2": "bulk32k_hold with 2 stages: 3 CTAs/SM in FP32 where 3 stages allow 2",
-    "bulk32k_reread": "ring32k_reread through the bulk copy engine",
+    "bulk32k_hold": "ring with 32 KiB tiles loaded by the bulk copy engine (cp.async.bulk, one "
+                    "instruction per tile row, completion on an mbarrier), 3 stages, 256 threads, faded "
+                    "tile held in registers so a stage is refilled before the next wait",
+    "bulk32k_reread": "ring32k_reread loading through the bulk copy engine instead of per-thread "
+                      "16-byte cp.async",
 }
 
 
