@@ -33,26 +33,43 @@ def _git(*args: str) -> str | None:
 
 
 def git_info() -> dict[str, Any]:
+    """Commit, dirty flag and branch of the code that runs.
+
+    ``ATTNBENCH_COMMIT`` (with ``ATTNBENCH_DIRTY`` / ``ATTNBENCH_BRANCH``), when set, wins over the
+    checkout's own .git: whoever launches a run on a copied tree knows what was copied, while a
+    .git that travels with the copy can be stale (seen on the lent H200: the copy's .git stood at
+    an older commit and called the tree dirty). What git says is kept beside it for the record.
+    """
     commit = _git("rev-parse", "HEAD")
-    if commit is None:
-        env_commit = os.environ.get("ATTNBENCH_COMMIT")
+    git_view = None
+    if commit is not None:
+        status = _git("status", "--porcelain", "--untracked-files=all") or ""
+        changed = [line for line in status.splitlines() if line.strip()]
+        git_view = {
+            "commit": commit,
+            "dirty": bool(changed),
+            "dirty_files": len(changed),  # untracked (not ignored) files count as dirty
+            "branch": _git("rev-parse", "--abbrev-ref", "HEAD") or "unknown",
+            "commit_source": "git",
+        }
+    env_commit = os.environ.get("ATTNBENCH_COMMIT")
+    if env_commit:
         dirty_env = os.environ.get("ATTNBENCH_DIRTY")
-        return {
-            "commit": env_commit or "unknown",
+        info = {
+            "commit": env_commit,
             "dirty": None if dirty_env is None else dirty_env not in ("0", "false", ""),
             "dirty_files": None,
             "branch": os.environ.get("ATTNBENCH_BRANCH", "unknown"),
-            "commit_source": "env ATTNBENCH_COMMIT" if env_commit else "none (no .git, no env)",
+            "commit_source": "env ATTNBENCH_COMMIT",
         }
-    status = _git("status", "--porcelain", "--untracked-files=all") or ""
-    changed = [line for line in status.splitlines() if line.strip()]
-    return {
-        "commit": commit,
-        "dirty": bool(changed),
-        "dirty_files": len(changed),  # untracked (not ignored) files count as dirty
-        "branch": _git("rev-parse", "--abbrev-ref", "HEAD") or "unknown",
-        "commit_source": "git",
-    }
+        if git_view is not None:
+            info["git_in_checkout"] = f"{git_view['commit']} (dirty files: {git_view['dirty_files']})"
+        return info
+    if git_view is not None:
+        return git_view
+    return {"commit": "unknown", "dirty": None, "dirty_files": None,
+            "branch": os.environ.get("ATTNBENCH_BRANCH", "unknown"),
+            "commit_source": "none (no .git, no env)"}
 
 
 def _version(module: str) -> str | None:

@@ -17,6 +17,7 @@ def test_git_dirty_counts_untracked(tmp_path, monkeypatch):
     _git(tmp_path, "add", "a.txt")
     _git(tmp_path, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "a")
     monkeypatch.setattr(provenance, "REPO_ROOT", tmp_path)
+    monkeypatch.delenv("ATTNBENCH_COMMIT", raising=False)
     clean = provenance.git_info()
     assert clean["dirty"] is False and clean["branch"] == "main" and len(clean["commit"]) == 40
     (tmp_path / "untracked.txt").write_text("b")
@@ -30,6 +31,23 @@ def test_env_fallback_without_git(tmp_path, monkeypatch):
     monkeypatch.setenv("ATTNBENCH_DIRTY", "0")
     info = provenance.git_info()
     assert info["commit"] == "f" * 40 and info["dirty"] is False and info["commit_source"].startswith("env")
+
+
+def test_env_commit_wins_over_a_stale_git(tmp_path, monkeypatch):
+    """A copied tree can carry an old .git (seen on the lent GPU host); the launcher's commit wins
+    and git's view is kept beside it."""
+    _git(tmp_path, "init", "-q", "-b", "main")
+    (tmp_path / "a.txt").write_text("a")
+    _git(tmp_path, "add", "a.txt")
+    _git(tmp_path, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "a")
+    (tmp_path / "a.txt").write_text("changed since")
+    monkeypatch.setattr(provenance, "REPO_ROOT", tmp_path)
+    monkeypatch.setenv("ATTNBENCH_COMMIT", "e" * 40)
+    monkeypatch.setenv("ATTNBENCH_DIRTY", "0")
+    monkeypatch.setenv("ATTNBENCH_BRANCH", "main")
+    info = provenance.git_info()
+    assert info["commit"] == "e" * 40 and info["dirty"] is False and info["commit_source"] == "env ATTNBENCH_COMMIT"
+    assert "(dirty files: 1)" in info["git_in_checkout"] and not info["git_in_checkout"].startswith("e" * 40)
 
 
 def test_capture_on_cpu(geometry):
