@@ -1088,8 +1088,15 @@ __device__ __forceinline__ void bulk_copy(unsigned dst, const void* src, unsigne
 }
 
 enum RingLoader { CPASYNC = 0, BULK = 1 };
+// What a ring does with the tile between its column sums and its write, and so when a stage may be
+// refilled: REREAD reads it again from the stage (refill after the next tile's first barrier);
+// HOLD keeps it faded in registers (refill at the top of the next tile, before its wait);
+// HOLD_EARLY holds it too and refills right after the column-partials barrier, the first point
+// where no thread reads the stage any more, so the next load is in flight during the sums, the
+// write and the wait instead of only the wait.
+enum RingKeep { REREAD = 0, HOLD = 1, HOLD_EARLY = 2 };
 
-template <typename T, int COLS, int THREADS, int STAGES, bool HOLD, int LOADER>
+template <typename T, int COLS, int THREADS, int STAGES, int KEEP, int LOADER>
 __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __restrict__ k,
                                      const bf16* __restrict__ v, const float* __restrict__ g,
                                      const float* __restrict__ beta, T* __restrict__ S,
@@ -1170,21 +1177,22 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
             cp_async_commit();  // one group per issue slot, empty or not (see refill)
         }
     };
-    // The stage of tile n + STAGES - 1 is the one tile n - 1 used. HOLD designs stop reading a
-    // stage at the tile's last barrier, so they refill it BEFORE waiting for tile n (STAGES tiles in
-    // flight during the wait); re-reading designs read it until the end of the tile, so they refill
-    // only after the next barrier (STAGES - 1 in flight).
+    // HOLD / REREAD refill the stage tile n - 1 used with tile n + STAGES - 1 (see RingKeep for
+    // when); HOLD_EARLY refills tile n's own stage with tile n + STAGES once tile n is in registers.
+    constexpr bool HOLDS = KEEP != REREAD;
     auto refill = [&](int stage, int t) {
-        const int ahead = t + (STAGES - 1) * stride;
-        if (ahead < ntiles) issue((stage + STAGES - 1) % STAGES, ahead);
+        const int ahead = t + (KEEP == HOLD_EARLY ? STAGES : STAGES - 1) * stride;
+        const int into = KEEP == HOLD_EARLY ? stage : (stage + STAGES - 1) % STAGES;
+        if (ahead < ntiles) issue(into, ahead);
         else if constexpr (LOADER == CPASYNC) cp_async_commit();  // keep the group count in step
     };
 
-    // Prologue: STAGES-1 tiles in flight; with cp.async, empty groups are committed too, so the
-    // group count always says which tile has landed.
+    // Prologue: STAGES-1 tiles in flight (HOLD_EARLY: all STAGES); with cp.async, empty groups are
+    // committed too, so the group count always says which tile has landed.
+    constexpr int PROLOGUE = KEEP == HOLD_EARLY ? STAGES : STAGES - 1;
     int t = blockIdx.x;
 #pragma unroll
-    for (int s = 0; s < STAGES - 1; ++s) {
+    for (int s = 0; s < PROLOGUE; ++s) {
         if (t + s * stride < ntiles) issue(s, t + s * stride);
         else if constexpr (LOADER == CPASYNC) cp_async_commit();
     }
@@ -1198,15 +1206,17 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
     for (; t < ntiles; t += stride) {
         const int mh = t / R::SLICES, sl = t % R::SLICES;
         const float b = tid < R::COLS ? beta[mh] : 0.f;  // latency hidden behind the wait
-        if constexpr (HOLD) refill(stage, t);
+        if constexpr (KEEP == HOLD) refill(stage, t);
         if constexpr (LOADER == BULK) {
             mbar_wait(bar0 + 8 * stage, parity);  // the barrier's phase makes the stage visible
-            if constexpr (!HOLD) __syncthreads();  // every thread is done with the last tile's stage
+            if constexpr (!HOLDS) __syncthreads();  // every thread is done with the last tile's stage
         } else {
-            cp_async_wait<HOLD ? STAGES - 1 : STAGES - 2>();
+            // Groups committed before this wait: PROLOGUE + one per earlier tile (+ this tile's,
+            // for HOLD); tile n's group must be complete.
+            cp_async_wait<KEEP == REREAD ? STAGES - 2 : STAGES - 1>();
             __syncthreads();  // the other threads' copies are visible; the last tile is done
         }
-        if constexpr (!HOLD) refill(stage, t);
+        if constexpr (KEEP == REREAD) refill(stage, t);
         const unsigned char* st = ring_smem + stage * R::BYTES;
 
         if (tid < KDIM) {  // warps 0-3: norms (each warp, no barrier), then one key row each
@@ -1223,8 +1233,10 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
         float vh[R::VEC], w[R::VEC];
 #pragma unroll
         for (int e = 0; e < R::VEC; ++e) vh[e] = w[e] = 0.f;
-        float held[HOLD ? R::RPT : 1][R::VEC];  // faded rows (HOLD only)
-        float knr[HOLD ? R::RPT : 1];
+        float held[HOLDS ? R::RPT : 1][R::VEC];  // faded rows (HOLD, HOLD_EARLY)
+        float knr[HOLDS ? R::RPT : 1];
+        // v is read here, before the column-partials barrier, so HOLD_EARLY may refill after it.
+        const float vj = tid < R::COLS ? bf2f(reinterpret_cast<const bf16*>(st + R::OFF_V)[tid]) : 0.f;
 #pragma unroll
         for (int i = 0; i < R::RPT; ++i) {
             float s[R::VEC];
@@ -1235,7 +1247,7 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
                 vh[e] = fmaf(s[e], r.z, vh[e]);
                 w[e] = fmaf(s[e], r.w, w[e]);
             }
-            if constexpr (HOLD) {
+            if constexpr (HOLDS) {
 #pragma unroll
                 for (int e = 0; e < R::VEC; ++e) held[i][e] = s[e] * r.x;
                 knr[i] = r.y;
@@ -1258,11 +1270,11 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
             }
         }
         __syncthreads();
+        if constexpr (KEEP == HOLD_EARLY) refill(stage, t);  // nothing reads this stage any more
         if (tid < R::COLS) {
             float a = 0.f, bb = 0.f;
 #pragma unroll
             for (int wp = 0; wp < R::WARPS; ++wp) { a += red[0][wp][rcol]; bb += red[1][wp][rcol]; }
-            const float vj = bf2f(reinterpret_cast<const bf16*>(st + R::OFF_V)[tid]);
             const float u = b * (vj - a);
             o[(size_t)mh * VDIM + sl * R::COLS + tid] = f2bf(bb + u * skq);
             su[tid] = u;
@@ -1279,7 +1291,7 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
 #pragma unroll
         for (int i = 0; i < R::RPT; ++i) {
             float s[R::VEC];
-            if constexpr (HOLD) {
+            if constexpr (HOLDS) {
 #pragma unroll
                 for (int e = 0; e < R::VEC; ++e) s[e] = fmaf(knr[i], uu[e], held[i][e]);
             } else {
@@ -1364,13 +1376,15 @@ DEFINE_EXACT(regs_wide3, f32, float, 256, float, 64)
 // ring configurations: 32 KiB tiles (128 BF16 / 64 FP32 columns), the tile held in registers or
 // re-read, the loader (cp.async or bulk). Stages: the most that keep 3 CTAs per SM (2 where the
 // registers allow only 2).
-#define DEFINE_RING(NAME, SUFFIX, T, COLS, THREADS, STAGES, HOLD, LOADER)                          \
+#define DEFINE_RING(NAME, SUFFIX, T, COLS, THREADS, STAGES, KEEP, LOADER)                          \
     extern "C" __global__ void __launch_bounds__(THREADS) kda_##NAME##_##SUFFIX(EXACT_ARGS(T)) {  \
-        ring<T, COLS, THREADS, STAGES, HOLD, LOADER>(q, k, v, g, beta, S, o, M, H, eps, scale);  \
+        ring<T, COLS, THREADS, STAGES, KEEP, LOADER>(q, k, v, g, beta, S, o, M, H, eps, scale);  \
     }
-DEFINE_RING(ring32k_reread, bf16, bf16, 128, 128, 2, false, CPASYNC)
-DEFINE_RING(ring32k_reread, f32, float, 64, 128, 2, false, CPASYNC)
-DEFINE_RING(bulk32k_hold, bf16, bf16, 128, 256, 3, true, BULK)
-DEFINE_RING(bulk32k_hold, f32, float, 64, 256, 3, true, BULK)
-DEFINE_RING(bulk32k_reread, bf16, bf16, 128, 128, 2, false, BULK)
-DEFINE_RING(bulk32k_reread, f32, float, 64, 128, 2, false, BULK)
+DEFINE_RING(ring32k_reread, bf16, bf16, 128, 128, 2, REREAD, CPASYNC)
+DEFINE_RING(ring32k_reread, f32, float, 64, 128, 2, REREAD, CPASYNC)
+DEFINE_RING(bulk32k_hold, bf16, bf16, 128, 256, 3, HOLD, BULK)
+DEFINE_RING(bulk32k_hold, f32, float, 64, 256, 3, HOLD, BULK)
+DEFINE_RING(bulk32k_early, bf16, bf16, 128, 256, 3, HOLD_EARLY, BULK)
+DEFINE_RING(bulk32k_early, f32, float, 64, 256, 3, HOLD_EARLY, BULK)
+DEFINE_RING(bulk32k_reread, bf16, bf16, 128, 128, 2, REREAD, BULK)
+DEFINE_RING(bulk32k_reread, f32, float, 64, 128, 2, REREAD, BULK)

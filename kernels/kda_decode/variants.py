@@ -46,13 +46,14 @@ class _Design:
     tiles_per_head: Callable[[str], int] = lambda dtype: _KV // _TILE_COLS  # persistent designs
 
 
-# ring<T, COLS, THREADS, STAGES, HOLD, LOADER> in the .cu: (tile bytes, threads, stages, hold,
+# ring<T, COLS, THREADS, STAGES, KEEP, LOADER> in the .cu: (tile bytes, threads, stages, keep,
 # loader) per variant, the same for both dtypes (a 16 KiB tile is 64 BF16 or 32 FP32 columns).
 # tests/test_kda_component checks this table against the DEFINE_RING lines of the .cu.
-RING_CONFIGS: dict[str, tuple[int, int, int, bool, str]] = {
-    "ring32k_reread": (32768, 128, 2, False, "CPASYNC"),
-    "bulk32k_hold": (32768, 256, 3, True, "BULK"),
-    "bulk32k_reread": (32768, 128, 2, False, "BULK"),
+RING_CONFIGS: dict[str, tuple[int, int, int, str, str]] = {
+    "ring32k_reread": (32768, 128, 2, "REREAD", "CPASYNC"),
+    "bulk32k_hold": (32768, 256, 3, "HOLD", "BULK"),
+    "bulk32k_early": (32768, 256, 3, "HOLD_EARLY", "BULK"),
+    "bulk32k_reread": (32768, 128, 2, "REREAD", "BULK"),
 }
 
 
@@ -117,6 +118,9 @@ _WHY = {
     "bulk32k_hold": "ring with 32 KiB tiles loaded by the bulk copy engine (cp.async.bulk, one "
                     "instruction per tile row, completion on an mbarrier), 3 stages, 256 threads, faded "
                     "tile held in registers so a stage is refilled before the next wait",
+    "bulk32k_early": "bulk32k_hold refilling a stage as soon as its tile is in registers (after the "
+                     "column-partials barrier) instead of at the next tile's top: one more tile in "
+                     "flight during the sums, the write and the wait",
     "bulk32k_reread": "ring32k_reread loading through the bulk copy engine instead of per-thread "
                       "16-byte cp.async",
 }
