@@ -52,6 +52,9 @@ Variants:
                     BF16, 8 16-byte loads per thread); the tile stays as raw words in registers and
                     is decoded twice instead of held as floats, so BF16 fits 4 blocks (128 KiB of
                     loads in flight) per SM: regs_v16's BF16 blocks carry half the bytes.
+  ring<...>         persistent CTAs over 32 KiB tiles (a whole BF16 head, half an FP32 one) with a
+                    cp.async or bulk-copy ring and lean per-tile code; instantiated as
+                    ring32k_reread, bulk32k_hold, bulk32k_early, bulk32k_reread (see its comment).
 */
 
 typedef unsigned short bf16;  // raw bf16 bits
@@ -1030,9 +1033,10 @@ __device__ __forceinline__ void regs_wide(const bf16* __restrict__ q, const bf16
 // it from the stage (about 1.4 more per element, but no registers, so a thread can own 16 rows and
 // the column sums need fewer shuffles) and can refill only after the next barrier.
 // LOADER: per-thread 16-byte cp.async, or the bulk copy engine (one instruction per tile row).
-// Measured on the H200 (reports/2026-11-29-kda_decode-h200-1049*): this cut the BF16 instructions
-// per byte 2.5x, yet time moved by at most 2% -- the SMs were not the bound (FINDINGS.md). The
-// variants kept are the 32 KiB-tile ones; 16 KiB tiles and the 2-stage hold were slower.
+// Measured on the H200 (reports/2026-11-29-kda_decode-h200-110800/FINDINGS.md): this cut the BF16
+// instructions per byte 2.5x, yet time moved by at most 2%: the SMs were not the bound. The
+// variants kept are the 32 KiB-tile ones; 16 KiB tiles, the 2-stage hold and one deep CTA per SM
+// were slower.
 
 template <typename T, int COLS_, int THREADS_>
 struct RingTile {
@@ -1386,10 +1390,5 @@ DEFINE_RING(bulk32k_hold, bf16, bf16, 128, 256, 3, HOLD, BULK)
 DEFINE_RING(bulk32k_hold, f32, float, 64, 256, 3, HOLD, BULK)
 DEFINE_RING(bulk32k_early, bf16, bf16, 128, 256, 3, HOLD_EARLY, BULK)
 DEFINE_RING(bulk32k_early, f32, float, 64, 256, 3, HOLD_EARLY, BULK)
-// One CTA of 512 threads per SM with a 6-deep ring (about 200 KiB of shared memory): up to six
-// 32 KiB tiles in flight per SM without a second CTA's registers, and 132 CTAs, so M = 32 runs
-// 15.5 tile rounds instead of 5.2 (a smaller last-round tail).
-DEFINE_RING(bulk32k_deep, bf16, bf16, 128, 512, 6, HOLD_EARLY, BULK)
-DEFINE_RING(bulk32k_deep, f32, float, 64, 512, 6, HOLD_EARLY, BULK)
 DEFINE_RING(bulk32k_reread, bf16, bf16, 128, 128, 2, REREAD, BULK)
 DEFINE_RING(bulk32k_reread, f32, float, 64, 128, 2, REREAD, BULK)

@@ -54,7 +54,6 @@ RING_CONFIGS: dict[str, tuple[int, int, int, str, str]] = {
     "bulk32k_hold": (32768, 256, 3, "HOLD", "BULK"),
     "bulk32k_early": (32768, 256, 3, "HOLD_EARLY", "BULK"),
     "bulk32k_reread": (32768, 128, 2, "REREAD", "BULK"),
-    "bulk32k_deep": (32768, 512, 6, "HOLD_EARLY", "BULK"),
 }
 
 
@@ -122,9 +121,6 @@ _WHY = {
     "bulk32k_early": "bulk32k_hold refilling a stage as soon as its tile is in registers (after the "
                      "column-partials barrier) instead of at the next tile's top: one more tile in "
                      "flight during the sums, the write and the wait",
-    "bulk32k_deep": "bulk32k_early as one 512-thread CTA per SM with a 6-deep ring (~200 KiB of "
-                    "shared memory): up to six 32 KiB tiles in flight per SM and 132 CTAs, so fewer "
-                    "CTAs finish the last round alone",
     "bulk32k_reread": "ring32k_reread loading through the bulk copy engine instead of per-thread "
                       "16-byte cp.async",
 }
