@@ -17,12 +17,15 @@ import os
 import pathlib
 import platform
 import socket
+import logging
 import subprocess
 import sys
 from typing import Any
 
 from harness.fuel import REPO_ROOT, Geometry
 
+
+log = logging.getLogger("attnbench")
 
 def _git(*args: str) -> str | None:
     try:
@@ -63,7 +66,14 @@ def git_info() -> dict[str, Any]:
             "commit_source": "env ATTNBENCH_COMMIT",
         }
         if git_view is not None:
+            if git_view["commit"].startswith(env_commit) or env_commit.startswith(git_view["commit"]):
+                # The same commit: git knows the full hash and the dirty state first-hand.
+                return git_view | {"commit_source": "git (= env ATTNBENCH_COMMIT)"}
+            # A stale .git in a copied tree, or a stale variable left in a shell: keep both, and
+            # the report shows the mismatch.
             info["git_in_checkout"] = f"{git_view['commit']} (dirty files: {git_view['dirty_files']})"
+            log.warning("ATTNBENCH_COMMIT=%s differs from the checkout's git HEAD %s; recording the "
+                        "variable (unset it if the checkout is the truth)", env_commit, git_view["commit"])
         return info
     if git_view is not None:
         return git_view

@@ -50,6 +50,21 @@ def test_env_commit_wins_over_a_stale_git(tmp_path, monkeypatch):
     assert "(dirty files: 1)" in info["git_in_checkout"] and not info["git_in_checkout"].startswith("e" * 40)
 
 
+def test_env_commit_matching_git_keeps_gits_dirty_state(tmp_path, monkeypatch):
+    _git(tmp_path, "init", "-q", "-b", "main")
+    (tmp_path / "a.txt").write_text("a")
+    _git(tmp_path, "add", "a.txt")
+    _git(tmp_path, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "a")
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=tmp_path, capture_output=True, text=True).stdout.strip()
+    (tmp_path / "b.txt").write_text("untracked")
+    monkeypatch.setattr(provenance, "REPO_ROOT", tmp_path)
+    monkeypatch.setenv("ATTNBENCH_COMMIT", head[:7])
+    monkeypatch.delenv("ATTNBENCH_DIRTY", raising=False)
+    info = provenance.git_info()
+    assert info["commit"] == head and info["dirty"] is True and info["dirty_files"] == 1
+    assert "git_in_checkout" not in info and info["commit_source"].startswith("git")
+
+
 def test_capture_on_cpu(geometry):
     prov = provenance.capture(backends.CpuBackend(), geometry)
     assert prov["backend"] == "cpu" and "CPU reference backend" in prov["device"]

@@ -3,10 +3,12 @@
 # committed sweeps, render their reports, and pack everything under $OUT (the tool brings back at
 # most 8 files, so reports and store travel as one tarball).
 #   usage (device tool): ATTNBENCH_COMMIT=<sha> ATTNBENCH_DIRTY=<0|n files> bash tools/h200_run.sh [experiment ...]
-#   (the device copy has no .git: without these the reports say commit unknown / dirty: unknown)
+#   (the device copy's .git, when it has one, can be stale: ATTNBENCH_COMMIT wins over it, and
+#   without either the reports say commit unknown / dirty: unknown)
 #   optional env: SKIP_TESTS=1, PYTEST_K=<expr> (GPU test filter), SWEEP_ARGS="M=32 variant=a,b"
-#   (extra overrides for every sweep), PROFILE="<command>" (run last, e.g. ncu on
-#   tools/profile_kda.py; its output goes to $OUT/profile.txt)
+#   (extra overrides for EVERY listed experiment, so name the one they fit, e.g. `kda_decode`),
+#   PROFILE="<command>" (run last, e.g. ncu on tools/profile_variants.py; output in
+#   $OUT/profile.txt)
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT="${OUT:-/tmp/attnbench-out}"
@@ -20,11 +22,11 @@ commit_note="commit ${ATTNBENCH_COMMIT:-unknown}"; echo "$commit_note"
   python3 -c "import torch, cupy; print('torch', torch.__version__, 'cupy', cupy.__version__, torch.cuda.get_device_name())"
   if [ -z "${SKIP_TESTS:-}" ]; then python3 -m pytest -q -rs tests/test_gpu_*.py tests/test_kda_cuda.py ${PYTEST_K:+-k "$PYTEST_K"} 2>&1 | tail -25; fi
   for e in ${experiments[@]}; do
-    python3 -m harness -m "+experiment=$e" ${SWEEP_ARGS:-} 2>&1
-    python3 -m harness report latest
+    # report only a sweep that ran: after a refused sweep "latest" would be an older one
+    python3 -m harness -m "+experiment=$e" ${SWEEP_ARGS:-} 2>&1 && python3 -m harness report latest
   done
 } 2>&1 | tee "$OUT/log.txt"
-if [ -n "${PROFILE:-}" ]; then bash -c "$PROFILE" > "$OUT/profile.txt" 2>&1; echo "profile rc $?"; fi
+if [ -n "${PROFILE:-}" ]; then bash -c "$PROFILE" > "$OUT/profile.txt" 2>&1; echo "profile rc $?" | tee -a "$OUT/log.txt"; fi
 tar czf "$OUT/results.tgz" results reports
 python3 - <<'PY' | tee "$OUT/summary.txt"
 import pandas as pd

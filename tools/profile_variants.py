@@ -1,4 +1,4 @@
-"""Launch chosen variants of one component a few times each at one point, for a profiler to capture.
+"""Launch chosen variants of one component at one point (once each by default), for a profiler.
 
     ncu --clock-control none -k regex:kda_ python3 tools/profile_variants.py kda_decode \
         ring32k_reread pipelined_cpasync --point M=32 --point state_dtype=bf16
@@ -40,6 +40,9 @@ def main() -> None:
         if not sep or key not in comp.axes:
             raise SystemExit(f"--point: {item!r} must be KEY=VALUE with KEY one of {sorted(comp.axes)}")
         point[key] = _value(value)
+    missing = [axis for axis in comp.axes if axis not in point]
+    if missing:
+        raise SystemExit(f"--point: give every axis of {args.component}; missing {missing}")
     geometry = load_fuel()
     backend = CudaBackend()
     inputs = comp.make_inputs(geometry, point, np.random.default_rng(0))

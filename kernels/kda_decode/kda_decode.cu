@@ -1015,7 +1015,8 @@ __device__ __forceinline__ void regs_wide(const bf16* __restrict__ q, const bf16
 }
 
 // ================================================================================================
-// ring: persistent CTAs, cp.async ring of STAGES tiles, with the per-tile overhead cut down.
+// ring: persistent CTAs, a cp.async or bulk-copy ring of STAGES tiles, with the per-tile overhead
+// cut down.
 //
 // Why not pipelined_cpasync: its BF16 SASS spends ~780 instructions per warp per 16 KiB tile, of
 // which ~180 touch the state. A run-time-strided copy loop costs ~300 (integer division and
@@ -1028,10 +1029,10 @@ __device__ __forceinline__ void regs_wide(const bf16* __restrict__ q, const bf16
 //     threads into shared memory (the norms by those 4 warps only), then read as one float4 a row;
 //   - the tile shape is a template: 16 KiB or 32 KiB tiles, 128 or 256 threads, so the per-tile
 //     costs (barriers, norms, cross-warp sums) are spread over more bytes.
-// HOLD keeps the faded tile in registers between the reduction and the write (5.5 instructions per
-// BF16 element) and refills a stage before waiting for the next tile; !HOLD re-reads and re-decodes
-// it from the stage (about 1.4 more per element, but no registers, so a thread can own 16 rows and
-// the column sums need fewer shuffles) and can refill only after the next barrier.
+// KEEP (RingKeep below): HOLD and HOLD_EARLY keep the faded tile in registers between the reduction
+// and the write (5.5 instructions per BF16 element); REREAD re-reads and re-decodes it from the
+// stage (about 1.4 more per element, but no registers, so a thread can own 16 rows and the column
+// sums need fewer shuffles). The mode also decides when a stage may be refilled (see RingKeep).
 // LOADER: per-thread 16-byte cp.async, or the bulk copy engine (one instruction per tile row).
 // Measured on the H200 (reports/2026-11-29-kda_decode-h200-110800/FINDINGS.md): this cut the BF16
 // instructions per byte 2.5x, yet time moved by at most 2%: the SMs were not the bound. The
@@ -1163,7 +1164,7 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
                                           : reinterpret_cast<const unsigned char*>(v);
     const unsigned b_vdst = tid == 0 ? R::OFF_Q : tid == 1 ? R::OFF_K : tid == 2 ? R::OFF_G : R::OFF_V;
     const unsigned b_vbytes = tid == 2 ? KDIM * 4 : tid == 3 ? R::COLS * 2 : KDIM * 2;
-    const unsigned b_vhead = tid == 2 ? KDIM * 4 : KDIM * 2;
+    const unsigned b_vhead = tid == 2 ? KDIM * 4 : tid == 3 ? VDIM * 2 : KDIM * 2;
 
     auto issue = [&](int stage, int t) {
         const int mh = t / R::SLICES, sl = t % R::SLICES;
@@ -1378,8 +1379,9 @@ DEFINE_EXACT(regs_wide3, bf16, bf16, 256, bf16, 128)
 DEFINE_EXACT(regs_wide3, f32, float, 256, float, 64)
 
 // ring configurations: 32 KiB tiles (128 BF16 / 64 FP32 columns), the tile held in registers or
-// re-read, the loader (cp.async or bulk). Stages: the most that keep 3 CTAs per SM (2 where the
-// registers allow only 2).
+// re-read, the loader (cp.async or bulk). The stage count is the same for both dtypes: 2 stages
+// with 128 threads keep 3 CTAs per SM; 3 stages with 256 threads allow 2 (BF16 by its 127
+// registers and shared memory, FP32 by shared memory alone: 3 x 33.1 KiB per CTA).
 #define DEFINE_RING(NAME, SUFFIX, T, COLS, THREADS, STAGES, KEEP, LOADER)                          \
     extern "C" __global__ void __launch_bounds__(THREADS) kda_##NAME##_##SUFFIX(EXACT_ARGS(T)) {  \
         ring<T, COLS, THREADS, STAGES, KEEP, LOADER>(q, k, v, g, beta, S, o, M, H, eps, scale);  \

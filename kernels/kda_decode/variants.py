@@ -47,7 +47,7 @@ class _Design:
 
 
 # ring<T, COLS, THREADS, STAGES, KEEP, LOADER> in the .cu: (tile bytes, threads, stages, keep,
-# loader) per variant, the same for both dtypes (a 16 KiB tile is 64 BF16 or 32 FP32 columns).
+# loader) per variant, the same for both dtypes (a 32 KiB tile is 128 BF16 or 64 FP32 columns).
 # tests/test_kda_component checks this table against the DEFINE_RING lines of the .cu.
 RING_CONFIGS: dict[str, tuple[int, int, int, str, str]] = {
     "ring32k_reread": (32768, 128, 2, "REREAD", "CPASYNC"),
