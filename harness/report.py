@@ -15,6 +15,7 @@ import shutil
 from typing import Any, Iterable, Sequence
 
 import jinja2
+import numpy as np
 import pandas as pd
 
 from harness import accounting as acc
@@ -88,6 +89,61 @@ def results_table(df: pd.DataFrame, cpu: bool) -> str:
             fmt(r["n"]),
             status,
         ])
+    return md_table(headers, rows)
+
+
+# A point joins the line fit when it moves at least this share of the group's largest point's bytes:
+# small points are latency-bound (a few tiles for many SMs) and would bend the line.
+SCALING_MIN_SHARE = 0.25
+SCALING_MIN_POINTS = 3
+
+
+def scaling_fits(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """Per variant (and fixed value of every other axis): the least-squares line
+    ``seconds = fixed + bytes / rate`` through the ok rows that move at least SCALING_MIN_SHARE of
+    the group's largest byte count, over the first numeric axis that varies. The rate is the cost
+    of each added byte once the step is large; ``fixed`` is what it pays whatever its size."""
+    ok = df[df["status"] == "ok"]
+    axes = component_axes(ok)
+    numeric = [a for a in axes if ok[a].nunique() > 1 and pd.api.types.is_numeric_dtype(ok[a])]
+    if not numeric:
+        return []
+    size = numeric[0]
+    others = [a for a in axes if a != size]
+    fits = []
+    for key, grp in ok.groupby(["variant", *others], dropna=False, sort=True):
+        key = key if isinstance(key, tuple) else (key,)
+        big = grp[grp["bytes"] >= SCALING_MIN_SHARE * grp["bytes"].max()].sort_values("bytes")
+        if big["bytes"].nunique() < SCALING_MIN_POINTS:
+            continue
+        x = big["bytes"].to_numpy(dtype=float)
+        y = big["ms_p50"].to_numpy(dtype=float) * 1e-3
+        slope, fixed = (float(c) for c in np.polyfit(x, y, 1))
+        if slope <= 0:  # time does not grow with bytes: no rate to report
+            continue
+        dev = np.abs(fixed + slope * x - y) / y
+        fits.append({
+            "variant": key[0], "peer": bool(grp["peer"].iloc[0]) if "peer" in grp else False,
+            "others": dict(zip(others, key[1:])), "size_axis": size,
+            "sizes": [v for v in big[size].tolist()],
+            "rate_gbps": 1e-9 / slope, "fixed_us": fixed * 1e6, "max_dev": float(dev.max()),
+        })
+    return fits
+
+
+def scaling_table(df: pd.DataFrame, roofline_gbps: float | None) -> str:
+    fits = scaling_fits(df)
+    if not fits:
+        return ""
+    others = list(fits[0]["others"])
+    size = fits[0]["size_axis"]
+    headers = ["variant", *others, f"{size} in the fit", "marginal GB/s", "% roofline", "fixed µs",
+               "largest deviation"]
+    fits.sort(key=lambda f: (*[str(f["others"][o]) for o in others], -f["rate_gbps"]))
+    rows = [[f["variant"] + (" [peer]" if f["peer"] else ""), *[fmt(f["others"][o]) for o in others],
+             ", ".join(fmt(v) for v in f["sizes"]), fmt(f["rate_gbps"], ".0f"),
+             fmt(f["rate_gbps"] / roofline_gbps * 100 if roofline_gbps else None, ".1f"),
+             fmt(f["fixed_us"], ".2f"), f"{f['max_dev'] * 100:.1f}%"] for f in fits]
     return md_table(headers, rows)
 
 
@@ -197,6 +253,7 @@ def render_sweep(sweep_dir: pathlib.Path, out_root: pathlib.Path, template: str 
         has_plot = plot_component(grp, roof["gbps"] if roof else None, out / plot_name,
                                   f"{comp} on {prov['device']} ({sweep})")
         sections.append({"component": comp, "table": results_table(grp, cpu),
+                         "scaling": scaling_table(grp, roof["gbps"] if roof else None),
                          "plot": plot_name if has_plot else None,
                          "n_ok": int((grp["status"] == "ok").sum()), "n": len(grp)})
         if has_plot:

@@ -50,3 +50,28 @@ def test_reports_of_two_sweeps_do_not_overwrite_each_other(cli, tmp_path):
     assert again == first
     assert not (first / "stale.png").exists(), "a file an earlier render wrote is removed"
     assert (first / "NOTES.md").exists(), "hand-written files are kept"
+
+
+def test_scaling_fit_recovers_rate_and_fixed_cost():
+    """Rows built from time = 5 us + bytes / 4000 GB/s (with one small latency-bound point far
+    off the line) give back 4000 GB/s and 5 us, and the small point is left out of the fit."""
+    import pandas as pd
+
+    from harness import report
+
+    rows = []
+    for dtype, rate, fixed in (("bf16", 4000e9, 5e-6), ("fp32", 3000e9, 2e-6)):
+        for M in (1, 16, 24, 32, 64):
+            nbytes = M * 4.3e6
+            seconds = fixed + nbytes / rate if M > 1 else 40e-6  # M=1: latency-bound, off the line
+            rows.append({"component": "kda_decode", "variant": "v", "M": M, "state_dtype": dtype,
+                         "bytes": nbytes, "ms_p50": seconds * 1e3, "status": "ok", "peer": False})
+    fits = {f["others"]["state_dtype"]: f for f in report.scaling_fits(pd.DataFrame(rows))}
+    assert set(fits) == {"bf16", "fp32"}
+    assert abs(fits["bf16"]["rate_gbps"] - 4000) < 1e-6 and abs(fits["bf16"]["fixed_us"] - 5) < 1e-6
+    assert abs(fits["fp32"]["rate_gbps"] - 3000) < 1e-6 and abs(fits["fp32"]["fixed_us"] - 2) < 1e-6
+    assert fits["bf16"]["sizes"] == [16, 24, 32, 64] and fits["bf16"]["max_dev"] < 1e-9
+    table = report.scaling_table(pd.DataFrame(rows), roofline_gbps=4000.0)
+    assert "| v | bf16 | 16, 24, 32, 64 | 4000 | 100.0 | 5.00 | 0.0% |" in table
+    # Two points are not a line: no fit.
+    assert report.scaling_fits(pd.DataFrame([r for r in rows if r["M"] in (32, 64)])) == []
