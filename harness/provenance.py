@@ -13,19 +13,19 @@ from __future__ import annotations
 
 import datetime as _dt
 import hashlib
+import logging
 import os
 import pathlib
 import platform
 import socket
-import logging
 import subprocess
 import sys
 from typing import Any
 
 from harness.fuel import REPO_ROOT, Geometry
 
-
 log = logging.getLogger("attnbench")
+
 
 def _git(*args: str) -> str | None:
     try:

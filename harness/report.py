@@ -125,7 +125,7 @@ def scaling_fits(df: pd.DataFrame) -> list[dict[str, Any]]:
         fits.append({
             "variant": key[0], "peer": bool(grp["peer"].iloc[0]) if "peer" in grp else False,
             "others": dict(zip(others, key[1:])), "size_axis": size,
-            "sizes": [v for v in big[size].tolist()],
+            "sizes": big[size].tolist(),
             "rate_gbps": 1e-9 / slope, "fixed_us": fixed * 1e6, "max_dev": float(dev.max()),
         })
     return fits

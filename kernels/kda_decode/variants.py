@@ -27,7 +27,6 @@ SOURCE = HERE / "kda_decode.cu"
 # The .cu hard-codes K = V = 128 (KDIM/VDIM) and these shared-memory layouts; keep in step with it.
 _KV = 128
 _TILE_COLS = 64                       # Tile16<T>::COLS: column slice of the 16-byte variants
-_STAGE_EXTRA = 2 * _KV * 2 + _KV * 4 + _TILE_COLS * 2   # q, k (bf16), g (f32), v slice (bf16)
 _PIPE_STAGES = {"bf16": 3, "fp32": 2}  # instantiated stage counts (see the .cu for why)
 _STATE_DTYPES = {"bf16": np.uint16, "fp32": np.float32}
 _SYMBOL_SUFFIX = {"bf16": "bf16", "fp32": "f32"}
@@ -61,12 +60,17 @@ def ring_cols(name: str, dtype: str) -> int:
     return RING_CONFIGS[name][0] // (_KV * _itemsize(dtype))
 
 
+def _stage_bytes(tile_bytes: int, cols: int) -> int:
+    """One shared-memory stage of the cp.async / bulk rings: the state tile, then q, k (bf16),
+    g (f32) and the tile's slice of v (bf16): Stage<T> and RingTile<...>::BYTES in the .cu."""
+    return tile_bytes + 2 * _KV * 2 + _KV * 4 + cols * 2
+
+
 def _ring_design(name: str) -> _Design:
     tile_bytes, threads, stages, _, _ = RING_CONFIGS[name]
-    # One stage: the state tile, then q, k (bf16), g (f32) and the tile's slice of v (bf16).
     return _Design(lazy=False, threads=threads, persistent=True,
                    tiles_per_head=lambda d: _KV // ring_cols(name, d),
-                   smem=lambda d: stages * (tile_bytes + 2 * _KV * 2 + _KV * 4 + ring_cols(name, d) * 2))
+                   smem=lambda d: stages * _stage_bytes(tile_bytes, ring_cols(name, d)))
 
 
 def _itemsize(dtype: str) -> int:
@@ -82,7 +86,7 @@ _DESIGNS: dict[str, _Design] = {
     "lazy_v16": _Design(lazy=True, threads=256, blocks_per_head=_KV // _TILE_COLS),
     "pipelined_cpasync": _Design(
         lazy=False, threads=256, persistent=True,
-        smem=lambda d: _PIPE_STAGES[d] * (_KV * _TILE_COLS * _itemsize(d) + _STAGE_EXTRA)),
+        smem=lambda d: _PIPE_STAGES[d] * _stage_bytes(_KV * _TILE_COLS * _itemsize(d), _TILE_COLS)),
     # 64-column tiles in both dtypes (TileG<T, 64> in the .cu), persistent: tiles = heads x 2.
     "regs_pipelined": _Design(lazy=False, threads=256, persistent=True),
     # 32 KiB per block: the whole head in BF16 (TileG<bf16, 128>), half a head in FP32.
