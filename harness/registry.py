@@ -133,3 +133,21 @@ def get(name: str) -> Component:
     if name not in comps:
         raise KeyError(name)
     return comps[name]
+
+
+def parse_point(component: Component, items: list[str]) -> dict[str, Any]:
+    """A point from ``KEY=VALUE`` strings (command-line tools); every axis of ``component`` must be
+    given, and integers are read as integers. Raises ValueError with a one-line message."""
+    point: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or key not in component.axes:
+            raise ValueError(f"--point: {item!r} must be KEY=VALUE with KEY one of {sorted(component.axes)}")
+        try:
+            point[key] = int(value)
+        except ValueError:
+            point[key] = value
+    missing = [axis for axis in component.axes if axis not in point]
+    if missing:
+        raise ValueError(f"--point: give every axis of {component.name}; missing {missing}")
+    return point

@@ -18,13 +18,6 @@ from harness.backends import CudaBackend
 from harness.fuel import load_fuel
 
 
-def _value(text: str):
-    try:
-        return int(text)
-    except ValueError:
-        return text
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("component")
@@ -34,15 +27,10 @@ def main() -> None:
     args = ap.parse_args()
 
     comp = registry.get(args.component)
-    point = {}
-    for item in args.point:
-        key, sep, value = item.partition("=")
-        if not sep or key not in comp.axes:
-            raise SystemExit(f"--point: {item!r} must be KEY=VALUE with KEY one of {sorted(comp.axes)}")
-        point[key] = _value(value)
-    missing = [axis for axis in comp.axes if axis not in point]
-    if missing:
-        raise SystemExit(f"--point: give every axis of {args.component}; missing {missing}")
+    try:
+        point = registry.parse_point(comp, args.point)
+    except ValueError as exc:
+        raise SystemExit(str(exc))
     geometry = load_fuel()
     backend = CudaBackend()
     inputs = comp.make_inputs(geometry, point, np.random.default_rng(0))

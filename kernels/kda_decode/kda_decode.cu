@@ -67,6 +67,36 @@ typedef decltype(sizeof(0)) size_t;
 #define FULL_MASK 0xffffffffu
 
 // ------------------------------------------------------------------------------------------------
+// Timeline probes (tools/kda_timeline.py builds with -DKDA_TIMELINE; a normal build compiles them to
+// nothing, so the swept kernels' machine code is unchanged). Thread 0 of each CTA writes
+// %globaltimer (ns) into kda_timeline[block * TL_SLOTS + slot]: slot 0 entry, 1 exit, 2 the SM id,
+// 3 + 2n when the CTA's n-th tile is in shared memory, 4 + 2n when thread 0 has issued its stores.
+#ifdef KDA_TIMELINE
+#define TL_SLOTS 256
+#define TL_CAPACITY (1 << 20)
+__device__ unsigned long long kda_timeline[TL_CAPACITY];
+__device__ __forceinline__ void tl_put(int slot, unsigned long long value) {
+    const long long at = (long long)blockIdx.x * TL_SLOTS + slot;
+    if (threadIdx.x == 0 && slot < TL_SLOTS && at < TL_CAPACITY) kda_timeline[at] = value;
+}
+__device__ __forceinline__ unsigned long long tl_now() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
+    return t;
+}
+__device__ __forceinline__ unsigned tl_smid() {
+    unsigned id;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
+    return id;
+}
+#define TL_MARK(slot) tl_put((slot), tl_now())
+#define TL_SM() tl_put(2, tl_smid())
+#else
+#define TL_MARK(slot) ((void)0)
+#define TL_SM() ((void)0)
+#endif
+
+// ------------------------------------------------------------------------------------------------
 // bf16 <-> float by bit manipulation.
 
 __device__ __forceinline__ float bf2f(unsigned short x) { return __uint_as_float(((unsigned)x) << 16); }
@@ -1115,6 +1145,8 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
     __shared__ __align__(16) float su[R::COLS];
     __shared__ float skq;
     if (dynamic_smem_bytes() < (unsigned)(STAGES * R::BYTES)) __trap();
+    TL_MARK(0);
+    TL_SM();
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int cv = tid % R::CV, rg = tid / R::CV;
@@ -1208,6 +1240,7 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
 
     int stage = 0;
     unsigned parity = 0;  // BULK: phase of the current stage's barrier
+    [[maybe_unused]] int local = 0;  // this CTA's tile count (timeline probes only)
     for (; t < ntiles; t += stride) {
         const int mh = t / R::SLICES, sl = t % R::SLICES;
         const float b = tid < R::COLS ? beta[mh] : 0.f;  // latency hidden behind the wait
@@ -1221,6 +1254,7 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
             cp_async_wait<KEEP == REREAD ? STAGES - 2 : STAGES - 1>();
             __syncthreads();  // the other threads' copies are visible; the last tile is done
         }
+        TL_MARK(3 + 2 * local);
         if constexpr (KEEP == REREAD) refill(stage, t);
         const unsigned char* st = ring_smem + stage * R::BYTES;
 
@@ -1307,9 +1341,11 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
             }
             C::store(dst + (size_t)i * R::NRG * VDIM, s);
         }
+        TL_MARK(4 + 2 * local++);
         if (++stage == STAGES) { stage = 0; parity ^= 1u; }
     }
     if constexpr (LOADER == CPASYNC) cp_async_wait<0>();  // only empty groups remain; drain them
+    TL_MARK(1);
 }
 
 // ================================================================================================
@@ -1394,3 +1430,16 @@ DEFINE_RING(bulk32k_early, bf16, bf16, 128, 256, 3, HOLD_EARLY, BULK)
 DEFINE_RING(bulk32k_early, f32, float, 64, 256, 3, HOLD_EARLY, BULK)
 DEFINE_RING(bulk32k_reread, bf16, bf16, 128, 128, 2, REREAD, BULK)
 DEFINE_RING(bulk32k_reread, f32, float, 64, 128, 2, REREAD, BULK)
+// Exploratory shapes (2026-11-29 second session): more threads per tile, fewer or more stages.
+DEFINE_RING(ring32k_reread_t256, bf16, bf16, 128, 256, 2, REREAD, CPASYNC)
+DEFINE_RING(ring32k_reread_t256, f32, float, 64, 256, 2, REREAD, CPASYNC)
+DEFINE_RING(ring32k_reread_t512, bf16, bf16, 128, 512, 2, REREAD, CPASYNC)
+DEFINE_RING(ring32k_reread_t512, f32, float, 64, 512, 2, REREAD, CPASYNC)
+DEFINE_RING(ring32k_reread_s3, bf16, bf16, 128, 128, 3, REREAD, CPASYNC)
+DEFINE_RING(ring32k_reread_s3, f32, float, 64, 128, 3, REREAD, CPASYNC)
+DEFINE_RING(bulk32k_reread_t256, bf16, bf16, 128, 256, 2, REREAD, BULK)
+DEFINE_RING(bulk32k_reread_t256, f32, float, 64, 256, 2, REREAD, BULK)
+DEFINE_RING(bulk32k_early_s2, bf16, bf16, 128, 256, 2, HOLD_EARLY, BULK)
+DEFINE_RING(bulk32k_early_s2, f32, float, 64, 256, 2, HOLD_EARLY, BULK)
+DEFINE_RING(ring32k_early, bf16, bf16, 128, 256, 3, HOLD_EARLY, CPASYNC)
+DEFINE_RING(ring32k_early, f32, float, 64, 256, 3, HOLD_EARLY, CPASYNC)

@@ -53,6 +53,13 @@ RING_CONFIGS: dict[str, tuple[int, int, int, str, str]] = {
     "bulk32k_hold": (32768, 256, 3, "HOLD", "BULK"),
     "bulk32k_early": (32768, 256, 3, "HOLD_EARLY", "BULK"),
     "bulk32k_reread": (32768, 128, 2, "REREAD", "BULK"),
+    # exploratory shapes (second 2026-11-29 session), kept only if they measure faster
+    "ring32k_reread_t256": (32768, 256, 2, "REREAD", "CPASYNC"),
+    "ring32k_reread_t512": (32768, 512, 2, "REREAD", "CPASYNC"),
+    "ring32k_reread_s3": (32768, 128, 3, "REREAD", "CPASYNC"),
+    "bulk32k_reread_t256": (32768, 256, 2, "REREAD", "BULK"),
+    "bulk32k_early_s2": (32768, 256, 2, "HOLD_EARLY", "BULK"),
+    "ring32k_early": (32768, 256, 3, "HOLD_EARLY", "CPASYNC"),
 }
 
 
@@ -127,6 +134,18 @@ _WHY = {
                      "flight during the sums, the write and the wait",
     "bulk32k_reread": "ring32k_reread loading through the bulk copy engine instead of per-thread "
                       "16-byte cp.async",
+    "ring32k_reread_t256": "ring32k_reread with 256 threads (8 rows each): half the serial work per tile, "
+                           "so the last tiles drain sooner; static shared memory allows 2 CTAs/SM",
+    "ring32k_reread_t512": "ring32k_reread with 512 threads (4 rows each), 2 CTAs/SM: per-tile latency "
+                           "cut 4x at the price of more barrier and reduction traffic",
+    "ring32k_reread_s3": "ring32k_reread with a 3-stage ring (2 tiles loading while one computes), "
+                         "2 CTAs/SM by shared memory",
+    "bulk32k_reread_t256": "bulk32k_reread with 256 threads: faster per-tile compute behind the bulk "
+                           "loader",
+    "bulk32k_early_s2": "bulk32k_early with 2 stages: a smaller first burst of loads (2 tiles per CTA "
+                        "instead of 3) and a shorter drain at the end",
+    "ring32k_early": "bulk32k_early's schedule (hold in registers, refill after the partials barrier) "
+                     "with per-thread cp.async instead of the bulk engine",
 }
 
 

@@ -1,0 +1,81 @@
+"""Reading the ring kernels' timeline probes (``-DKDA_TIMELINE``, see the top of kda_decode.cu).
+
+The instrumented build writes, for each CTA b, ``TL_SLOTS`` 64-bit words at ``b * TL_SLOTS``:
+slot 0 entry, 1 exit (%globaltimer, ns), 2 the SM id, 3 + 2n when the CTA's n-th tile is in shared
+memory and 4 + 2n when thread 0 has issued that tile's stores. Unwritten slots stay 0 (the tool
+zeroes the buffer before the launch). Pure NumPy/pandas, so it is tested on the CPU.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+TL_SLOTS = 256  # keep in step with TL_SLOTS in kda_decode.cu
+MAX_TILES = (TL_SLOTS - 3) // 2
+
+
+def parse(raw: np.ndarray, grid: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(ctas, tiles) from the raw probe buffer of a launch of ``grid`` CTAs; times in µs from the
+    earliest CTA entry. Raises ValueError when a CTA left no entry/exit (not an instrumented ring
+    kernel, or the buffer was not zeroed)."""
+    words = np.asarray(raw, dtype=np.uint64)
+    if words.size < grid * TL_SLOTS:
+        raise ValueError(f"timeline buffer holds {words.size} words; {grid} CTAs need {grid * TL_SLOTS}")
+    slots = words[: grid * TL_SLOTS].reshape(grid, TL_SLOTS)
+    entry, exit_ = slots[:, 0], slots[:, 1]
+    if (entry == 0).any() or (exit_ == 0).any():
+        bad = int(np.flatnonzero((entry == 0) | (exit_ == 0))[0])
+        raise ValueError(f"CTA {bad} wrote no entry/exit probe: is the kernel a ring built with -DKDA_TIMELINE?")
+    t0 = int(entry.min())
+    us = lambda ns: (ns.astype(np.int64) - t0) / 1e3  # noqa: E731
+    ready, stored = slots[:, 3::2][:, :MAX_TILES], slots[:, 4::2][:, :MAX_TILES]
+    count = (stored != 0).sum(axis=1)
+    ctas = pd.DataFrame({"cta": np.arange(grid), "sm": slots[:, 2].astype(np.int64),
+                         "entry_us": us(entry), "exit_us": us(exit_), "tiles": count})
+    rows = [(b, n, ready[b, n], stored[b, n]) for b in range(grid) for n in range(int(count[b]))]
+    tiles = pd.DataFrame(rows, columns=["cta", "n", "ready_ns", "stored_ns"])
+    tiles["ready_us"] = us(tiles.pop("ready_ns").to_numpy(np.uint64))
+    tiles["stored_us"] = us(tiles.pop("stored_ns").to_numpy(np.uint64))
+    return ctas, tiles
+
+
+def summarize(ctas: pd.DataFrame, tiles: pd.DataFrame) -> dict[str, float]:
+    """Where one launch's time goes, in µs from the first CTA's entry.
+
+    busy: tile in shared memory -> its stores issued (thread 0's view).
+    wait: previous tile's stores issued -> this tile in shared memory (data not there yet).
+    drain: the last tile to arrive anywhere -> the last CTA's exit.
+    """
+    first = tiles[tiles.n == 0]
+    later = tiles[tiles.n > 0].merge(
+        tiles.assign(n=tiles.n + 1)[["cta", "n", "stored_us"]].rename(columns={"stored_us": "prev_us"}),
+        on=["cta", "n"])
+    busy = tiles.stored_us - tiles.ready_us
+    wait = later.ready_us - later.prev_us
+    return {
+        "span_us": float(ctas.exit_us.max()),
+        "entry_spread_us": float(ctas.entry_us.max()),
+        "first_ready_min_us": float(first.ready_us.min()),
+        "first_ready_p50_us": float(first.ready_us.median()),
+        "first_ready_max_us": float(first.ready_us.max()),
+        "busy_p50_us": float(busy.median()),
+        "wait_p50_us": float(wait.median()) if len(wait) else float("nan"),
+        "exit_p10_us": float(ctas.exit_us.quantile(0.1)),
+        "exit_p50_us": float(ctas.exit_us.median()),
+        "last_ready_us": float(tiles.ready_us.max()),
+        "drain_us": float(ctas.exit_us.max() - tiles.ready_us.max()),
+        "tiles_min": int(ctas.tiles.min()),
+        "tiles_max": int(ctas.tiles.max()),
+    }
+
+
+def busy_profile(tiles: pd.DataFrame, ctas: pd.DataFrame, step_us: float = 0.25) -> pd.DataFrame:
+    """Per time bin: CTAs alive, CTAs computing a tile (between ready and stored)."""
+    end = float(ctas.exit_us.max())
+    t = np.arange(0.0, end + step_us, step_us)
+    alive = ((ctas.entry_us.to_numpy()[None, :] <= t[:, None])
+             & (ctas.exit_us.to_numpy()[None, :] > t[:, None])).sum(axis=1)
+    computing = ((tiles.ready_us.to_numpy()[None, :] <= t[:, None])
+                 & (tiles.stored_us.to_numpy()[None, :] > t[:, None])).sum(axis=1)
+    return pd.DataFrame({"t_us": t, "alive": alive, "computing": computing})

@@ -1,0 +1,50 @@
+"""The timeline probe reader (kernels/kda_decode/timeline.py) on a synthetic probe buffer."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kernels.kda_decode import timeline
+
+T0 = 1_000_000_000_000  # a %globaltimer-sized origin, in ns
+
+
+def _buffer(plan: dict[int, tuple[int, int, int, list[tuple[int, int]]]], grid: int) -> np.ndarray:
+    """plan[cta] = (sm, entry ns, exit ns, [(ready ns, stored ns) per tile]), offsets from T0."""
+    raw = np.zeros(grid * timeline.TL_SLOTS, dtype=np.uint64)
+    for b, (sm, entry, exit_, tiles) in plan.items():
+        base = b * timeline.TL_SLOTS
+        raw[base], raw[base + 1], raw[base + 2] = T0 + entry, T0 + exit_, sm
+        for n, (ready, stored) in enumerate(tiles):
+            raw[base + 3 + 2 * n], raw[base + 4 + 2 * n] = T0 + ready, T0 + stored
+    return raw
+
+
+def test_parse_and_summarize_a_two_cta_launch():
+    plan = {
+        0: (5, 0, 9000, [(2000, 3000), (3500, 4500), (7000, 8000)]),
+        1: (7, 400, 6000, [(2500, 3000), (4000, 5500)]),
+    }
+    ctas, tiles = timeline.parse(_buffer(plan, 2), 2)
+    assert ctas.sm.tolist() == [5, 7] and ctas.tiles.tolist() == [3, 2]
+    assert ctas.entry_us.tolist() == [0.0, 0.4] and ctas.exit_us.tolist() == [9.0, 6.0]
+    assert tiles.ready_us.tolist() == [2.0, 3.5, 7.0, 2.5, 4.0]
+    s = timeline.summarize(ctas, tiles)
+    assert s["span_us"] == 9.0 and s["entry_spread_us"] == pytest.approx(0.4)
+    assert (s["first_ready_min_us"], s["first_ready_max_us"]) == (2.0, 2.5)
+    # busy: 1.0, 1.0, 1.0, 0.5, 1.5 -> median 1.0; wait: 3.5-3.0, 7.0-4.5, 4.0-3.0 -> median 1.0
+    assert s["busy_p50_us"] == 1.0 and s["wait_p50_us"] == 1.0
+    assert s["last_ready_us"] == 7.0 and s["drain_us"] == 2.0
+    assert (s["tiles_min"], s["tiles_max"]) == (2, 3)
+    prof = timeline.busy_profile(tiles, ctas, step_us=0.5)
+    at = dict(zip(prof.t_us, prof.computing))
+    assert at[2.5] == 2 and at[5.0] == 1 and at[6.0] == 0 and at[7.5] == 1
+
+
+def test_parse_refuses_a_cta_without_probes():
+    plan = {0: (0, 0, 1000, [(100, 200)])}
+    with pytest.raises(ValueError, match="CTA 1 wrote no entry/exit probe"):
+        timeline.parse(_buffer(plan, 2), 2)
+    with pytest.raises(ValueError, match="need"):
+        timeline.parse(np.zeros(10, dtype=np.uint64), 2)

@@ -1,0 +1,137 @@
+"""Per-CTA timeline of one KDA decode step for ring variants: where a launch's microseconds go.
+
+    python3 tools/kda_timeline.py ring32k_reread bulk32k_early --point M=32 --point state_dtype=bf16 \
+        --out $OUT/timeline
+
+Builds kda_decode.cu with -DKDA_TIMELINE (probes that a normal build compiles to nothing) through
+the sweep's own launcher, so grid, shared memory and inputs are the swept ones. Each launch follows
+an L2 flush, as in the sweeps; the last of ``--launches`` is kept. Prints a summary per variant
+(kernels/kda_decode/timeline.py says what each column means) and writes ctas/tiles CSVs and a plot.
+Also times an empty kernel the way the sweeps time a step (graph replay after a flush): the floor
+that launch and event overhead put under every measured time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import types
+
+import numpy as np
+import pandas as pd
+
+from harness import registry, timing
+from harness.backends import CudaBackend
+from harness.fuel import load_fuel
+from kernels.kda_decode import timeline
+from kernels.kda_decode.variants import RING_CONFIGS, SOURCE
+
+TIMELINE_OPTION = "-DKDA_TIMELINE"
+
+
+class TimelineBackend(CudaBackend):
+    """The CUDA backend, compiling every module with the timeline probes on."""
+
+    def module(self, source, options=()):
+        return super().module(source, (*options, TIMELINE_OPTION))
+
+
+def launch_floor_ms(backend: CudaBackend) -> float:
+    """p50 of an empty kernel timed like a sweep step (graph replay, L2 flushed before each)."""
+    empty = backend.cp.RawModule(code='extern "C" __global__ void attnbench_empty() {}').get_function(
+        "attnbench_empty")
+    step = backend.capture(lambda: backend.launch(empty, (1,), (32,), ()))
+    conf = types.SimpleNamespace(warmup=10, min_reps=200, min_time_ms=0.0, max_noise=0.05,
+                                 max_reps=2000, timeout_s=30.0, graph=True)
+    return timing.time_cuda([step], backend, conf, "flush").ms_p50
+
+
+def record(backend: TimelineBackend, launch, launches: int) -> tuple[np.ndarray, float]:
+    """Raw probe words and the event-timed ms of the last of ``launches`` flushed launches."""
+    cp = backend.cp
+    module = backend.module(SOURCE)
+    ptr = module.get_global("kda_timeline")
+    words = cp.ndarray((1 << 20,), dtype=cp.uint64, memptr=ptr)
+    flush = timing._flusher(backend)
+    start, end = cp.cuda.Event(), cp.cuda.Event()
+    for _ in range(launches):
+        launch.poison()
+        with backend.stream:
+            words.fill(0)
+        flush()
+        start.record(backend.stream)
+        launch()
+        end.record(backend.stream)
+        end.synchronize()
+    return cp.asnumpy(words), cp.cuda.get_elapsed_time(start, end)
+
+
+def plot(results: dict, path: pathlib.Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, len(results), figsize=(6 * len(results), 7), squeeze=False)
+    for col, (name, (ctas, tiles, _)) in enumerate(results.items()):
+        gantt, prof = axes[0][col], axes[1][col]
+        order = ctas.sort_values(["sm", "cta"]).reset_index(drop=True)
+        row_of = dict(zip(order.cta, order.index))
+        y = tiles.cta.map(row_of)
+        gantt.hlines(y, tiles.ready_us, tiles.stored_us, linewidth=0.6,
+                     colors=np.where(tiles.n % 2 == 0, "tab:blue", "tab:orange"))
+        gantt.set_title(f"{name}: tile in smem -> stores issued")
+        gantt.set_ylabel("CTA (sorted by SM)")
+        busy = timeline.busy_profile(tiles, ctas)
+        prof.plot(busy.t_us, busy.alive, label="CTAs alive")
+        prof.plot(busy.t_us, busy.computing, label="CTAs computing a tile")
+        prof.set_xlabel("µs from the first CTA's entry")
+        prof.legend(loc="lower center")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("variants", nargs="+", help=f"ring variants: {sorted(RING_CONFIGS)}")
+    ap.add_argument("--point", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--launches", type=int, default=5)
+    ap.add_argument("--out", type=pathlib.Path, default=pathlib.Path("timeline"))
+    args = ap.parse_args()
+
+    comp = registry.get("kda_decode")
+    try:
+        point = registry.parse_point(comp, args.point)
+    except ValueError as exc:
+        raise SystemExit(str(exc))
+    for name in args.variants:
+        if name not in RING_CONFIGS:
+            raise SystemExit(f"variant: {name!r} has no timeline probes; allowed: {sorted(RING_CONFIGS)}")
+    geometry = load_fuel()
+    backend = TimelineBackend()
+    inputs = comp.make_inputs(geometry, point, np.random.default_rng(0))
+    args.out.mkdir(parents=True, exist_ok=True)
+    floor = launch_floor_ms(backend)
+    print(f"launch floor (empty kernel, graph replay after a flush): {floor * 1e3:.2f} µs")
+
+    results, rows = {}, []
+    for name in args.variants:
+        launch = comp.variant(name).build(geometry, point, inputs, backend)
+        raw, event_ms = record(backend, launch, args.launches)
+        ctas, tiles = timeline.parse(raw, launch.grid)
+        summary = timeline.summarize(ctas, tiles)
+        results[name] = (ctas, tiles, summary)
+        rows.append({"variant": name, "grid": launch.grid, "event_us": event_ms * 1e3, **summary})
+        ctas.to_csv(args.out / f"{name}_ctas.csv", index=False)
+        tiles.to_csv(args.out / f"{name}_tiles.csv", index=False)
+    table = pd.DataFrame(rows)
+    table.to_csv(args.out / "summary.csv", index=False)
+    plot(results, args.out / "timeline.png")
+    pd.set_option("display.width", 250)
+    print(f"point {point}; floor {floor * 1e3:.2f} µs")
+    print(table.T.to_string(float_format=lambda x: f"{x:.2f}"))
+
+
+if __name__ == "__main__":
+    main()
