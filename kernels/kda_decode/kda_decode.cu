@@ -1130,12 +1130,21 @@ enum RingLoader { CPASYNC = 0, BULK = 1 };
 // where no thread reads the stage any more, so the next load is in flight during the sums, the
 // write and the wait instead of only the wait.
 enum RingKeep { REREAD = 0, HOLD = 1, HOLD_EARLY = 2 };
+// Which CTA takes which tile. STATIC: CTA b takes b, b + grid, b + 2 grid, ... DYNAMIC: the first
+// PROLOGUE rounds the same, then each refill takes the next tile from a global counter (sched[0]),
+// claimed one tile ahead by thread 0 so the atomic's round trip hides behind a tile's work. Why:
+// the timeline probes (reports/2026-11-29-kda_decode-h200-114510) show CTAs running at very
+// different speeds (exit times spread over ~10 us of a 33 us step, whether a CTA had 5 or 6 tiles),
+// so a static split leaves the last microseconds to a few CTAs and the DRAM half idle. The last
+// CTA out resets both counters (sched[1] counts CTAs out), so every launch starts from zero.
+enum RingSched { STATIC = 0, DYNAMIC = 1 };
 
-template <typename T, int COLS, int THREADS, int STAGES, int KEEP, int LOADER>
+template <typename T, int COLS, int THREADS, int STAGES, int KEEP, int LOADER, int SCHED>
 __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __restrict__ k,
                                      const bf16* __restrict__ v, const float* __restrict__ g,
                                      const float* __restrict__ beta, T* __restrict__ S,
-                                     bf16* __restrict__ o, int M, int H, float eps, float scale) {
+                                     bf16* __restrict__ o, int M, int H, float eps, float scale,
+                                     unsigned* __restrict__ sched) {
     using R = RingTile<T, COLS, THREADS>;
     using C = Cols<T, R::VEC>;
     static_assert(STAGES >= 2, "one stage computing, at least one loading");
@@ -1214,24 +1223,43 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
             cp_async_commit();  // one group per issue slot, empty or not (see refill)
         }
     };
+    // Prologue depth: STAGES-1 tiles in flight (HOLD_EARLY: all STAGES).
+    constexpr int PROLOGUE = KEEP == HOLD_EARLY ? STAGES : STAGES - 1;
+    constexpr bool DYN = SCHED == DYNAMIC;
+    __shared__ int s_claim[2];  // DYNAMIC: the tile the next refill loads (double-buffered by local)
+    int pend[PROLOGUE];         // DYNAMIC: tiles in flight after the current one, oldest first
+    int local = 0;              // this CTA's tile count
     // HOLD / REREAD refill the stage tile n - 1 used with tile n + STAGES - 1 (see RingKeep for
     // when); HOLD_EARLY refills tile n's own stage with tile n + STAGES once tile n is in registers.
+    // DYNAMIC: with the tile claimed for this refill instead (every thread reads the same word).
     constexpr bool HOLDS = KEEP != REREAD;
     auto refill = [&](int stage, int t) {
-        const int ahead = t + (KEEP == HOLD_EARLY ? STAGES : STAGES - 1) * stride;
+        int ahead;
+        if constexpr (DYN) {
+            ahead = s_claim[local & 1];
+            pend[PROLOGUE - 1] = ahead;
+        } else {
+            ahead = t + PROLOGUE * stride;
+        }
         const int into = KEEP == HOLD_EARLY ? stage : (stage + STAGES - 1) % STAGES;
         if (ahead < ntiles) issue(into, ahead);
         else if constexpr (LOADER == CPASYNC) cp_async_commit();  // keep the group count in step
     };
 
-    // Prologue: STAGES-1 tiles in flight (HOLD_EARLY: all STAGES); with cp.async, empty groups are
-    // committed too, so the group count always says which tile has landed.
-    constexpr int PROLOGUE = KEEP == HOLD_EARLY ? STAGES : STAGES - 1;
+    // Prologue: with cp.async, empty groups are committed too, so the group count always says
+    // which tile has landed.
     int t = blockIdx.x;
 #pragma unroll
     for (int s = 0; s < PROLOGUE; ++s) {
         if (t + s * stride < ntiles) issue(s, t + s * stride);
         else if constexpr (LOADER == CPASYNC) cp_async_commit();
+        if constexpr (DYN) { if (s > 0) pend[s - 1] = t + s * stride; }
+    }
+    // DYNAMIC: the prologue rounds cover tiles [0, PROLOGUE * grid); claims count on from there.
+    [[maybe_unused]] int claim = 0;
+    if constexpr (DYN) {
+        if (tid == 0) s_claim[0] = PROLOGUE * stride + (int)atomicAdd(&sched[0], 1u);
+        __syncthreads();
     }
 
     // Where column tid's partial sits in red[][warp][]: chunk-major within each 4-float group so
@@ -1240,9 +1268,11 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
 
     int stage = 0;
     unsigned parity = 0;  // BULK: phase of the current stage's barrier
-    [[maybe_unused]] int local = 0;  // this CTA's tile count (timeline probes only)
-    for (; t < ntiles; t += stride) {
+    while (t < ntiles) {
         const int mh = t / R::SLICES, sl = t % R::SLICES;
+        // DYNAMIC: claim the tile of the next tile's refill now; it is published before this
+        // tile's last barrier, a tile's work after the atomic went out.
+        if constexpr (DYN) { if (tid == 0) claim = PROLOGUE * stride + (int)atomicAdd(&sched[0], 1u); }
         const float b = tid < R::COLS ? beta[mh] : 0.f;  // latency hidden behind the wait
         if constexpr (KEEP == HOLD) refill(stage, t);
         if constexpr (LOADER == BULK) {
@@ -1318,6 +1348,7 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
             o[(size_t)mh * VDIM + sl * R::COLS + tid] = f2bf(bb + u * skq);
             su[tid] = u;
         }
+        if constexpr (DYN) { if (tid == 0) s_claim[(local + 1) & 1] = claim; }
         __syncthreads();
 
         float uu[R::VEC];
@@ -1341,10 +1372,26 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
             }
             C::store(dst + (size_t)i * R::NRG * VDIM, s);
         }
-        TL_MARK(4 + 2 * local++);
+        TL_MARK(4 + 2 * local);
+        ++local;
         if (++stage == STAGES) { stage = 0; parity ^= 1u; }
+        if constexpr (DYN) {
+            t = pend[0];
+#pragma unroll
+            for (int i = 0; i + 1 < PROLOGUE; ++i) pend[i] = pend[i + 1];
+        } else {
+            t += stride;
+        }
     }
     if constexpr (LOADER == CPASYNC) cp_async_wait<0>();  // only empty groups remain; drain them
+    if constexpr (DYN) {
+        // Every claim of this CTA has come back (each was published before a barrier), so once
+        // all CTAs are counted out no claim is outstanding and the counters can be reset.
+        if (tid == 0 && atomicAdd(&sched[1], 1u) == gridDim.x - 1) {
+            atomicExch(&sched[0], 0u);
+            atomicExch(&sched[1], 0u);
+        }
+    }
     TL_MARK(1);
 }
 
@@ -1418,28 +1465,25 @@ DEFINE_EXACT(regs_wide3, f32, float, 256, float, 64)
 // re-read, the loader (cp.async or bulk). The stage count is the same for both dtypes: 2 stages
 // with 128 threads keep 3 CTAs per SM; 3 stages with 256 threads allow 2 (BF16 by its 127
 // registers and shared memory, FP32 by shared memory alone: 3 x 33.1 KiB per CTA).
-#define DEFINE_RING(NAME, SUFFIX, T, COLS, THREADS, STAGES, KEEP, LOADER)                          \
-    extern "C" __global__ void __launch_bounds__(THREADS) kda_##NAME##_##SUFFIX(EXACT_ARGS(T)) {  \
-        ring<T, COLS, THREADS, STAGES, KEEP, LOADER>(q, k, v, g, beta, S, o, M, H, eps, scale);  \
+#define DEFINE_RING(NAME, SUFFIX, T, COLS, THREADS, STAGES, KEEP, LOADER, SCHED)                   \
+    extern "C" __global__ void __launch_bounds__(THREADS)                                        \
+        kda_##NAME##_##SUFFIX(EXACT_ARGS(T), unsigned* __restrict__ sched) {                     \
+        ring<T, COLS, THREADS, STAGES, KEEP, LOADER, SCHED>(q, k, v, g, beta, S, o, M, H, eps,   \
+                                                            scale, sched);                       \
     }
-DEFINE_RING(ring32k_reread, bf16, bf16, 128, 128, 2, REREAD, CPASYNC)
-DEFINE_RING(ring32k_reread, f32, float, 64, 128, 2, REREAD, CPASYNC)
-DEFINE_RING(bulk32k_hold, bf16, bf16, 128, 256, 3, HOLD, BULK)
-DEFINE_RING(bulk32k_hold, f32, float, 64, 256, 3, HOLD, BULK)
-DEFINE_RING(bulk32k_early, bf16, bf16, 128, 256, 3, HOLD_EARLY, BULK)
-DEFINE_RING(bulk32k_early, f32, float, 64, 256, 3, HOLD_EARLY, BULK)
-DEFINE_RING(bulk32k_reread, bf16, bf16, 128, 128, 2, REREAD, BULK)
-DEFINE_RING(bulk32k_reread, f32, float, 64, 128, 2, REREAD, BULK)
-// Exploratory shapes (2026-11-29 second session): more threads per tile, fewer or more stages.
-DEFINE_RING(ring32k_reread_t256, bf16, bf16, 128, 256, 2, REREAD, CPASYNC)
-DEFINE_RING(ring32k_reread_t256, f32, float, 64, 256, 2, REREAD, CPASYNC)
-DEFINE_RING(ring32k_reread_t512, bf16, bf16, 128, 512, 2, REREAD, CPASYNC)
-DEFINE_RING(ring32k_reread_t512, f32, float, 64, 512, 2, REREAD, CPASYNC)
-DEFINE_RING(ring32k_reread_s3, bf16, bf16, 128, 128, 3, REREAD, CPASYNC)
-DEFINE_RING(ring32k_reread_s3, f32, float, 64, 128, 3, REREAD, CPASYNC)
-DEFINE_RING(bulk32k_reread_t256, bf16, bf16, 128, 256, 2, REREAD, BULK)
-DEFINE_RING(bulk32k_reread_t256, f32, float, 64, 256, 2, REREAD, BULK)
-DEFINE_RING(bulk32k_early_s2, bf16, bf16, 128, 256, 2, HOLD_EARLY, BULK)
-DEFINE_RING(bulk32k_early_s2, f32, float, 64, 256, 2, HOLD_EARLY, BULK)
-DEFINE_RING(ring32k_early, bf16, bf16, 128, 256, 3, HOLD_EARLY, CPASYNC)
-DEFINE_RING(ring32k_early, f32, float, 64, 256, 3, HOLD_EARLY, CPASYNC)
+DEFINE_RING(ring32k_reread, bf16, bf16, 128, 128, 2, REREAD, CPASYNC, STATIC)
+DEFINE_RING(ring32k_reread, f32, float, 64, 128, 2, REREAD, CPASYNC, STATIC)
+DEFINE_RING(bulk32k_hold, bf16, bf16, 128, 256, 3, HOLD, BULK, STATIC)
+DEFINE_RING(bulk32k_hold, f32, float, 64, 256, 3, HOLD, BULK, STATIC)
+DEFINE_RING(bulk32k_early, bf16, bf16, 128, 256, 3, HOLD_EARLY, BULK, STATIC)
+DEFINE_RING(bulk32k_early, f32, float, 64, 256, 3, HOLD_EARLY, BULK, STATIC)
+DEFINE_RING(bulk32k_reread, bf16, bf16, 128, 128, 2, REREAD, BULK, STATIC)
+DEFINE_RING(bulk32k_reread, f32, float, 64, 128, 2, REREAD, BULK, STATIC)
+DEFINE_RING(ring32k_reread_dyn, bf16, bf16, 128, 128, 2, REREAD, CPASYNC, DYNAMIC)
+DEFINE_RING(ring32k_reread_dyn, f32, float, 64, 128, 2, REREAD, CPASYNC, DYNAMIC)
+DEFINE_RING(bulk32k_hold_dyn, bf16, bf16, 128, 256, 3, HOLD, BULK, DYNAMIC)
+DEFINE_RING(bulk32k_hold_dyn, f32, float, 64, 256, 3, HOLD, BULK, DYNAMIC)
+DEFINE_RING(bulk32k_early_dyn, bf16, bf16, 128, 256, 3, HOLD_EARLY, BULK, DYNAMIC)
+DEFINE_RING(bulk32k_early_dyn, f32, float, 64, 256, 3, HOLD_EARLY, BULK, DYNAMIC)
+DEFINE_RING(bulk32k_reread_dyn, bf16, bf16, 128, 128, 2, REREAD, BULK, DYNAMIC)
+DEFINE_RING(bulk32k_reread_dyn, f32, float, 64, 128, 2, REREAD, BULK, DYNAMIC)
