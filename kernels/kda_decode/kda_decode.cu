@@ -1131,8 +1131,10 @@ enum RingLoader { CPASYNC = 0, BULK = 1 };
 // write and the wait instead of only the wait.
 enum RingKeep { REREAD = 0, HOLD = 1, HOLD_EARLY = 2 };
 // Which CTA takes which tile. STATIC: CTA b takes b, b + grid, b + 2 grid, ... DYNAMIC: the first
-// PROLOGUE rounds the same, then each refill takes the next tile from a global counter (sched[0]),
-// claimed one tile ahead by thread 0 so the atomic's round trip hides behind a tile's work. Why:
+// PROLOGUE rounds the same, then each refill takes the next tile from a global counter (sched[0]).
+// Thread 0 claims two refills ahead: the atomic's result is first read a whole tile after it was
+// sent (a counter round trip under a saturated memory system took ~1.3 us per tile when it was
+// read before the same tile's last barrier: 38.5 against 37.0 us, report 2026-11-29-kda_decode-h200-115517). Why dynamic:
 // the timeline probes (reports/2026-11-29-kda_decode-h200-114510) show CTAs running at very
 // different speeds (exit times spread over ~10 us of a 33 us step, whether a CTA had 5 or 6 tiles),
 // so a static split leaves the last microseconds to a few CTAs and the DRAM half idle. The last
@@ -1256,9 +1258,13 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
         if constexpr (DYN) { if (s > 0) pend[s - 1] = t + s * stride; }
     }
     // DYNAMIC: the prologue rounds cover tiles [0, PROLOGUE * grid); claims count on from there.
-    [[maybe_unused]] int claim = 0;
+    // The first claim is published now, the second stays in flight (claim_raw, read a tile later).
+    [[maybe_unused]] unsigned claim_raw = 0;
     if constexpr (DYN) {
-        if (tid == 0) s_claim[0] = PROLOGUE * stride + (int)atomicAdd(&sched[0], 1u);
+        if (tid == 0) {
+            s_claim[0] = PROLOGUE * stride + (int)atomicAdd(&sched[0], 1u);
+            claim_raw = atomicAdd(&sched[0], 1u);
+        }
         __syncthreads();
     }
 
@@ -1270,9 +1276,6 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
     unsigned parity = 0;  // BULK: phase of the current stage's barrier
     while (t < ntiles) {
         const int mh = t / R::SLICES, sl = t % R::SLICES;
-        // DYNAMIC: claim the tile of the next tile's refill now; it is published before this
-        // tile's last barrier, a tile's work after the atomic went out.
-        if constexpr (DYN) { if (tid == 0) claim = PROLOGUE * stride + (int)atomicAdd(&sched[0], 1u); }
         const float b = tid < R::COLS ? beta[mh] : 0.f;  // latency hidden behind the wait
         if constexpr (KEEP == HOLD) refill(stage, t);
         if constexpr (LOADER == BULK) {
@@ -1348,7 +1351,14 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
             o[(size_t)mh * VDIM + sl * R::COLS + tid] = f2bf(bb + u * skq);
             su[tid] = u;
         }
-        if constexpr (DYN) { if (tid == 0) s_claim[(local + 1) & 1] = claim; }
+        if constexpr (DYN) {
+            // Publish the claim sent one tile ago (for the next tile's refill), then send the next;
+            // its raw value is not touched (not even offset) until this point of the next tile.
+            if (tid == 0) {
+                s_claim[(local + 1) & 1] = PROLOGUE * stride + (int)claim_raw;
+                claim_raw = atomicAdd(&sched[0], 1u);
+            }
+        }
         __syncthreads();
 
         float uu[R::VEC];
