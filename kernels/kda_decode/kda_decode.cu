@@ -188,20 +188,34 @@ struct Cols {
 
     static __device__ __forceinline__ void load(const T* p, float (&f)[N]) { decode(load_raw(p), f); }
 
-    static __device__ __forceinline__ void store(T* p, const float (&f)[N]) {
+    // N floats -> the W words of T that store them (W >= 1).
+    static __device__ __forceinline__ void encode(const float (&f)[N], unsigned (&w)[W]) {
         if constexpr (sizeof(T) == 4) {
-            unsigned w[W];
 #pragma unroll
             for (int i = 0; i < N; ++i) w[i] = __float_as_uint(f[i]);
-            st_words<W>(p, w);
-        } else if constexpr (BYTES == 2) {
+        } else {
+#pragma unroll
+            for (int i = 0; i < W; ++i) w[i] = pack_bf16x2(f[2 * i], f[2 * i + 1]);
+        }
+    }
+
+    static __device__ __forceinline__ void store(T* p, const float (&f)[N]) {
+        if constexpr (BYTES == 2) {
             *reinterpret_cast<unsigned short*>(p) = f2bf(f[0]);
         } else {
             unsigned w[W];
-#pragma unroll
-            for (int i = 0; i < W; ++i) w[i] = pack_bf16x2(f[2 * i], f[2 * i + 1]);
+            encode(f, w);
             st_words<W>(p, w);
         }
+    }
+
+    // 16 bytes into shared memory at a shared-window address (the bulk-store ring's write-back).
+    static __device__ __forceinline__ void store_shared16(unsigned saddr, const float (&f)[N]) {
+        static_assert(BYTES == 16, "one 16-byte chunk");
+        unsigned w[W];
+        encode(f, w);
+        asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(saddr), "r"(w[0]), "r"(w[1]),
+                     "r"(w[2]), "r"(w[3]) : "memory");
     }
 };
 
@@ -1121,8 +1135,22 @@ __device__ __forceinline__ void bulk_copy(unsigned dst, const void* src, unsigne
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
                  ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
 }
+// Bulk store shared -> global, tracked by the issuing thread's bulk groups.
+__device__ __forceinline__ void bulk_store(void* dst, unsigned src, unsigned bytes) {
+    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n"
+                 "cp.async.bulk.commit_group;" ::"l"(dst), "r"(src), "r"(bytes) : "memory");
+}
+// This thread's bulk stores have read their shared memory (the stage may be overwritten).
+__device__ __forceinline__ void bulk_wait_read() {
+    asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+}
+__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
 
-enum RingLoader { CPASYNC = 0, BULK = 1 };
+// BULK_RW: bulk loads as BULK, and the updated tile is written back into its stage and stored by
+// the bulk engine too (one 32 KiB copy when the tile is a whole BF16 head, else one per row), so
+// the SMs issue no global stores for the state. Each storing thread waits for its own stores to
+// have read the stage before it loads that stage again. REREAD only (the stage is the buffer).
+enum RingLoader { CPASYNC = 0, BULK = 1, BULK_RW = 2 };
 // What a ring does with the tile between its column sums and its write, and so when a stage may be
 // refilled: REREAD reads it again from the stage (refill after the next tile's first barrier);
 // HOLD keeps it faded in registers (refill at the top of the next tile, before its wait);
@@ -1192,7 +1220,10 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
     // (the transaction count may go negative first: the phase cannot complete before the arrive).
     __shared__ __align__(8) unsigned long long full_bar[STAGES];
     const unsigned bar0 = smem_addr(full_bar);
-    if constexpr (LOADER == BULK) {
+    constexpr bool BULK_LOAD = LOADER != CPASYNC;
+    static_assert(LOADER != BULK_RW || KEEP == REREAD, "BULK_RW writes the tile back into its stage");
+    constexpr bool WHOLE = COLS == VDIM;  // the tile is one contiguous head in global memory
+    if constexpr (BULK_LOAD) {
         if (tid == 0) {
 #pragma unroll
             for (int s = 0; s < STAGES; ++s) mbar_init(bar0 + 8 * s, 1);
@@ -1212,7 +1243,18 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
     auto issue = [&](int stage, int t) {
         const int mh = t / R::SLICES, sl = t % R::SLICES;
         const unsigned dst = ring_base + stage * R::BYTES;
-        if constexpr (LOADER == BULK) {
+        if constexpr (LOADER == BULK_RW) {
+            // The stage's last bulk store (same thread, same rows) must have read it.
+            const unsigned bar = bar0 + 8 * stage;
+            if (WHOLE ? tid == 0 : tid < KDIM) bulk_wait_read();
+            if (tid == 0) mbar_expect_tx(bar, R::BYTES);
+            if constexpr (WHOLE) {
+                if (tid == 0) bulk_copy(dst, reinterpret_cast<const unsigned char*>(S) + (size_t)mh * HEAD_BYTES, R::TILE, bar);
+            } else {
+                if (tid < KDIM) bulk_copy(dst + tid * R::ROW, b_row + (size_t)mh * HEAD_BYTES + sl * R::ROW, R::ROW, bar);
+            }
+            if (tid < 4) bulk_copy(dst + b_vdst, b_vec + (size_t)mh * b_vhead + (tid == 3 ? sl * R::COLS * 2 : 0), b_vbytes, bar);
+        } else if constexpr (LOADER == BULK) {
             const unsigned bar = bar0 + 8 * stage;
             if (tid == 0) mbar_expect_tx(bar, R::BYTES);
             if (tid < KDIM) bulk_copy(dst + tid * R::ROW, b_row + (size_t)mh * HEAD_BYTES + sl * R::ROW, R::ROW, bar);
@@ -1278,7 +1320,7 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
         const int mh = t / R::SLICES, sl = t % R::SLICES;
         const float b = tid < R::COLS ? beta[mh] : 0.f;  // latency hidden behind the wait
         if constexpr (KEEP == HOLD) refill(stage, t);
-        if constexpr (LOADER == BULK) {
+        if constexpr (BULK_LOAD) {
             mbar_wait(bar0 + 8 * stage, parity);  // the barrier's phase makes the stage visible
             if constexpr (!HOLDS) __syncthreads();  // every thread is done with the last tile's stage
         } else {
@@ -1380,7 +1422,20 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
 #pragma unroll
                 for (int e = 0; e < R::VEC; ++e) s[e] = fmaf(s[e], r.x, r.y * uu[e]);
             }
-            C::store(dst + (size_t)i * R::NRG * VDIM, s);
+            if constexpr (LOADER == BULK_RW) C::store_shared16(ring_base + stage * R::BYTES + s_own + i * ROW_STEP_S, s);
+            else C::store(dst + (size_t)i * R::NRG * VDIM, s);
+        }
+        if constexpr (LOADER == BULK_RW) {
+            // Generic-proxy writes -> visible to the bulk engine, then every row is written back.
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+            __syncthreads();
+            T* head = S + (size_t)mh * KDIM * VDIM + sl * R::COLS;
+            const unsigned src = ring_base + stage * R::BYTES;
+            if constexpr (WHOLE) {
+                if (tid == 0) bulk_store(head, src, R::TILE);
+            } else {
+                if (tid < KDIM) bulk_store(head + (size_t)tid * VDIM, src + tid * R::ROW, R::ROW);
+            }
         }
         TL_MARK(4 + 2 * local);
         ++local;
@@ -1394,6 +1449,7 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
         }
     }
     if constexpr (LOADER == CPASYNC) cp_async_wait<0>();  // only empty groups remain; drain them
+    if constexpr (LOADER == BULK_RW) bulk_wait_all();      // the stores read shared memory
     if constexpr (DYN) {
         // Every claim of this CTA has come back (each was published before a barrier), so once
         // all CTAs are counted out no claim is outstanding and the counters can be reset.
@@ -1497,3 +1553,7 @@ DEFINE_RING(bulk32k_early_dyn, bf16, bf16, 128, 256, 3, HOLD_EARLY, BULK, DYNAMI
 DEFINE_RING(bulk32k_early_dyn, f32, float, 64, 256, 3, HOLD_EARLY, BULK, DYNAMIC)
 DEFINE_RING(bulk32k_reread_dyn, bf16, bf16, 128, 128, 2, REREAD, BULK, DYNAMIC)
 DEFINE_RING(bulk32k_reread_dyn, f32, float, 64, 128, 2, REREAD, BULK, DYNAMIC)
+DEFINE_RING(bulkrw32k_reread, bf16, bf16, 128, 128, 2, REREAD, BULK_RW, STATIC)
+DEFINE_RING(bulkrw32k_reread, f32, float, 64, 128, 2, REREAD, BULK_RW, STATIC)
+DEFINE_RING(bulkrw32k_reread_s3, bf16, bf16, 128, 128, 3, REREAD, BULK_RW, STATIC)
+DEFINE_RING(bulkrw32k_reread_s3, f32, float, 64, 128, 3, REREAD, BULK_RW, STATIC)

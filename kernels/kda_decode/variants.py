@@ -58,6 +58,8 @@ RING_CONFIGS: dict[str, tuple[int, int, int, str, str, str]] = {
     "bulk32k_hold_dyn": (32768, 256, 3, "HOLD", "BULK", "DYNAMIC"),
     "bulk32k_early_dyn": (32768, 256, 3, "HOLD_EARLY", "BULK", "DYNAMIC"),
     "bulk32k_reread_dyn": (32768, 128, 2, "REREAD", "BULK", "DYNAMIC"),
+    "bulkrw32k_reread": (32768, 128, 2, "REREAD", "BULK_RW", "STATIC"),
+    "bulkrw32k_reread_s3": (32768, 128, 3, "REREAD", "BULK_RW", "STATIC"),
 }
 
 
@@ -138,6 +140,10 @@ _WHY = {
     "bulk32k_hold_dyn": "bulk32k_hold with the dynamic tile counter of ring32k_reread_dyn",
     "bulk32k_early_dyn": "bulk32k_early with the dynamic tile counter of ring32k_reread_dyn",
     "bulk32k_reread_dyn": "bulk32k_reread with the dynamic tile counter of ring32k_reread_dyn",
+    "bulkrw32k_reread": "bulk32k_reread whose updated tile goes back through its stage and out by the "
+                        "bulk engine (one 32 KiB store per BF16 head): no global stores from the SMs",
+    "bulkrw32k_reread_s3": "bulkrw32k_reread with 3 stages, since a stage now stays busy until its "
+                           "bulk store has read it",
 }
 
 
