@@ -189,7 +189,7 @@ struct Cols {
     static __device__ __forceinline__ void load(const T* p, float (&f)[N]) { decode(load_raw(p), f); }
 
     // N floats -> the W words of T that store them (W >= 1).
-    static __device__ __forceinline__ void encode(const float (&f)[N], unsigned (&w)[W]) {
+    static __device__ __forceinline__ void encode(const float (&f)[N], unsigned (&w)[W > 0 ? W : 1]) {
         if constexpr (sizeof(T) == 4) {
 #pragma unroll
             for (int i = 0; i < N; ++i) w[i] = __float_as_uint(f[i]);
