@@ -115,24 +115,3 @@ def test_cuda_variant_matches_definition(variant, backend, state_dtype, M, steps
 def test_peer_matches_definition(variant, backend, state_dtype, M):
     _run_and_check(variant, backend, M, state_dtype, steps=1)
     _run_and_check(variant, backend, M, state_dtype, steps=1, use_graph=True)
-
-
-SCHED_VARIANTS = [v for v in CUDA_VARIANTS if v.name.endswith("_dyn")]
-
-
-@pytest.mark.parametrize("variant", SCHED_VARIANTS, ids=lambda v: v.name)
-def test_dynamic_scheduler_resets_itself_under_graph_replay(variant, backend):
-    """The dynamic rings claim tiles from a global counter that the last CTA out resets. Replay one
-    captured step four times: each replay must find the counter at zero (else it would skip tiles
-    and the 4-step result would be wrong), and the counter must be zero afterwards."""
-    point = {"M": 32, "state_dtype": "bf16"}
-    inputs = make_inputs(32, "bf16", seed=77)
-    launch = variant.build(GEOMETRY, point, inputs, backend)
-    replay = backend.capture(launch)
-    launch.poison()
-    for _ in range(4):
-        replay()
-    out = launch.outputs()
-    assert backend.to_host(launch.dev["sched"]).tolist() == [0, 0]
-    o_ref, s_ref = reference(inputs, 4)
-    assert rel(out["o"], o_ref) < TOL_O and rel(out["state"], s_ref) < TOL_STATE["bf16"]

@@ -48,3 +48,18 @@ def test_parse_refuses_a_cta_without_probes():
         timeline.parse(_buffer(plan, 2), 2)
     with pytest.raises(ValueError, match="need"):
         timeline.parse(np.zeros(10, dtype=np.uint64), 2)
+
+
+def test_save_load_and_plot_round_trip(tmp_path):
+    plan = {0: (1, 0, 5000, [(1000, 2000), (2500, 4000)]), 1: (2, 100, 4500, [(1200, 3000)])}
+    ctas, tiles = timeline.parse(_buffer(plan, 2), 2)
+    timeline.save(tmp_path, "b_variant", ctas, tiles)
+    timeline.save(tmp_path, "a_variant", ctas.assign(exit_us=ctas.exit_us * 2), tiles)
+    (tmp_path / "summary.csv").write_text("variant,span_us\nb_variant,5\na_variant,10\n")
+    loaded = timeline.load(tmp_path)
+    assert list(loaded) == ["b_variant", "a_variant"]  # summary.csv order, not file order
+    assert loaded["b_variant"][1].equals(tiles) and loaded["a_variant"][0].exit_us.max() == 10.0
+    timeline.plot(loaded, tmp_path / "timeline.png", title="synthetic")
+    assert (tmp_path / "timeline.png").stat().st_size > 10_000
+    with pytest.raises(FileNotFoundError, match="no <variant>_ctas.csv"):
+        timeline.load(tmp_path / "empty_dir_that_is_not_there")

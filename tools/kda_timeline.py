@@ -2,6 +2,7 @@
 
     python3 tools/kda_timeline.py ring32k_reread bulk32k_early --point M=32 --point state_dtype=bf16 \
         --out $OUT/timeline
+    python3 tools/kda_timeline.py --replot reports/<report>/timeline     # plot saved CSVs, no GPU
 
 Builds kda_decode.cu with -DKDA_TIMELINE (probes that a normal build compiles to nothing) through
 the sweep's own launcher, so grid, shared memory and inputs are the swept ones. Each launch follows
@@ -66,39 +67,21 @@ def record(backend: TimelineBackend, launch, launches: int) -> tuple[np.ndarray,
     return cp.asnumpy(words), cp.cuda.get_elapsed_time(start, end)
 
 
-def plot(results: dict, path: pathlib.Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(2, len(results), figsize=(6 * len(results), 7), squeeze=False)
-    for col, (name, (ctas, tiles, _)) in enumerate(results.items()):
-        gantt, prof = axes[0][col], axes[1][col]
-        order = ctas.sort_values(["sm", "cta"]).reset_index(drop=True)
-        row_of = dict(zip(order.cta, order.index))
-        y = tiles.cta.map(row_of)
-        gantt.hlines(y, tiles.ready_us, tiles.stored_us, linewidth=0.6,
-                     colors=np.where(tiles.n % 2 == 0, "tab:blue", "tab:orange"))
-        gantt.set_title(f"{name}: tile in smem -> stores issued")
-        gantt.set_ylabel("CTA (sorted by SM)")
-        busy = timeline.busy_profile(tiles, ctas)
-        prof.plot(busy.t_us, busy.alive, label="CTAs alive")
-        prof.plot(busy.t_us, busy.computing, label="CTAs computing a tile")
-        prof.set_xlabel("µs from the first CTA's entry")
-        prof.legend(loc="lower center")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("variants", nargs="+", help=f"ring variants: {sorted(RING_CONFIGS)}")
+    ap.add_argument("variants", nargs="*", help=f"ring variants: {sorted(RING_CONFIGS)}")
+    ap.add_argument("--replot", type=pathlib.Path, metavar="DIR",
+                    help="redraw DIR/timeline.png from the CSVs a run saved there, without a GPU")
     ap.add_argument("--point", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--launches", type=int, default=5)
     ap.add_argument("--out", type=pathlib.Path, default=pathlib.Path("timeline"))
     args = ap.parse_args()
+    if args.replot:
+        timeline.plot(timeline.load(args.replot), args.replot / "timeline.png")
+        print(f"timeline: {args.replot / 'timeline.png'}")
+        return
+    if not args.variants:
+        raise SystemExit(f"variants: name at least one of {sorted(RING_CONFIGS)} (or use --replot DIR)")
 
     comp = registry.get("kda_decode")
     try:
@@ -123,11 +106,11 @@ def main() -> None:
         summary = timeline.summarize(ctas, tiles)
         results[name] = (ctas, tiles, summary)
         rows.append({"variant": name, "grid": launch.grid, "event_us": event_ms * 1e3, **summary})
-        ctas.to_csv(args.out / f"{name}_ctas.csv", index=False)
-        tiles.to_csv(args.out / f"{name}_tiles.csv", index=False)
+        timeline.save(args.out, name, ctas, tiles)
     table = pd.DataFrame(rows)
     table.to_csv(args.out / "summary.csv", index=False)
-    plot(results, args.out / "timeline.png")
+    timeline.plot({n: r[:2] for n, r in results.items()}, args.out / "timeline.png",
+                  title=f"kda_decode {point}")
     pd.set_option("display.width", 250)
     print(f"point {point}; floor {floor * 1e3:.2f} µs")
     print(table.T.to_string(float_format=lambda x: f"{x:.2f}"))

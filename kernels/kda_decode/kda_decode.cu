@@ -188,34 +188,20 @@ struct Cols {
 
     static __device__ __forceinline__ void load(const T* p, float (&f)[N]) { decode(load_raw(p), f); }
 
-    // N floats -> the W words of T that store them (W >= 1).
-    static __device__ __forceinline__ void encode(const float (&f)[N], unsigned (&w)[W > 0 ? W : 1]) {
+    static __device__ __forceinline__ void store(T* p, const float (&f)[N]) {
         if constexpr (sizeof(T) == 4) {
+            unsigned w[W];
 #pragma unroll
             for (int i = 0; i < N; ++i) w[i] = __float_as_uint(f[i]);
-        } else {
-#pragma unroll
-            for (int i = 0; i < W; ++i) w[i] = pack_bf16x2(f[2 * i], f[2 * i + 1]);
-        }
-    }
-
-    static __device__ __forceinline__ void store(T* p, const float (&f)[N]) {
-        if constexpr (BYTES == 2) {
+            st_words<W>(p, w);
+        } else if constexpr (BYTES == 2) {
             *reinterpret_cast<unsigned short*>(p) = f2bf(f[0]);
         } else {
             unsigned w[W];
-            encode(f, w);
+#pragma unroll
+            for (int i = 0; i < W; ++i) w[i] = pack_bf16x2(f[2 * i], f[2 * i + 1]);
             st_words<W>(p, w);
         }
-    }
-
-    // 16 bytes into shared memory at a shared-window address (the bulk-store ring's write-back).
-    static __device__ __forceinline__ void store_shared16(unsigned saddr, const float (&f)[N]) {
-        static_assert(BYTES == 16, "one 16-byte chunk");
-        unsigned w[W];
-        encode(f, w);
-        asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(saddr), "r"(w[0]), "r"(w[1]),
-                     "r"(w[2]), "r"(w[3]) : "memory");
     }
 };
 
@@ -1081,7 +1067,10 @@ __device__ __forceinline__ void regs_wide(const bf16* __restrict__ q, const bf16
 // Measured on the H200 (reports/2026-11-29-kda_decode-h200-110800/FINDINGS.md): this cut the BF16
 // instructions per byte 2.5x, yet time moved by at most 2%: the SMs were not the bound. The
 // variants kept are the 32 KiB-tile ones; 16 KiB tiles, the 2-stage hold and one deep CTA per SM
-// were slower.
+// were slower. Also measured and dropped (reports 2026-11-29-kda_decode-h200-114510, -120457 and
+// -121616; the code is in git at 068ffe8, 897ecec and b592462): 256 or 512 threads per 32 KiB tile,
+// a 3-stage REREAD ring, a 2-stage HOLD_EARLY ring, HOLD_EARLY with cp.async, tiles taken from a
+// global counter instead of a fixed stride, and the tile written back by bulk-engine stores.
 
 template <typename T, int COLS_, int THREADS_>
 struct RingTile {
@@ -1135,22 +1124,8 @@ __device__ __forceinline__ void bulk_copy(unsigned dst, const void* src, unsigne
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
                  ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
 }
-// Bulk store shared -> global, tracked by the issuing thread's bulk groups.
-__device__ __forceinline__ void bulk_store(void* dst, unsigned src, unsigned bytes) {
-    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n"
-                 "cp.async.bulk.commit_group;" ::"l"(dst), "r"(src), "r"(bytes) : "memory");
-}
-// This thread's bulk stores have read their shared memory (the stage may be overwritten).
-__device__ __forceinline__ void bulk_wait_read() {
-    asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
-}
-__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
 
-// BULK_RW: bulk loads as BULK, and the updated tile is written back into its stage and stored by
-// the bulk engine too (one 32 KiB copy when the tile is a whole BF16 head, else one per row), so
-// the SMs issue no global stores for the state. Each storing thread waits for its own stores to
-// have read the stage before it loads that stage again. REREAD only (the stage is the buffer).
-enum RingLoader { CPASYNC = 0, BULK = 1, BULK_RW = 2 };
+enum RingLoader { CPASYNC = 0, BULK = 1 };
 // What a ring does with the tile between its column sums and its write, and so when a stage may be
 // refilled: REREAD reads it again from the stage (refill after the next tile's first barrier);
 // HOLD keeps it faded in registers (refill at the top of the next tile, before its wait);
@@ -1158,23 +1133,12 @@ enum RingLoader { CPASYNC = 0, BULK = 1, BULK_RW = 2 };
 // where no thread reads the stage any more, so the next load is in flight during the sums, the
 // write and the wait instead of only the wait.
 enum RingKeep { REREAD = 0, HOLD = 1, HOLD_EARLY = 2 };
-// Which CTA takes which tile. STATIC: CTA b takes b, b + grid, b + 2 grid, ... DYNAMIC: the first
-// PROLOGUE rounds the same, then each refill takes the next tile from a global counter (sched[0]).
-// Thread 0 claims two refills ahead: the atomic's result is first read a whole tile after it was
-// sent (a counter round trip under a saturated memory system took ~1.3 us per tile when it was
-// read before the same tile's last barrier: 38.5 against 37.0 us, report 2026-11-29-kda_decode-h200-115517). Why dynamic:
-// the timeline probes (reports/2026-11-29-kda_decode-h200-114510) show CTAs running at very
-// different speeds (exit times spread over ~10 us of a 33 us step, whether a CTA had 5 or 6 tiles),
-// so a static split leaves the last microseconds to a few CTAs and the DRAM half idle. The last
-// CTA out resets both counters (sched[1] counts CTAs out), so every launch starts from zero.
-enum RingSched { STATIC = 0, DYNAMIC = 1 };
 
-template <typename T, int COLS, int THREADS, int STAGES, int KEEP, int LOADER, int SCHED>
+template <typename T, int COLS, int THREADS, int STAGES, int KEEP, int LOADER>
 __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __restrict__ k,
                                      const bf16* __restrict__ v, const float* __restrict__ g,
                                      const float* __restrict__ beta, T* __restrict__ S,
-                                     bf16* __restrict__ o, int M, int H, float eps, float scale,
-                                     unsigned* __restrict__ sched) {
+                                     bf16* __restrict__ o, int M, int H, float eps, float scale) {
     using R = RingTile<T, COLS, THREADS>;
     using C = Cols<T, R::VEC>;
     static_assert(STAGES >= 2, "one stage computing, at least one loading");
@@ -1220,10 +1184,7 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
     // (the transaction count may go negative first: the phase cannot complete before the arrive).
     __shared__ __align__(8) unsigned long long full_bar[STAGES];
     const unsigned bar0 = smem_addr(full_bar);
-    constexpr bool BULK_LOAD = LOADER != CPASYNC;
-    static_assert(LOADER != BULK_RW || KEEP == REREAD, "BULK_RW writes the tile back into its stage");
-    constexpr bool WHOLE = COLS == VDIM;  // the tile is one contiguous head in global memory
-    if constexpr (BULK_LOAD) {
+    if constexpr (LOADER == BULK) {
         if (tid == 0) {
 #pragma unroll
             for (int s = 0; s < STAGES; ++s) mbar_init(bar0 + 8 * s, 1);
@@ -1243,18 +1204,7 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
     auto issue = [&](int stage, int t) {
         const int mh = t / R::SLICES, sl = t % R::SLICES;
         const unsigned dst = ring_base + stage * R::BYTES;
-        if constexpr (LOADER == BULK_RW) {
-            // The stage's last bulk store (same thread, same rows) must have read it.
-            const unsigned bar = bar0 + 8 * stage;
-            if (WHOLE ? tid == 0 : tid < KDIM) bulk_wait_read();
-            if (tid == 0) mbar_expect_tx(bar, R::BYTES);
-            if constexpr (WHOLE) {
-                if (tid == 0) bulk_copy(dst, reinterpret_cast<const unsigned char*>(S) + (size_t)mh * HEAD_BYTES, R::TILE, bar);
-            } else {
-                if (tid < KDIM) bulk_copy(dst + tid * R::ROW, b_row + (size_t)mh * HEAD_BYTES + sl * R::ROW, R::ROW, bar);
-            }
-            if (tid < 4) bulk_copy(dst + b_vdst, b_vec + (size_t)mh * b_vhead + (tid == 3 ? sl * R::COLS * 2 : 0), b_vbytes, bar);
-        } else if constexpr (LOADER == BULK) {
+        if constexpr (LOADER == BULK) {
             const unsigned bar = bar0 + 8 * stage;
             if (tid == 0) mbar_expect_tx(bar, R::BYTES);
             if (tid < KDIM) bulk_copy(dst + tid * R::ROW, b_row + (size_t)mh * HEAD_BYTES + sl * R::ROW, R::ROW, bar);
@@ -1267,47 +1217,24 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
             cp_async_commit();  // one group per issue slot, empty or not (see refill)
         }
     };
-    // Prologue depth: STAGES-1 tiles in flight (HOLD_EARLY: all STAGES).
-    constexpr int PROLOGUE = KEEP == HOLD_EARLY ? STAGES : STAGES - 1;
-    constexpr bool DYN = SCHED == DYNAMIC;
-    __shared__ int s_claim[2];  // DYNAMIC: the tile the next refill loads (double-buffered by local)
-    int pend[PROLOGUE];         // DYNAMIC: tiles in flight after the current one, oldest first
-    int local = 0;              // this CTA's tile count
     // HOLD / REREAD refill the stage tile n - 1 used with tile n + STAGES - 1 (see RingKeep for
     // when); HOLD_EARLY refills tile n's own stage with tile n + STAGES once tile n is in registers.
-    // DYNAMIC: with the tile claimed for this refill instead (every thread reads the same word).
     constexpr bool HOLDS = KEEP != REREAD;
     auto refill = [&](int stage, int t) {
-        int ahead;
-        if constexpr (DYN) {
-            ahead = s_claim[local & 1];
-            pend[PROLOGUE - 1] = ahead;
-        } else {
-            ahead = t + PROLOGUE * stride;
-        }
+        const int ahead = t + (KEEP == HOLD_EARLY ? STAGES : STAGES - 1) * stride;
         const int into = KEEP == HOLD_EARLY ? stage : (stage + STAGES - 1) % STAGES;
         if (ahead < ntiles) issue(into, ahead);
         else if constexpr (LOADER == CPASYNC) cp_async_commit();  // keep the group count in step
     };
 
-    // Prologue: with cp.async, empty groups are committed too, so the group count always says
-    // which tile has landed.
+    // Prologue: STAGES-1 tiles in flight (HOLD_EARLY: all STAGES); with cp.async, empty groups are
+    // committed too, so the group count always says which tile has landed.
+    constexpr int PROLOGUE = KEEP == HOLD_EARLY ? STAGES : STAGES - 1;
     int t = blockIdx.x;
 #pragma unroll
     for (int s = 0; s < PROLOGUE; ++s) {
         if (t + s * stride < ntiles) issue(s, t + s * stride);
         else if constexpr (LOADER == CPASYNC) cp_async_commit();
-        if constexpr (DYN) { if (s > 0) pend[s - 1] = t + s * stride; }
-    }
-    // DYNAMIC: the prologue rounds cover tiles [0, PROLOGUE * grid); claims count on from there.
-    // The first claim is published now, the second stays in flight (claim_raw, read a tile later).
-    [[maybe_unused]] unsigned claim_raw = 0;
-    if constexpr (DYN) {
-        if (tid == 0) {
-            s_claim[0] = PROLOGUE * stride + (int)atomicAdd(&sched[0], 1u);
-            claim_raw = atomicAdd(&sched[0], 1u);
-        }
-        __syncthreads();
     }
 
     // Where column tid's partial sits in red[][warp][]: chunk-major within each 4-float group so
@@ -1316,11 +1243,12 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
 
     int stage = 0;
     unsigned parity = 0;  // BULK: phase of the current stage's barrier
-    while (t < ntiles) {
+    int local = 0;  // this CTA's tile count (timeline probes)
+    for (; t < ntiles; t += stride) {
         const int mh = t / R::SLICES, sl = t % R::SLICES;
         const float b = tid < R::COLS ? beta[mh] : 0.f;  // latency hidden behind the wait
         if constexpr (KEEP == HOLD) refill(stage, t);
-        if constexpr (BULK_LOAD) {
+        if constexpr (LOADER == BULK) {
             mbar_wait(bar0 + 8 * stage, parity);  // the barrier's phase makes the stage visible
             if constexpr (!HOLDS) __syncthreads();  // every thread is done with the last tile's stage
         } else {
@@ -1393,14 +1321,6 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
             o[(size_t)mh * VDIM + sl * R::COLS + tid] = f2bf(bb + u * skq);
             su[tid] = u;
         }
-        if constexpr (DYN) {
-            // Publish the claim sent one tile ago (for the next tile's refill), then send the next;
-            // its raw value is not touched (not even offset) until this point of the next tile.
-            if (tid == 0) {
-                s_claim[(local + 1) & 1] = PROLOGUE * stride + (int)claim_raw;
-                claim_raw = atomicAdd(&sched[0], 1u);
-            }
-        }
         __syncthreads();
 
         float uu[R::VEC];
@@ -1422,42 +1342,13 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
 #pragma unroll
                 for (int e = 0; e < R::VEC; ++e) s[e] = fmaf(s[e], r.x, r.y * uu[e]);
             }
-            if constexpr (LOADER == BULK_RW) C::store_shared16(ring_base + stage * R::BYTES + s_own + i * ROW_STEP_S, s);
-            else C::store(dst + (size_t)i * R::NRG * VDIM, s);
-        }
-        if constexpr (LOADER == BULK_RW) {
-            // Generic-proxy writes -> visible to the bulk engine, then every row is written back.
-            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-            __syncthreads();
-            T* head = S + (size_t)mh * KDIM * VDIM + sl * R::COLS;
-            const unsigned src = ring_base + stage * R::BYTES;
-            if constexpr (WHOLE) {
-                if (tid == 0) bulk_store(head, src, R::TILE);
-            } else {
-                if (tid < KDIM) bulk_store(head + (size_t)tid * VDIM, src + tid * R::ROW, R::ROW);
-            }
+            C::store(dst + (size_t)i * R::NRG * VDIM, s);
         }
         TL_MARK(4 + 2 * local);
         ++local;
         if (++stage == STAGES) { stage = 0; parity ^= 1u; }
-        if constexpr (DYN) {
-            t = pend[0];
-#pragma unroll
-            for (int i = 0; i + 1 < PROLOGUE; ++i) pend[i] = pend[i + 1];
-        } else {
-            t += stride;
-        }
     }
     if constexpr (LOADER == CPASYNC) cp_async_wait<0>();  // only empty groups remain; drain them
-    if constexpr (LOADER == BULK_RW) bulk_wait_all();      // the stores read shared memory
-    if constexpr (DYN) {
-        // Every claim of this CTA has come back (each was published before a barrier), so once
-        // all CTAs are counted out no claim is outstanding and the counters can be reset.
-        if (tid == 0 && atomicAdd(&sched[1], 1u) == gridDim.x - 1) {
-            atomicExch(&sched[0], 0u);
-            atomicExch(&sched[1], 0u);
-        }
-    }
     TL_MARK(1);
 }
 
@@ -1531,29 +1422,15 @@ DEFINE_EXACT(regs_wide3, f32, float, 256, float, 64)
 // re-read, the loader (cp.async or bulk). The stage count is the same for both dtypes: 2 stages
 // with 128 threads keep 3 CTAs per SM; 3 stages with 256 threads allow 2 (BF16 by its 127
 // registers and shared memory, FP32 by shared memory alone: 3 x 33.1 KiB per CTA).
-#define DEFINE_RING(NAME, SUFFIX, T, COLS, THREADS, STAGES, KEEP, LOADER, SCHED)                   \
-    extern "C" __global__ void __launch_bounds__(THREADS)                                        \
-        kda_##NAME##_##SUFFIX(EXACT_ARGS(T), unsigned* __restrict__ sched) {                     \
-        ring<T, COLS, THREADS, STAGES, KEEP, LOADER, SCHED>(q, k, v, g, beta, S, o, M, H, eps,   \
-                                                            scale, sched);                       \
+#define DEFINE_RING(NAME, SUFFIX, T, COLS, THREADS, STAGES, KEEP, LOADER)                          \
+    extern "C" __global__ void __launch_bounds__(THREADS) kda_##NAME##_##SUFFIX(EXACT_ARGS(T)) {  \
+        ring<T, COLS, THREADS, STAGES, KEEP, LOADER>(q, k, v, g, beta, S, o, M, H, eps, scale);  \
     }
-DEFINE_RING(ring32k_reread, bf16, bf16, 128, 128, 2, REREAD, CPASYNC, STATIC)
-DEFINE_RING(ring32k_reread, f32, float, 64, 128, 2, REREAD, CPASYNC, STATIC)
-DEFINE_RING(bulk32k_hold, bf16, bf16, 128, 256, 3, HOLD, BULK, STATIC)
-DEFINE_RING(bulk32k_hold, f32, float, 64, 256, 3, HOLD, BULK, STATIC)
-DEFINE_RING(bulk32k_early, bf16, bf16, 128, 256, 3, HOLD_EARLY, BULK, STATIC)
-DEFINE_RING(bulk32k_early, f32, float, 64, 256, 3, HOLD_EARLY, BULK, STATIC)
-DEFINE_RING(bulk32k_reread, bf16, bf16, 128, 128, 2, REREAD, BULK, STATIC)
-DEFINE_RING(bulk32k_reread, f32, float, 64, 128, 2, REREAD, BULK, STATIC)
-DEFINE_RING(ring32k_reread_dyn, bf16, bf16, 128, 128, 2, REREAD, CPASYNC, DYNAMIC)
-DEFINE_RING(ring32k_reread_dyn, f32, float, 64, 128, 2, REREAD, CPASYNC, DYNAMIC)
-DEFINE_RING(bulk32k_hold_dyn, bf16, bf16, 128, 256, 3, HOLD, BULK, DYNAMIC)
-DEFINE_RING(bulk32k_hold_dyn, f32, float, 64, 256, 3, HOLD, BULK, DYNAMIC)
-DEFINE_RING(bulk32k_early_dyn, bf16, bf16, 128, 256, 3, HOLD_EARLY, BULK, DYNAMIC)
-DEFINE_RING(bulk32k_early_dyn, f32, float, 64, 256, 3, HOLD_EARLY, BULK, DYNAMIC)
-DEFINE_RING(bulk32k_reread_dyn, bf16, bf16, 128, 128, 2, REREAD, BULK, DYNAMIC)
-DEFINE_RING(bulk32k_reread_dyn, f32, float, 64, 128, 2, REREAD, BULK, DYNAMIC)
-DEFINE_RING(bulkrw32k_reread, bf16, bf16, 128, 128, 2, REREAD, BULK_RW, STATIC)
-DEFINE_RING(bulkrw32k_reread, f32, float, 64, 128, 2, REREAD, BULK_RW, STATIC)
-DEFINE_RING(bulkrw32k_reread_s3, bf16, bf16, 128, 128, 3, REREAD, BULK_RW, STATIC)
-DEFINE_RING(bulkrw32k_reread_s3, f32, float, 64, 128, 3, REREAD, BULK_RW, STATIC)
+DEFINE_RING(ring32k_reread, bf16, bf16, 128, 128, 2, REREAD, CPASYNC)
+DEFINE_RING(ring32k_reread, f32, float, 64, 128, 2, REREAD, CPASYNC)
+DEFINE_RING(bulk32k_hold, bf16, bf16, 128, 256, 3, HOLD, BULK)
+DEFINE_RING(bulk32k_hold, f32, float, 64, 256, 3, HOLD, BULK)
+DEFINE_RING(bulk32k_early, bf16, bf16, 128, 256, 3, HOLD_EARLY, BULK)
+DEFINE_RING(bulk32k_early, f32, float, 64, 256, 3, HOLD_EARLY, BULK)
+DEFINE_RING(bulk32k_reread, bf16, bf16, 128, 128, 2, REREAD, BULK)
+DEFINE_RING(bulk32k_reread, f32, float, 64, 128, 2, REREAD, BULK)

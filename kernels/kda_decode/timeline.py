@@ -8,6 +8,8 @@ zeroes the buffer before the launch). Pure NumPy/pandas, so it is tested on the 
 
 from __future__ import annotations
 
+import pathlib
+
 import numpy as np
 import pandas as pd
 
@@ -79,3 +81,64 @@ def busy_profile(tiles: pd.DataFrame, ctas: pd.DataFrame, step_us: float = 0.25)
     computing = ((tiles.ready_us.to_numpy()[None, :] <= t[:, None])
                  & (tiles.stored_us.to_numpy()[None, :] > t[:, None])).sum(axis=1)
     return pd.DataFrame({"t_us": t, "alive": alive, "computing": computing})
+
+
+def save(out: pathlib.Path, name: str, ctas: pd.DataFrame, tiles: pd.DataFrame) -> None:
+    ctas.to_csv(out / f"{name}_ctas.csv", index=False)
+    tiles.to_csv(out / f"{name}_tiles.csv", index=False)
+
+
+def load(folder: pathlib.Path) -> dict[str, tuple[pd.DataFrame, pd.DataFrame]]:
+    """{variant: (ctas, tiles)} from a folder ``save`` wrote, in ``summary.csv`` order when present."""
+    folder = pathlib.Path(folder)
+    names = [p.name[: -len("_ctas.csv")] for p in sorted(folder.glob("*_ctas.csv"))]
+    summary = folder / "summary.csv"
+    if summary.is_file():
+        order = [n for n in pd.read_csv(summary)["variant"] if n in names]
+        names = order + [n for n in names if n not in order]
+    if not names:
+        raise FileNotFoundError(f"timeline: no <variant>_ctas.csv in {folder}")
+    return {n: (pd.read_csv(folder / f"{n}_ctas.csv"), pd.read_csv(folder / f"{n}_tiles.csv")) for n in names}
+
+
+def plot(results: dict[str, tuple[pd.DataFrame, pd.DataFrame]], path: pathlib.Path, title: str = "",
+         per_row: int = 3) -> None:
+    """Per variant: a Gantt of every tile (in shared memory -> stores issued; CTAs grouped by SM)
+    above the count of CTAs alive and computing over time, on one time axis for all variants."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = len(results)
+    cols = min(per_row, n)
+    rows = -(-n // cols)
+    end = max(float(c.exit_us.max()) for c, _ in results.values())
+    fig, axes = plt.subplots(2 * rows, cols, figsize=(5.5 * cols, 5.2 * rows), squeeze=False,
+                             gridspec_kw={"height_ratios": [2, 1] * rows})
+    for i, (name, (ctas, tiles)) in enumerate(results.items()):
+        r, c = divmod(i, cols)
+        gantt, prof = axes[2 * r][c], axes[2 * r + 1][c]
+        order = ctas.sort_values(["sm", "cta"]).reset_index(drop=True)
+        y = tiles.cta.map(dict(zip(order.cta, order.index)))
+        gantt.hlines(y, tiles.ready_us, tiles.stored_us, linewidth=0.5,
+                     colors=np.where(tiles.n % 2 == 0, "tab:blue", "tab:orange"))
+        gantt.set_title(f"{name}: span {float(ctas.exit_us.max()):.1f} µs", fontsize=10)
+        gantt.set_ylabel("CTA (by SM)")
+        gantt.set_xlim(0, end)
+        busy = busy_profile(tiles, ctas)
+        prof.plot(busy.t_us, busy.alive, label="CTAs alive")
+        prof.plot(busy.t_us, busy.computing, label="CTAs computing a tile")
+        prof.set_xlim(0, end)
+        prof.set_xlabel("µs from the first CTA's entry")
+        if i == 0:
+            prof.legend(loc="lower center", fontsize=8)
+    for j in range(n, rows * cols):
+        r, c = divmod(j, cols)
+        axes[2 * r][c].axis("off")
+        axes[2 * r + 1][c].axis("off")
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

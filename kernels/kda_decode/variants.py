@@ -43,23 +43,16 @@ class _Design:
     persistent: bool = False
     smem: Callable[[str], int] = lambda dtype: 0   # dynamic shared memory per block, bytes
     tiles_per_head: Callable[[str], int] = lambda dtype: _KV // _TILE_COLS  # persistent designs
-    sched: bool = False               # takes a 2-word tile scheduler (ring kernels' last argument)
 
 
-# ring<T, COLS, THREADS, STAGES, KEEP, LOADER, SCHED> in the .cu: (tile bytes, threads, stages, keep,
-# loader, sched) per variant, the same for both dtypes (a 32 KiB tile is 128 BF16 or 64 FP32
-# columns). tests/test_kda_component checks this table against the DEFINE_RING lines of the .cu.
-RING_CONFIGS: dict[str, tuple[int, int, int, str, str, str]] = {
-    "ring32k_reread": (32768, 128, 2, "REREAD", "CPASYNC", "STATIC"),
-    "bulk32k_hold": (32768, 256, 3, "HOLD", "BULK", "STATIC"),
-    "bulk32k_early": (32768, 256, 3, "HOLD_EARLY", "BULK", "STATIC"),
-    "bulk32k_reread": (32768, 128, 2, "REREAD", "BULK", "STATIC"),
-    "ring32k_reread_dyn": (32768, 128, 2, "REREAD", "CPASYNC", "DYNAMIC"),
-    "bulk32k_hold_dyn": (32768, 256, 3, "HOLD", "BULK", "DYNAMIC"),
-    "bulk32k_early_dyn": (32768, 256, 3, "HOLD_EARLY", "BULK", "DYNAMIC"),
-    "bulk32k_reread_dyn": (32768, 128, 2, "REREAD", "BULK", "DYNAMIC"),
-    "bulkrw32k_reread": (32768, 128, 2, "REREAD", "BULK_RW", "STATIC"),
-    "bulkrw32k_reread_s3": (32768, 128, 3, "REREAD", "BULK_RW", "STATIC"),
+# ring<T, COLS, THREADS, STAGES, KEEP, LOADER> in the .cu: (tile bytes, threads, stages, keep,
+# loader) per variant, the same for both dtypes (a 32 KiB tile is 128 BF16 or 64 FP32 columns).
+# tests/test_kda_component checks this table against the DEFINE_RING lines of the .cu.
+RING_CONFIGS: dict[str, tuple[int, int, int, str, str]] = {
+    "ring32k_reread": (32768, 128, 2, "REREAD", "CPASYNC"),
+    "bulk32k_hold": (32768, 256, 3, "HOLD", "BULK"),
+    "bulk32k_early": (32768, 256, 3, "HOLD_EARLY", "BULK"),
+    "bulk32k_reread": (32768, 128, 2, "REREAD", "BULK"),
 }
 
 
@@ -74,8 +67,8 @@ def _stage_bytes(tile_bytes: int, cols: int) -> int:
 
 
 def _ring_design(name: str) -> _Design:
-    tile_bytes, threads, stages, _, _, _ = RING_CONFIGS[name]
-    return _Design(lazy=False, threads=threads, persistent=True, sched=True,
+    tile_bytes, threads, stages, _, _ = RING_CONFIGS[name]
+    return _Design(lazy=False, threads=threads, persistent=True,
                    tiles_per_head=lambda d: _KV // ring_cols(name, d),
                    smem=lambda d: stages * _stage_bytes(tile_bytes, ring_cols(name, d)))
 
@@ -134,16 +127,6 @@ _WHY = {
                      "flight during the sums, the write and the wait",
     "bulk32k_reread": "ring32k_reread loading through the bulk copy engine instead of per-thread "
                       "16-byte cp.async",
-    "ring32k_reread_dyn": "ring32k_reread taking tiles from a global counter after the first round "
-                          "(claimed a tile ahead) instead of a fixed stride: CTAs run at uneven "
-                          "speeds, so a static split ends on a few slow CTAs",
-    "bulk32k_hold_dyn": "bulk32k_hold with the dynamic tile counter of ring32k_reread_dyn",
-    "bulk32k_early_dyn": "bulk32k_early with the dynamic tile counter of ring32k_reread_dyn",
-    "bulk32k_reread_dyn": "bulk32k_reread with the dynamic tile counter of ring32k_reread_dyn",
-    "bulkrw32k_reread": "bulk32k_reread whose updated tile goes back through its stage and out by the "
-                        "bulk engine (one 32 KiB store per BF16 head): no global stores from the SMs",
-    "bulkrw32k_reread_s3": "bulkrw32k_reread with 3 stages, since a stage now stays busy until its "
-                           "bulk store has read it",
 }
 
 
@@ -231,8 +214,6 @@ class _CudaLaunch:
         if self.design.lazy:
             p = self._parity
             return head + (d["kn"][p], d["d"][p], d["kn"][1 - p], d["d"][1 - p], d["o"]) + self._scalars
-        if self.design.sched:
-            return head + (d["o"],) + self._scalars + (d["sched"],)
         return head + (d["o"],) + self._scalars
 
     def poison(self) -> None:
@@ -240,8 +221,6 @@ class _CudaLaunch:
         with self.backend.stream:
             cp.copyto(d["state"], self.state0)
             d["o"].fill(0xFFFF)  # bf16 NaN bits
-            if self.design.sched:  # the kernel leaves it zeroed; a trapped launch would not
-                d["sched"].fill(0)
             if self.design.lazy:
                 for buf in (*d["kn"], *d["d"]):
                     buf.fill(0)
@@ -301,8 +280,6 @@ def _make_cuda_build(name: str) -> Callable[..., _CudaLaunch]:
         dev["state"] = backend.to_device(inputs["state"])
         with backend.stream:
             dev["o"] = cp.empty((M, H, V), dtype=cp.uint16)
-            if design.sched:
-                dev["sched"] = cp.zeros(2, dtype=cp.uint32)  # next tile, CTAs out
             if design.lazy:
                 dev["kn"] = [cp.zeros((M, H, K), dtype=cp.float32) for _ in range(2)]
                 dev["d"] = [cp.zeros((M, H, V), dtype=cp.float32) for _ in range(2)]
