@@ -157,6 +157,23 @@ def problems_table(df: pd.DataFrame) -> str:
     return md_table(["component", "variant", *axes, "status", "reason"], rows)
 
 
+TIMELINE_DIR = "timeline"  # a tool's per-CTA timeline kept beside a report (tools/kda_timeline.py)
+
+
+def timeline_table(report_folder: pathlib.Path) -> str:
+    """``timeline/summary.csv`` of a report folder as a table (one column per variant), or ""."""
+    path = pathlib.Path(report_folder) / TIMELINE_DIR / "summary.csv"
+    if not path.is_file():
+        return ""
+    summary = pd.read_csv(path)
+    if summary.empty or "variant" not in summary:
+        return ""
+    variants = summary["variant"].tolist()
+    rows = [[col, *[fmt(v, ".2f") if isinstance(v, float) else fmt(v) for v in summary[col]]]
+            for col in summary.columns if col != "variant"]
+    return md_table(["", *variants], rows)
+
+
 def accounting_markdown(g: Geometry) -> str:
     """Seed 000's byte tables and seed 003 §9's figures, derived from the fuel."""
     items = md_table(["item", "bytes", "MiB / GiB", "derivation"],
@@ -266,6 +283,8 @@ def render_sweep(sweep_dir: pathlib.Path, out_root: pathlib.Path, template: str 
     text = _env().get_template(template).render(
         sweep=sweep, prov=prov, roof=roof, cpu=cpu, sections=sections, claim=claim,
         problems=problems_table(df), n_jobs=len(metas), n_rows=len(df),
+        timeline=timeline_table(out), timeline_dir=TIMELINE_DIR,
+        timeline_plot=(out / TIMELINE_DIR / "timeline.png").is_file(),
         overrides=sorted({" ".join(m.get("overrides", [])) for m in metas}),
         store_path=str(sweep_dir), argv=prov.get("argv", ""),
     )

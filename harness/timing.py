@@ -125,7 +125,8 @@ class _Flusher:
         self.backend.launch(self.kernel, (self.grid,), (256,), (self.buf, cp.uint64(self.n16), self.sink))
 
 
-def _flusher(backend) -> _Flusher:
+def flusher(backend) -> _Flusher:
+    """The backend's L2 flusher (allocated on first use, then reused by every job and tool)."""
     f = getattr(backend, "_attnbench_flusher", None)
     if f is None:
         f = _Flusher(backend)
@@ -141,7 +142,7 @@ def time_cuda(steps: Sequence[Callable[[], None]], backend, conf, cache: str) ->
     """
     cp = backend.cp
     stream = backend.stream
-    flush = _flusher(backend) if cache == "flush" else None
+    flush = flusher(backend) if cache == "flush" else None
     k = 0
     for _ in range(conf.warmup):
         if flush:

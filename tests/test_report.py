@@ -75,3 +75,22 @@ def test_scaling_fit_recovers_rate_and_fixed_cost():
     assert "| v | bf16 | 16, 24, 32, 64 | 4000 | 100.0 | 5.00 | 0.0% |" in table
     # Two points are not a line: no fit.
     assert report.scaling_fits(pd.DataFrame([r for r in rows if r["M"] in (32, 64)])) == []
+
+
+def test_a_timeline_kept_beside_a_report_is_rendered_into_it(cli, tmp_path):
+    root, out = tmp_path / "store", tmp_path / "reports"
+    res = cli("backend=cpu", "timing=quick", "copy_mib=1", "sweep=tl", f"store.root={root}")
+    assert res.returncode == 0, res.stderr
+    from harness import report, store
+
+    (sweep,) = store.sweep_dirs(root)
+    folder = report.render_sweep(sweep, out).parent
+    assert "Per-CTA timeline" not in (folder / "README.md").read_text()
+    (folder / "timeline").mkdir()
+    (folder / "timeline" / "summary.csv").write_text(
+        "variant,grid,floor_us,span_us\nfast_one,396,2.98,33.604\nslow_one,264,2.98,40.1\n")
+    text = report.render_sweep(sweep, out).read_text()
+    assert "## Per-CTA timeline" in text
+    assert "|  | fast_one | slow_one |" in text and "| span_us | 33.60 | 40.10 |" in text
+    assert "| grid | 396 | 264 |" in text
+    assert "timeline/timeline.png" not in text  # no plot saved, no broken image link

@@ -53,7 +53,7 @@ def record(backend: TimelineBackend, launch, launches: int) -> tuple[np.ndarray,
     module = backend.module(SOURCE)
     ptr = module.get_global("kda_timeline")
     words = cp.ndarray((1 << 20,), dtype=cp.uint64, memptr=ptr)
-    flush = timing._flusher(backend)
+    flush = timing.flusher(backend)
     start, end = cp.cuda.Event(), cp.cuda.Event()
     for _ in range(launches):
         launch.poison()
@@ -105,7 +105,8 @@ def main() -> None:
         ctas, tiles = timeline.parse(raw, launch.grid)
         summary = timeline.summarize(ctas, tiles)
         results[name] = (ctas, tiles, summary)
-        rows.append({"variant": name, "grid": launch.grid, "event_us": event_ms * 1e3, **summary})
+        rows.append({"variant": name, "grid": launch.grid, "floor_us": floor * 1e3,
+                     "event_us": event_ms * 1e3, **summary})
         timeline.save(args.out, name, ctas, tiles)
     table = pd.DataFrame(rows)
     table.to_csv(args.out / "summary.csv", index=False)
