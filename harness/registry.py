@@ -143,6 +143,8 @@ def parse_point(component: Component, items: list[str]) -> dict[str, Any]:
         key, sep, value = item.partition("=")
         if not sep or key not in component.axes:
             raise ValueError(f"--point: {item!r} must be KEY=VALUE with KEY one of {sorted(component.axes)}")
+        if key in point:
+            raise ValueError(f"--point: {key} given twice")
         try:
             point[key] = int(value)
         except ValueError:

@@ -63,3 +63,24 @@ def test_save_load_and_plot_round_trip(tmp_path):
     assert (tmp_path / "timeline.png").stat().st_size > 10_000
     with pytest.raises(FileNotFoundError, match="no <variant>_ctas.csv"):
         timeline.load(tmp_path / "empty_dir_that_is_not_there")
+
+
+def test_reader_constants_match_the_cuda_source():
+    import re
+
+    from kernels.kda_decode.variants import SOURCE
+
+    src = SOURCE.read_text()
+    assert int(re.search(r"^#define TL_SLOTS (\d+)$", src, re.M).group(1)) == timeline.TL_SLOTS
+    assert re.search(r"^#define TL_CAPACITY \(1 << (\d+)\)$", src, re.M).group(1) == "20"
+    assert timeline.TL_CAPACITY == 1 << 20
+
+
+def test_parse_refuses_a_cta_with_more_tiles_than_the_probes_hold():
+    full = [(1000 + 10 * n, 1005 + 10 * n) for n in range(timeline.MAX_TILES)]
+    ctas, tiles = timeline.parse(_buffer({0: (0, 0, 99_000, full)}, 1), 1)
+    assert int(ctas.tiles.iloc[0]) == timeline.MAX_TILES == len(tiles)
+    raw = _buffer({0: (0, 0, 99_000, full)}, 1)
+    raw[3 + 2 * timeline.MAX_TILES] = T0 + 98_000  # the ready probe of one tile too many
+    with pytest.raises(ValueError, match=f"more than {timeline.MAX_TILES} tiles"):
+        timeline.parse(raw, 1)

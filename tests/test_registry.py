@@ -17,6 +17,7 @@ def test_parse_point_reads_every_axis_and_types_integers():
     (["M=32"], "missing ['state_dtype']"),
     (["M=32", "state_dtype=bf16", "heads=8"], "'heads=8' must be KEY=VALUE with KEY one of ['M', 'state_dtype']"),
     (["M32", "state_dtype=bf16"], "'M32' must be KEY=VALUE"),
+    (["M=32", "M=64", "state_dtype=bf16"], "M given twice"),
 ])
 def test_parse_point_refuses_with_one_line(items, message):
     with pytest.raises(ValueError) as err:

@@ -6,7 +6,8 @@
 
 Builds kda_decode.cu with -DKDA_TIMELINE (probes that a normal build compiles to nothing) through
 the sweep's own launcher, so grid, shared memory and inputs are the swept ones. Each launch follows
-an L2 flush, as in the sweeps; the last of ``--launches`` is kept. Prints a summary per variant
+an L2 flush, as in the sweeps, but is a plain launch (not a graph replay); the last of
+``--launches`` is kept and its event-timed duration reported. Prints a summary per variant
 (kernels/kda_decode/timeline.py says what each column means) and writes ctas/tiles CSVs and a plot.
 Also times an empty kernel the way the sweeps time a step (graph replay after a flush): the floor
 that launch and event overhead put under every measured time.
@@ -52,7 +53,7 @@ def record(backend: TimelineBackend, launch, launches: int) -> tuple[np.ndarray,
     cp = backend.cp
     module = backend.module(SOURCE)
     ptr = module.get_global("kda_timeline")
-    words = cp.ndarray((1 << 20,), dtype=cp.uint64, memptr=ptr)
+    words = cp.ndarray((timeline.TL_CAPACITY,), dtype=cp.uint64, memptr=ptr)
     flush = timing.flusher(backend)
     start, end = cp.cuda.Event(), cp.cuda.Event()
     for _ in range(launches):
@@ -77,7 +78,10 @@ def main() -> None:
     ap.add_argument("--out", type=pathlib.Path, default=pathlib.Path("timeline"))
     args = ap.parse_args()
     if args.replot:
-        timeline.plot(timeline.load(args.replot), args.replot / "timeline.png")
+        if args.variants or args.point:
+            raise SystemExit("--replot: takes only the folder; variants and --point come from its CSVs")
+        timeline.plot(timeline.load(args.replot), args.replot / "timeline.png",
+                      title=timeline.title_of(args.replot))
         print(f"timeline: {args.replot / 'timeline.png'}")
         return
     if not args.variants:
@@ -105,13 +109,14 @@ def main() -> None:
         ctas, tiles = timeline.parse(raw, launch.grid)
         summary = timeline.summarize(ctas, tiles)
         results[name] = (ctas, tiles, summary)
-        rows.append({"variant": name, "grid": launch.grid, "floor_us": floor * 1e3,
+        rows.append({"variant": name, "point": " ".join(f"{k}={v}" for k, v in point.items()),
+                     "grid": launch.grid, "floor_us": floor * 1e3,
                      "event_us": event_ms * 1e3, **summary})
         timeline.save(args.out, name, ctas, tiles)
     table = pd.DataFrame(rows)
     table.to_csv(args.out / "summary.csv", index=False)
     timeline.plot({n: r[:2] for n, r in results.items()}, args.out / "timeline.png",
-                  title=f"kda_decode {point}")
+                  title=timeline.title_of(args.out))
     pd.set_option("display.width", 250)
     print(f"point {point}; floor {floor * 1e3:.2f} µs")
     print(table.T.to_string(float_format=lambda x: f"{x:.2f}"))

@@ -1067,8 +1067,8 @@ __device__ __forceinline__ void regs_wide(const bf16* __restrict__ q, const bf16
 // Measured on the H200 (reports/2026-11-29-kda_decode-h200-110800/FINDINGS.md): this cut the BF16
 // instructions per byte 2.5x, yet time moved by at most 2%: the SMs were not the bound. The
 // variants kept are the 32 KiB-tile ones; 16 KiB tiles, the 2-stage hold and one deep CTA per SM
-// were slower. Also measured and dropped (reports 2026-11-29-kda_decode-h200-114510, -120457 and
-// -121616; the code is in git at 068ffe8, 897ecec and b592462): 256 or 512 threads per 32 KiB tile,
+// were slower. Also measured and dropped (reports 2026-11-29-kda_decode-h200-114510, -115517,
+// -120457 and -121616; the code is in git at 068ffe8, ad8cdec, 897ecec and b592462): 256 or 512 threads per 32 KiB tile,
 // a 3-stage REREAD ring, a 2-stage HOLD_EARLY ring, HOLD_EARLY with cp.async, tiles taken from a
 // global counter instead of a fixed stride, and the tile written back by bulk-engine stores.
 

@@ -13,7 +13,8 @@ import pathlib
 import numpy as np
 import pandas as pd
 
-TL_SLOTS = 256  # keep in step with TL_SLOTS in kda_decode.cu
+TL_SLOTS = 256  # keep in step with TL_SLOTS and TL_CAPACITY in kda_decode.cu (a test checks)
+TL_CAPACITY = 1 << 20
 MAX_TILES = (TL_SLOTS - 3) // 2
 
 
@@ -32,6 +33,8 @@ def parse(raw: np.ndarray, grid: int) -> tuple[pd.DataFrame, pd.DataFrame]:
     t0 = int(entry.min())
     us = lambda ns: (ns.astype(np.int64) - t0) / 1e3  # noqa: E731
     ready, stored = slots[:, 3::2][:, :MAX_TILES], slots[:, 4::2][:, :MAX_TILES]
+    if (slots[:, 3 + 2 * MAX_TILES :] != 0).any():
+        raise ValueError(f"a CTA processed more than {MAX_TILES} tiles: the probes cannot hold its timeline")
     count = (stored != 0).sum(axis=1)
     ctas = pd.DataFrame({"cta": np.arange(grid), "sm": slots[:, 2].astype(np.int64),
                          "entry_us": us(entry), "exit_us": us(exit_), "tiles": count})
@@ -99,6 +102,16 @@ def load(folder: pathlib.Path) -> dict[str, tuple[pd.DataFrame, pd.DataFrame]]:
     if not names:
         raise FileNotFoundError(f"timeline: no <variant>_ctas.csv in {folder}")
     return {n: (pd.read_csv(folder / f"{n}_ctas.csv"), pd.read_csv(folder / f"{n}_tiles.csv")) for n in names}
+
+
+def title_of(folder: pathlib.Path) -> str:
+    """The point a saved timeline was recorded at (``summary.csv``'s ``point`` column), or ""."""
+    summary = pathlib.Path(folder) / "summary.csv"
+    if summary.is_file():
+        df = pd.read_csv(summary)
+        if "point" in df and len(df):
+            return f"kda_decode {df['point'].iloc[0]}"
+    return ""
 
 
 def plot(results: dict[str, tuple[pd.DataFrame, pd.DataFrame]], path: pathlib.Path, title: str = "",
