@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import argparse
 import pathlib
-import types
 
 import numpy as np
 import pandas as pd
 
 from harness import registry, timing
 from harness.backends import CudaBackend
+from harness.config import TimingConf
 from harness.fuel import load_fuel
 from kernels.kda_decode import timeline
 from kernels.kda_decode.variants import RING_CONFIGS, SOURCE
@@ -43,8 +43,7 @@ def launch_floor_ms(backend: CudaBackend) -> float:
     empty = backend.cp.RawModule(code='extern "C" __global__ void attnbench_empty() {}').get_function(
         "attnbench_empty")
     step = backend.capture(lambda: backend.launch(empty, (1,), (32,), ()))
-    conf = types.SimpleNamespace(warmup=10, min_reps=200, min_time_ms=0.0, max_noise=0.05,
-                                 max_reps=2000, timeout_s=30.0, graph=True)
+    conf = TimingConf(warmup=10, min_reps=200, min_time_ms=0.0, graph=True)
     return timing.time_cuda([step], backend, conf, "flush").ms_p50
 
 
@@ -108,14 +107,14 @@ def main() -> None:
         raw, event_ms = record(backend, launch, args.launches)
         ctas, tiles = timeline.parse(raw, launch.grid)
         summary = timeline.summarize(ctas, tiles)
-        results[name] = (ctas, tiles, summary)
+        results[name] = (ctas, tiles)
         rows.append({"variant": name, "point": " ".join(f"{k}={v}" for k, v in point.items()),
                      "grid": launch.grid, "floor_us": floor * 1e3,
                      "event_us": event_ms * 1e3, **summary})
         timeline.save(args.out, name, ctas, tiles)
     table = pd.DataFrame(rows)
     table.to_csv(args.out / "summary.csv", index=False)
-    timeline.plot({n: r[:2] for n, r in results.items()}, args.out / "timeline.png",
+    timeline.plot(results, args.out / "timeline.png",
                   title=timeline.title_of(args.out))
     pd.set_option("display.width", 250)
     print(f"point {point}; floor {floor * 1e3:.2f} µs")
