@@ -21,6 +21,7 @@ SELECTIONS = ("grouped", "scattered", "dense")
 POOLINGS = ("pooled", "per_token")
 CACHE_MODES = ("auto", "flush", "rotate", "warm")
 M_MAX = 4096
+CHAIN_MAX = 256  # launches per timed sample; each holds its own copy of the inputs on the device
 # JobConfig keys that are shape axes; a component reads the subset it names in Component.axes.
 AXIS_KEYS = ("M", "context", "copy_mib", "state_dtype", "key_dtype", "selection", "pooling", "topk")
 
@@ -50,6 +51,10 @@ class TimingConf:
     timeout_s: float = 30.0
     cache: str = "auto"           # flush | rotate | warm | auto (rotate when it fits in L2)
     graph: bool = False           # time CUDA-graph replays (launch-bound kernels, peers)
+    # Launches per timed sample, each on its own buffers, enqueued back to back (one graph when
+    # graph=true), as a decode step runs its layers of one kind; times are per launch (sample /
+    # chain). 0 = the component's layers per decode step (34 for KDA). 1 = one launch per sample.
+    chain: int = 1
 
 
 @dataclasses.dataclass
@@ -157,6 +162,7 @@ def validate(cfg: DictConfig | JobConfig, geometry: Geometry) -> None:
     _in_range("timing.max_noise", t.max_noise, 0, 1, "numbers")
     _in_range("timing.timeout_s", t.timeout_s, 0.001, None, "numbers")
     _one_of("timing.cache", t.cache, CACHE_MODES)
+    _in_range("timing.chain", t.chain, 0, CHAIN_MAX)
     if not str(c.store.root).strip():
         raise ConfigError("store.root: empty; allowed: a directory path")
     if not str(c.sweep).replace("-", "").replace("_", "").isalnum():

@@ -25,7 +25,9 @@ class Launch(Protocol):
     NaN (0xFF bytes for integer outputs), so a launch that skips an element cannot pass.
     ``__call__()`` enqueues exactly one decode step on the backend's stream (no synchronisation).
     ``outputs()`` synchronises and returns the outputs as host arrays keyed like the reference.
-    ``graph`` is optional: a callable that replays a captured graph of one step, or None.
+    ``capture_many`` is an optional classmethod ``capture_many(launches) -> replay``: capture these
+    launches of one variant (each on its own buffers) back to back into one CUDA graph. Without it,
+    the harness captures their plain calls on the backend's stream (``runner.replay``).
     """
 
     def poison(self) -> None: ...

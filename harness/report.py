@@ -200,6 +200,15 @@ def accounting_markdown(g: Geometry) -> str:
             f"### Seed 003 §9.1–9.3\n\n{s9}\n")
 
 
+def chain_lengths(df: pd.DataFrame) -> list[int]:
+    """Launches per timed sample (timing.chain) of the ok rows, when any sample ran more than one;
+    rows stored before the column existed ran one."""
+    if "chain" not in df.columns:
+        return []
+    values = sorted({int(c) for c in df.loc[df["status"] == "ok", "chain"].dropna()})
+    return values if any(c > 1 for c in values) else []
+
+
 # -- plots --------------------------------------------------------------------------------------------
 def plot_component(df: pd.DataFrame, roofline_gbps: float | None, path: pathlib.Path, title: str) -> bool:
     """GB/s against the first numeric axis that varies, one line per variant (and other varying
@@ -285,6 +294,7 @@ def render_sweep(sweep_dir: pathlib.Path, out_root: pathlib.Path, template: str 
         problems=problems_table(df), n_jobs=len(metas), n_rows=len(df),
         timeline=timeline_table(out), timeline_dir=TIMELINE_DIR,
         timeline_plot=(out / TIMELINE_DIR / "timeline.png").is_file(),
+        chains=chain_lengths(df), graphs=sorted({bool(g) for g in df.loc[df["status"] == "ok", "graph"]}),
         overrides=sorted({" ".join(m.get("overrides", [])) for m in metas}),
         store_path=str(sweep_dir), argv=prov.get("argv", ""),
     )

@@ -12,7 +12,7 @@ import logging
 import pathlib
 import time
 import zlib
-from typing import Any
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -136,7 +136,7 @@ def _base_row(comp, variant, point, geometry: Geometry, backend) -> dict[str, An
         "layers": int(comp.layers(geometry)), "ms_all_layers": np.nan,
         "source_sha": _source_sha(comp, variant),
         "rel_err": np.nan, "tolerance": np.nan, "errors": "",
-        "clock": "", "cache": "", "graph": False,
+        "clock": "", "cache": "", "graph": False, "chain": 1,
         "sm_clock_mhz_before": None, "sm_clock_mhz_after": None,
         "mem_clock_mhz_before": None, "mem_clock_mhz_after": None,
         "throttle_before": None, "throttle_after": None,
@@ -184,7 +184,7 @@ def measure(comp, variant, point: dict[str, Any], geometry: Geometry, backend, t
     row.update(
         ms_p50=ms, ms_p20=result.ms_p20, ms_p80=result.ms_p80, ms_min=result.ms_min, n=result.n,
         spread=result.spread, noisy=result.noisy, stop_reason=result.stop_reason,
-        clock=result.clock, cache=result.cache, graph=result.graph,
+        clock=result.clock, cache=result.cache, graph=result.graph, chain=result.chain,
         gbps=row["bytes"] / (ms * 1e-3) / 1e9 if ms > 0 else np.nan,
         gflops=row["flops"] / (ms * 1e-3) / 1e9 if ms > 0 else np.nan,
         ms_all_layers=ms * row["layers"],
@@ -202,36 +202,64 @@ def measure(comp, variant, point: dict[str, Any], geometry: Geometry, backend, t
     return row
 
 
+def chain_length(timing_conf, comp, geometry: Geometry) -> int:
+    """Launches per timed sample: ``timing.chain``, or the component's layers per decode step for 0."""
+    n = int(getattr(timing_conf, "chain", 1))
+    return int(comp.layers(geometry)) if n == 0 else n
+
+
+def _in_order(launches: Sequence) -> Callable[[], None]:
+    def step() -> None:
+        for ln in launches:
+            ln()
+    return step
+
+
+def replay(launches: Sequence, backend, use_graph: bool) -> Callable[[], None]:
+    """One timed sample: ``launches`` (one variant, each on its own buffers) enqueued back to back.
+
+    With ``use_graph`` they become ONE CUDA graph, so a chain pays graph-internal launch gaps, as a
+    decode step captured whole does, not one host launch each. A launch class may capture itself
+    (``capture_many``: fla records through torch's graph API); otherwise the backend captures the
+    plain calls."""
+    if not use_graph:
+        return launches[0] if len(launches) == 1 else _in_order(launches)
+    capture_many = getattr(type(launches[0]), "capture_many", None)
+    if capture_many is not None:
+        return capture_many(launches)
+    return backend.capture(_in_order(launches))
+
+
 def _time(comp, variant, point, geometry, backend, timing_conf, inputs, launch):
-    """Time one verified launch; returns (result, clocks before, clocks after)."""
+    """Time one verified launch; returns (result, clocks before, clocks after).
+
+    With ``timing.chain`` = N > 1, N - 1 more launches are built from the same inputs (each with
+    its own device buffers: N layers' states, as one decode step holds them) and every sample
+    runs all N; the result is per launch."""
+    chain = chain_length(timing_conf, comp, geometry)
+    extra = [variant.build(geometry, point, inputs, backend) for _ in range(chain - 1)]
     if backend.name == "cpu":
-        return timing.time_host(launch, timing_conf), {}, {}
+        return timing.per_launch(timing.time_host(replay([launch, *extra], backend, False), timing_conf),
+                                 chain), {}, {}
     device = getattr(backend, "device_id", 0)
-    footprint = comp.footprint_bytes(geometry, point)
+    footprint = comp.footprint_bytes(geometry, point) * chain
     cache = timing.choose_cache_mode(timing_conf.cache, footprint, backend.l2_bytes())
-    launches = [launch]
-    if cache == "rotate":
-        for i in range(1, timing.rotation_sets(footprint, backend.l2_bytes())):
-            extra = variant.build(geometry, point, inputs, backend)
-            launches.append(extra)
-    steps = []
+    sets = timing.rotation_sets(footprint, backend.l2_bytes()) if cache == "rotate" else 1
+    launches = [launch, *extra]
+    launches += [variant.build(geometry, point, inputs, backend) for _ in range(sets * chain - len(launches))]
+    groups = [launches[i * chain:(i + 1) * chain] for i in range(sets)]
     use_graph = bool(timing_conf.graph)
-    for ln in launches:
-        step = ln
-        if use_graph:
-            graph = getattr(ln, "graph", None)
-            try:
-                step = graph if callable(graph) else backend.capture(ln)
-            except Exception as exc:  # say so in the row (graph=False) rather than fail the point
-                log.warning("%s: graph capture failed (%s); timing plain launches", variant.name, exc)
-                use_graph = False
-                steps = list(launches[:len(steps)])
-        steps.append(step)
+    try:
+        steps = [replay(group, backend, use_graph) for group in groups]
+    except Exception as exc:  # say so in the row (graph=False) rather than fail the point
+        log.warning("%s: graph capture failed (%s); timing plain launches", variant.name, exc)
+        use_graph = False
+        steps = [replay(group, backend, False) for group in groups]
     timing_conf = _with_graph(timing_conf, use_graph)
     before = provenance.clocks(device)
     result = timing.time_cuda(steps, backend, timing_conf, cache)
     after = provenance.clocks(device)
-    return result, before, after
+    return timing.per_launch(result, chain), before, after
 
 
 def _with_graph(conf, graph: bool):
@@ -241,7 +269,7 @@ def _with_graph(conf, graph: bool):
 
     from harness.config import TimingConf
 
-    values = {f.name: getattr(conf, f.name) for f in dataclasses.fields(TimingConf)}
+    values = {f.name: getattr(conf, f.name, f.default) for f in dataclasses.fields(TimingConf)}
     values["graph"] = graph
     return SimpleNamespace(**values)
 
@@ -291,5 +319,6 @@ def describe_row(row: dict[str, Any], label: str) -> str:
         return f"{head}: {row['status']} - {row['reason']}"
     frac = row.get("roofline_fraction")
     frac_s = f" {frac:6.1%} of roofline" if frac == frac and frac is not None else ""
-    return (f"{head}: {row['ms_p50'] * 1e3:9.2f} us  {row['gbps']:8.1f} GB/s{frac_s}  "
+    chain = f" (x{row['chain']} per sample)" if row.get("chain", 1) > 1 else ""
+    return (f"{head}: {row['ms_p50'] * 1e3:9.2f} us{chain}  {row['gbps']:8.1f} GB/s{frac_s}  "
             f"rel_err {row['rel_err']:.2e}  n={row['n']}{' NOISY' if row['noisy'] else ''}  [{label}]")

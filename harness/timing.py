@@ -39,6 +39,7 @@ class TimingResult:
     clock: str          # cuda-events | host
     cache: str          # flush | rotate | warm | host
     graph: bool
+    chain: int = 1      # launches per sample; every ms figure is per launch (sample / chain)
 
 
 def summarize(samples: Sequence[float]) -> tuple[float, float, float, float, float]:
@@ -67,6 +68,18 @@ def _result(samples: list[float], reason: str, conf, clock: str, cache: str, gra
     noisy = spread > conf.max_noise or len(samples) < conf.min_reps
     return TimingResult(tuple(samples), p50, p20, p80, mn, len(samples), spread,
                         noisy, reason, clock, cache, graph)
+
+
+def per_launch(result: TimingResult, chain: int) -> TimingResult:
+    """A result whose samples each ran ``chain`` launches, restated per launch (the spread and the
+    stop rule are unchanged: they were judged on the whole samples)."""
+    if chain == 1:
+        return result
+    scale = 1.0 / chain
+    return dataclasses.replace(
+        result, samples_ms=tuple(x * scale for x in result.samples_ms), ms_p50=result.ms_p50 * scale,
+        ms_p20=result.ms_p20 * scale, ms_p80=result.ms_p80 * scale, ms_min=result.ms_min * scale,
+        chain=chain)
 
 
 ROTATION_CAP = 64  # input sets at most; beyond that a flush is cheaper than the copies

@@ -24,6 +24,7 @@ CPU_QUICK = ("backend=cpu", "timing=quick", "copy_mib=1")
     (["backend=gpu"], "backend:", "auto, cpu, cuda"),
     (["state_dtype=fp16"], "state_dtype:", "bf16, fp32"),
     (["timing.max_noise=2"], "timing.max_noise:", "numbers 0..1"),
+    (["timing.chain=-1"], "timing.chain:", "integers 0..256"),
     (["M=abc"], "M:", "Integer"),
     (["+experiment=nope"], "experiment:", "roofline"),
     (["M=8,16"], "M:", "-m"),

@@ -10,6 +10,7 @@ import pytest
 
 from harness.backends import gpu_visible
 from harness.fuel import load_fuel
+from harness.runner import replay
 from kernels.kda_decode.reference import bf16_to_float, float_to_bf16, ref_step
 from kernels.kda_decode.variants import CUDA_VARIANTS, PEER_VARIANTS
 
@@ -81,8 +82,9 @@ def _run_and_check(variant, backend, M, state_dtype, steps, use_graph=False):
     poisoned = launch.outputs()
     assert np.isnan(poisoned["o"]).all(), "poison() must fill o with NaN"
 
+    step = replay([launch], backend, True) if use_graph else launch
     for _ in range(steps):
-        launch.graph() if use_graph else launch()
+        step()
     out = launch.outputs()
     o_ref, s_ref = reference(inputs, steps)
 
@@ -115,3 +117,29 @@ def test_cuda_variant_matches_definition(variant, backend, state_dtype, M, steps
 def test_peer_matches_definition(variant, backend, state_dtype, M):
     _run_and_check(variant, backend, M, state_dtype, steps=1)
     _run_and_check(variant, backend, M, state_dtype, steps=1, use_graph=True)
+
+
+CHAINED = [v for v in CUDA_VARIANTS if v.name in ("lazy_v16", "regs_wide3", "ring32k_reread")] + list(PEER_VARIANTS)
+
+
+@pytest.mark.parametrize("state_dtype", ["bf16", "fp32"])
+@pytest.mark.parametrize("variant", CHAINED, ids=lambda v: v.name)
+def test_chain_graph_steps_every_layer_once(variant, backend, state_dtype):
+    """timing.chain: N launches of one variant captured into one graph; one replay must advance
+    each launch's own state by exactly one step (a graph that replayed one buffer N times, or
+    shared buffers between layers, leaves one state 3 steps ahead and the others untouched)."""
+    M = 3
+    point = {"M": M, "state_dtype": state_dtype}
+    reason = variant.supports(GEOMETRY, point)
+    if reason:
+        pytest.skip(reason)
+    inputs = make_inputs(M, state_dtype, seed=77 + (state_dtype == "fp32"))
+    launches = [variant.build(GEOMETRY, point, inputs, backend) for _ in range(3)]
+    for launch in launches:
+        launch.poison()
+    replay(launches, backend, True)()
+    o_ref, s_ref = reference(inputs, 1)
+    for i, launch in enumerate(launches):
+        out = launch.outputs()
+        e_o, e_s = rel(out["o"], o_ref), rel(out["state"], s_ref)
+        assert e_o < TOL_O and e_s < TOL_STATE[state_dtype], f"layer {i}: o {e_o:.3e}, state {e_s:.3e}"

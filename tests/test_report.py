@@ -94,3 +94,20 @@ def test_a_timeline_kept_beside_a_report_is_rendered_into_it(cli, tmp_path):
     assert "|  | fast_one | slow_one |" in text and "| span_us | 33.60 | 40.10 |" in text
     assert "| grid | 396 | 264 |" in text
     assert "timeline/timeline.png" not in text  # no plot saved, no broken image link
+
+
+def test_a_chained_sweep_says_its_times_are_per_launch_of_a_step(cli, tmp_path):
+    root, out = tmp_path / "store", tmp_path / "reports"
+    res = cli("backend=cpu", "timing=quick", "timing.chain=3", "copy_mib=1", "sweep=chained", f"store.root={root}")
+    assert res.returncode == 0, res.stderr
+    res = cli("backend=cpu", "timing=quick", "copy_mib=1", "sweep=single", f"store.root={root}")
+    assert res.returncode == 0, res.stderr
+    from harness import report, store
+
+    chained = (report.render_sweep(store.find_sweep(root, "chained"), out)).read_text()
+    single = (report.render_sweep(store.find_sweep(root, "single"), out)).read_text()
+    assert "Timed as a decode step" in chained and "ran 3 launches" in chained
+    assert "L2 flushed" not in chained.split("Timed as a decode step")[1].split("\n\n")[0]  # CPU: no L2
+    assert "Timed as a decode step" not in single
+    df = store.load_sweep(store.find_sweep(root, "chained"))
+    assert set(df["chain"]) == {3}

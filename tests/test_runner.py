@@ -98,3 +98,65 @@ def test_fresh_inputs_per_seed(geometry):
     a = comp.make_inputs(geometry, {"copy_mib": 1}, np.random.default_rng(1))["src"]
     b = comp.make_inputs(geometry, {"copy_mib": 1}, np.random.default_rng(2))["src"]
     assert not np.array_equal(a, b) and np.all(a != 0)
+
+
+class _Sleeper:
+    """A CPU launch that copies exactly, takes a known time and logs which launch ran."""
+
+    SECONDS = 0.002
+
+    def __init__(self, inputs, calls: list):
+        self.src, self.calls = inputs["src"], calls
+        self.dst = np.empty_like(self.src)
+
+    def poison(self):
+        self.dst.fill(np.uint32(0xFFFFFFFF))
+
+    def __call__(self):
+        import time
+
+        np.copyto(self.dst, self.src)
+        self.calls.append(id(self))
+        time.sleep(self.SECONDS)
+
+    def outputs(self):
+        return {"dst": self.dst.copy()}
+
+
+def test_chain_runs_distinct_launches_per_sample_and_reports_per_launch(geometry):
+    comp = _comp()
+    calls: list = []
+    built: list = []
+
+    def build(g, p, i, b):
+        built.append(_Sleeper(i, calls))
+        return built[-1]
+
+    conf = SimpleNamespace(**{**vars(QUICK), "chain": 3, "min_reps": 6, "max_reps": 6})
+    row = runner.measure(comp, registry.Variant("sleeper", "cpu", build, why="test"), {"copy_mib": 1},
+                         geometry, backends.CpuBackend(), conf, seed=1, roofline=None)
+    assert row["status"] == "ok", row["reason"]
+    assert row["chain"] == 3 and len(built) == 3 and len({id(b) for b in built}) == 3
+    # One verification call on the first launch, then warmup + samples run all three in order.
+    timed = calls[1:]
+    assert len(timed) == 3 * (conf.warmup + 10) and timed[:3] == [id(b) for b in built]
+    assert timed == timed[:3] * (len(timed) // 3)
+    # Per launch, not per sample: each launch sleeps 2 ms, a sample of three at least 6 ms.
+    assert _Sleeper.SECONDS * 1e3 <= row["ms_p50"] < 3 * _Sleeper.SECONDS * 1e3
+
+
+def test_chain_zero_is_the_components_layers_per_step(geometry):
+    kda = registry.get("kda_decode")
+    assert runner.chain_length(SimpleNamespace(chain=0), kda, geometry) == geometry.n_kda_layers == 34
+    assert runner.chain_length(SimpleNamespace(chain=5), kda, geometry) == 5
+    assert runner.chain_length(QUICK, kda, geometry) == 1  # a config without the field: one launch
+
+
+def test_replay_without_graph_runs_launches_in_order():
+    order: list = []
+    launches = [lambda i=i: order.append(i) for i in range(4)]
+    step = runner.replay(launches, backends.CpuBackend(), use_graph=False)
+    step()
+    step()
+    assert order == [0, 1, 2, 3, 0, 1, 2, 3]
+    assert runner.replay(launches[:1], backends.CpuBackend(), use_graph=False) is launches[0]

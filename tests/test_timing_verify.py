@@ -106,3 +106,15 @@ def test_compare_catches_a_small_unwritten_region():
     out[-500:] = rng.standard_normal(500)  # stale values in 0.05% of the elements
     c = compare("state", out, ref, 1e-1)
     assert c.rel_err < 1e-1 and c.mismatches > 0 and not c.ok
+
+
+def test_per_launch_divides_every_time_and_keeps_the_spread():
+    conf = SimpleNamespace(warmup=0, min_reps=3, max_reps=3, min_time_ms=0.0, max_noise=1.0, timeout_s=5.0)
+    whole = timing._result([30.0, 33.0, 36.0], "max_reps", conf, "host", "host", False)
+    per = timing.per_launch(whole, 3)
+    assert per.chain == 3 and whole.chain == 1
+    assert per.samples_ms == pytest.approx((10.0, 11.0, 12.0))
+    assert (per.ms_p50, per.ms_min) == pytest.approx((whole.ms_p50 / 3, 10.0))
+    assert per.ms_p20 == pytest.approx(whole.ms_p20 / 3) and per.ms_p80 == pytest.approx(whole.ms_p80 / 3)
+    assert per.spread == whole.spread and per.n == 3 and per.noisy == whole.noisy
+    assert timing.per_launch(whole, 1) is whole

@@ -7,6 +7,7 @@
 #   without either the reports say commit unknown / dirty: unknown)
 #   optional env: SKIP_TESTS=1, PYTEST_K=<expr> (GPU test filter), SWEEP_ARGS="M=32 variant=a,b"
 #   (extra overrides for EVERY listed experiment, so name the one they fit, e.g. `kda_decode`),
+#   SWEEP_ARGS_<experiment>="..." (overrides for that experiment only, after SWEEP_ARGS),
 #   PROFILE="<command>" (run last, e.g. ncu on tools/profile_variants.py; output in
 #   $OUT/profile.txt)
 set -uo pipefail
@@ -22,8 +23,11 @@ commit_note="commit ${ATTNBENCH_COMMIT:-unknown}"; echo "$commit_note"
   python3 -c "import torch, cupy; print('torch', torch.__version__, 'cupy', cupy.__version__, torch.cuda.get_device_name())"
   if [ -z "${SKIP_TESTS:-}" ]; then python3 -m pytest -q -rs tests/test_gpu_*.py tests/test_kda_cuda.py ${PYTEST_K:+-k "$PYTEST_K"} 2>&1 | tail -25; fi
   for e in ${experiments[@]}; do
+    own="SWEEP_ARGS_${e}"
     # report only a sweep that ran: after a refused sweep "latest" would be an older one
-    python3 -m harness -m "+experiment=$e" ${SWEEP_ARGS:-} 2>&1 && python3 -m harness report latest
+    python3 -m harness -m "+experiment=$e" ${SWEEP_ARGS:-} ${!own:-} 2>&1 && python3 -m harness report latest
+    # pack after every sweep, so a call stopped at its time limit still brings back what finished
+    tar czf "$OUT/results.tgz" results reports
   done
 } 2>&1 | tee "$OUT/log.txt"
 if [ -n "${PROFILE:-}" ]; then bash -c "$PROFILE" > "$OUT/profile.txt" 2>&1; echo "profile rc $?" | tee -a "$OUT/log.txt"; fi

@@ -1097,8 +1097,14 @@ struct RingTile {
     static_assert(THREADS >= KDIM && THREADS >= VCHUNKS && THREADS >= COLS, "one item per thread");
 };
 
+// L2_256: ask the L2 to fetch the whole 256-byte block around each copy (.L2::256B), so the DRAM
+// sees half-as-many, twice-as-long reads of a tile row pair instead of one 128-byte line per miss.
+template <bool L2_256 = false>
 __device__ __forceinline__ void cp_async16_s(unsigned saddr, const void* gmem) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(saddr), "l"(gmem) : "memory");
+    if constexpr (L2_256)
+        asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;\n" ::"r"(saddr), "l"(gmem) : "memory");
+    else
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(saddr), "l"(gmem) : "memory");
 }
 
 // Bulk (TMA engine) copies completing on an mbarrier, plain sm_90 PTX. One instruction moves a
@@ -1125,7 +1131,8 @@ __device__ __forceinline__ void bulk_copy(unsigned dst, const void* src, unsigne
                  ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
 }
 
-enum RingLoader { CPASYNC = 0, BULK = 1 };
+// CPASYNC_L2: CPASYNC with the 256-byte L2 prefetch on every copy.
+enum RingLoader { CPASYNC = 0, BULK = 1, CPASYNC_L2 = 2 };
 // What a ring does with the tile between its column sums and its write, and so when a stage may be
 // refilled: REREAD reads it again from the stage (refill after the next tile's first barrier);
 // HOLD keeps it faded in registers (refill at the top of the next tile, before its wait);
@@ -1212,7 +1219,8 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
         } else {
             const unsigned char* src = g_own + (size_t)mh * HEAD_BYTES + sl * R::ROW;
 #pragma unroll
-            for (int i = 0; i < R::RPT; ++i) cp_async16_s(dst + s_own + i * ROW_STEP_S, src + i * ROW_STEP_G);
+            for (int i = 0; i < R::RPT; ++i)
+                cp_async16_s<LOADER == CPASYNC_L2>(dst + s_own + i * ROW_STEP_S, src + i * ROW_STEP_G);
             if (vsrc) cp_async16_s(dst + vdst, vsrc + (size_t)mh * vhead + sl * vslice);
             cp_async_commit();  // one group per issue slot, empty or not (see refill)
         }
@@ -1224,7 +1232,7 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
         const int ahead = t + (KEEP == HOLD_EARLY ? STAGES : STAGES - 1) * stride;
         const int into = KEEP == HOLD_EARLY ? stage : (stage + STAGES - 1) % STAGES;
         if (ahead < ntiles) issue(into, ahead);
-        else if constexpr (LOADER == CPASYNC) cp_async_commit();  // keep the group count in step
+        else if constexpr (LOADER != BULK) cp_async_commit();  // keep the group count in step
     };
 
     // Prologue: STAGES-1 tiles in flight (HOLD_EARLY: all STAGES); with cp.async, empty groups are
@@ -1234,7 +1242,7 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
 #pragma unroll
     for (int s = 0; s < PROLOGUE; ++s) {
         if (t + s * stride < ntiles) issue(s, t + s * stride);
-        else if constexpr (LOADER == CPASYNC) cp_async_commit();
+        else if constexpr (LOADER != BULK) cp_async_commit();
     }
 
     // Where column tid's partial sits in red[][warp][]: chunk-major within each 4-float group so
@@ -1348,7 +1356,7 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
         ++local;
         if (++stage == STAGES) { stage = 0; parity ^= 1u; }
     }
-    if constexpr (LOADER == CPASYNC) cp_async_wait<0>();  // only empty groups remain; drain them
+    if constexpr (LOADER != BULK) cp_async_wait<0>();  // only empty groups remain; drain them
     TL_MARK(1);
 }
 
@@ -1434,3 +1442,10 @@ DEFINE_RING(bulk32k_early, bf16, bf16, 128, 256, 3, HOLD_EARLY, BULK)
 DEFINE_RING(bulk32k_early, f32, float, 64, 256, 3, HOLD_EARLY, BULK)
 DEFINE_RING(bulk32k_reread, bf16, bf16, 128, 128, 2, REREAD, BULK)
 DEFINE_RING(bulk32k_reread, f32, float, 64, 128, 2, REREAD, BULK)
+// Exploratory (this session): 16 KiB tiles four deep, so the first tiles land after a quarter of
+// the bytes ring32k's first wave asks for and three tiles are in flight behind the one computing;
+// and ring32k_reread with the 256-byte L2 prefetch.
+DEFINE_RING(ring16k_reread4, bf16, bf16, 64, 128, 4, REREAD, CPASYNC)
+DEFINE_RING(ring16k_reread4, f32, float, 32, 128, 4, REREAD, CPASYNC)
+DEFINE_RING(ring32k_reread_l2, bf16, bf16, 128, 128, 2, REREAD, CPASYNC_L2)
+DEFINE_RING(ring32k_reread_l2, f32, float, 64, 128, 2, REREAD, CPASYNC_L2)

@@ -63,7 +63,6 @@ class _CudaMove:
         self.dst = cp.empty_like(self.src)
         self.words = self.src.nbytes // word_bytes
         self.grid = _grid(backend, self.words)
-        self.graph = None
 
     def poison(self) -> None:
         with self.backend.stream:
