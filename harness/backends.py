@@ -111,8 +111,15 @@ class CudaBackend:
         return self._modules[key]
 
     def launch(self, kernel, grid: tuple[int, ...], block: tuple[int, ...], args: tuple,
-               shared_mem: int = 0) -> None:
-        kernel(grid, block, args, shared_mem=shared_mem, stream=self.stream)
+               shared_mem: int = 0, programmatic: bool = False) -> None:
+        """Enqueue ``kernel`` on this stream. ``programmatic``: as a programmatic dependent of the
+        kernel before it (sm_90 PDL): it may launch once every CTA of that kernel has executed
+        griddepcontrol.launch_dependents, and must griddepcontrol.wait before reading its outputs.
+        CuPy has no launch attributes, so that path calls cuLaunchKernelEx itself."""
+        if programmatic:
+            _launch_programmatic(kernel, grid, block, args, shared_mem, self.stream.ptr)
+        else:
+            kernel(grid, block, args, shared_mem=shared_mem, stream=self.stream)
 
     def capture(self, step: Callable[[], None]) -> Callable[[], None]:
         """Capture one ``step`` on this stream into a CUDA graph; return its replay."""
@@ -124,6 +131,62 @@ class CudaBackend:
             graph = self.stream.end_capture()
         graph.upload(self.stream)
         return functools.partial(graph.launch, self.stream)
+
+
+# -- programmatic dependent launch through the driver API (ctypes; layouts from cuda.h, CUDA 12+) --
+_CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 3
+
+
+@functools.lru_cache(maxsize=None)
+def _driver():
+    import ctypes
+
+    class LaunchAttribute(ctypes.Structure):  # CUlaunchAttribute: id, pad to 8, 64-byte value union
+        _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", ctypes.c_int),
+                    ("value_rest", ctypes.c_char * 60)]
+
+    class LaunchConfig(ctypes.Structure):  # CUlaunchConfig
+        _fields_ = [("gridDimX", ctypes.c_uint), ("gridDimY", ctypes.c_uint), ("gridDimZ", ctypes.c_uint),
+                    ("blockDimX", ctypes.c_uint), ("blockDimY", ctypes.c_uint), ("blockDimZ", ctypes.c_uint),
+                    ("sharedMemBytes", ctypes.c_uint), ("hStream", ctypes.c_void_p),
+                    ("attrs", ctypes.POINTER(LaunchAttribute)), ("numAttrs", ctypes.c_uint)]
+
+    assert ctypes.sizeof(LaunchAttribute) == 72, "CUlaunchAttribute is 72 bytes in cuda.h"
+    lib = ctypes.CDLL("libcuda.so.1")
+    lib.cuLaunchKernelEx.argtypes = [ctypes.POINTER(LaunchConfig), ctypes.c_void_p,
+                                     ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_void_p)]
+    lib.cuLaunchKernelEx.restype = ctypes.c_int
+    lib.cuGetErrorString.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
+    return ctypes, lib, LaunchAttribute, LaunchConfig
+
+
+def _kernel_arg(ctypes, value):
+    """One kernel argument as the ctypes value its parameter expects (device arrays by pointer,
+    NumPy scalars by their own width); a bare Python number is refused: its width is ambiguous."""
+    if hasattr(value, "data") and hasattr(value.data, "ptr"):  # a CuPy array
+        return ctypes.c_void_p(value.data.ptr)
+    kinds = {np.dtype(np.int32): ctypes.c_int32, np.dtype(np.uint32): ctypes.c_uint32,
+             np.dtype(np.int64): ctypes.c_int64, np.dtype(np.uint64): ctypes.c_uint64,
+             np.dtype(np.float32): ctypes.c_float, np.dtype(np.float64): ctypes.c_double}
+    kind = kinds.get(getattr(value, "dtype", None))
+    if kind is None:
+        raise TypeError(f"programmatic launch: argument {value!r} must be a CuPy array or a NumPy "
+                        f"scalar of {', '.join(sorted(d.name for d in kinds))}")
+    return kind(value.item())
+
+
+def _launch_programmatic(kernel, grid, block, args, shared_mem: int, stream_ptr: int) -> None:
+    ctypes, lib, LaunchAttribute, LaunchConfig = _driver()
+    grid, block = (tuple(grid) + (1, 1))[:3], (tuple(block) + (1, 1))[:3]
+    attr = LaunchAttribute(id=_CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, value=1)
+    config = LaunchConfig(*grid, *block, shared_mem, ctypes.c_void_p(stream_ptr), ctypes.pointer(attr), 1)
+    values = [_kernel_arg(ctypes, a) for a in args]
+    params = (ctypes.c_void_p * len(values))(*[ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in values])
+    err = lib.cuLaunchKernelEx(ctypes.byref(config), ctypes.c_void_p(kernel.ptr), params, None)
+    if err:
+        msg = ctypes.c_char_p()
+        lib.cuGetErrorString(err, ctypes.byref(msg))
+        raise RuntimeError(f"cuLaunchKernelEx (programmatic) failed: {err} {msg.value!r}")
 
 
 @functools.lru_cache(maxsize=None)

@@ -68,17 +68,17 @@ def test_ring_launch_table_matches_the_cuda_source():
     from kernels.kda_decode import variants
 
     src = variants.SOURCE.read_text()
-    found: dict[tuple[str, str], tuple[int, int, int, str, str]] = {}
-    for m in re.finditer(r"^DEFINE_RING\((\w+), (\w+), (\w+), (\d+), (\d+), (\d+), (\w+), (\w+)\)",
+    found: dict[tuple[str, str], tuple[int, int, int, str, str, str]] = {}
+    for m in re.finditer(r"^DEFINE_RING\((\w+), (\w+), (\w+), (\d+), (\d+), (\d+), (\w+), (\w+), (\w+)\)",
                          src, re.M):
-        name, suffix, ctype, cols, threads, stages, keep, loader = m.groups()
-        found[(name, suffix)] = (int(cols), int(threads), int(stages), keep, loader)
+        name, suffix, ctype, cols, threads, stages, keep, loader, overlap = m.groups()
+        found[(name, suffix)] = (int(cols), int(threads), int(stages), keep, loader, overlap)
         assert ctype == {"bf16": "bf16", "f32": "float"}[suffix]
     expected = {}
-    for name, (tile_bytes, threads, stages, keep, loader) in variants.RING_CONFIGS.items():
+    for name, (tile_bytes, threads, stages, keep, loader, overlap) in variants.RING_CONFIGS.items():
         for dtype, suffix in (("bf16", "bf16"), ("fp32", "f32")):
-            expected[(name, suffix)] = (variants.ring_cols(name, dtype), threads, stages, keep, loader)
+            expected[(name, suffix)] = (variants.ring_cols(name, dtype), threads, stages, keep, loader, overlap)
             design = variants._DESIGNS[name]
-            assert design.persistent and design.threads == threads
+            assert design.persistent and design.threads == threads and design.pdl == (overlap == "PDL")
             assert design.tiles_per_head(dtype) * variants.ring_cols(name, dtype) == 128
     assert found == expected

@@ -1097,14 +1097,8 @@ struct RingTile {
     static_assert(THREADS >= KDIM && THREADS >= VCHUNKS && THREADS >= COLS, "one item per thread");
 };
 
-// L2_256: ask the L2 to fetch the whole 256-byte block around each copy (.L2::256B), so the DRAM
-// sees half-as-many, twice-as-long reads of a tile row pair instead of one 128-byte line per miss.
-template <bool L2_256 = false>
 __device__ __forceinline__ void cp_async16_s(unsigned saddr, const void* gmem) {
-    if constexpr (L2_256)
-        asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;\n" ::"r"(saddr), "l"(gmem) : "memory");
-    else
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(saddr), "l"(gmem) : "memory");
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(saddr), "l"(gmem) : "memory");
 }
 
 // Bulk (TMA engine) copies completing on an mbarrier, plain sm_90 PTX. One instruction moves a
@@ -1131,8 +1125,7 @@ __device__ __forceinline__ void bulk_copy(unsigned dst, const void* src, unsigne
                  ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
 }
 
-// CPASYNC_L2: CPASYNC with the 256-byte L2 prefetch on every copy.
-enum RingLoader { CPASYNC = 0, BULK = 1, CPASYNC_L2 = 2 };
+enum RingLoader { CPASYNC = 0, BULK = 1 };
 // What a ring does with the tile between its column sums and its write, and so when a stage may be
 // refilled: REREAD reads it again from the stage (refill after the next tile's first barrier);
 // HOLD keeps it faded in registers (refill at the top of the next tile, before its wait);
@@ -1140,8 +1133,20 @@ enum RingLoader { CPASYNC = 0, BULK = 1, CPASYNC_L2 = 2 };
 // where no thread reads the stage any more, so the next load is in flight during the sums, the
 // write and the wait instead of only the wait.
 enum RingKeep { REREAD = 0, HOLD = 1, HOLD_EARLY = 2 };
+// How a launch meets its neighbours in a stream. SOLO: plain. PDL (programmatic dependent launch,
+// sm_90): the CTA first lets the next kernel launch (griddepcontrol.launch_dependents), so that
+// kernel's CTAs take SM slots as this one's exit; then it issues the loads of its first state tiles,
+// and only then waits for the kernel before it (griddepcontrol.wait: complete, memory visible)
+// before reading q, k, v, g, beta or writing anything. In a decode step a layer's state is written
+// only by the same layer one step earlier, never by the kernels just before it, so those loads may
+// overlap the previous layer's tail; everything the previous kernels produce is read after the
+// wait. Launched without the PDL attribute, both instructions are no-ops.
+enum RingOverlap { SOLO = 0, PDL = 1 };
 
-template <typename T, int COLS, int THREADS, int STAGES, int KEEP, int LOADER>
+__device__ __forceinline__ void pdl_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+
+template <typename T, int COLS, int THREADS, int STAGES, int KEEP, int LOADER, int OVERLAP>
 __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __restrict__ k,
                                      const bf16* __restrict__ v, const float* __restrict__ g,
                                      const float* __restrict__ beta, T* __restrict__ S,
@@ -1157,6 +1162,7 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
     if (dynamic_smem_bytes() < (unsigned)(STAGES * R::BYTES)) __trap();
     TL_MARK(0);
     TL_SM();
+    if constexpr (OVERLAP == PDL) pdl_launch_dependents();
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int cv = tid % R::CV, rg = tid / R::CV;
@@ -1208,22 +1214,33 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
     const unsigned b_vbytes = tid == 2 ? KDIM * 4 : tid == 3 ? R::COLS * 2 : KDIM * 2;
     const unsigned b_vhead = tid == 2 ? KDIM * 4 : tid == 3 ? VDIM * 2 : KDIM * 2;
 
-    auto issue = [&](int stage, int t) {
+    // A tile's copies: the state part, then q, k, g and the v slice (PDL splits them at the wait).
+    auto issue_state = [&](int stage, int t) {
         const int mh = t / R::SLICES, sl = t % R::SLICES;
         const unsigned dst = ring_base + stage * R::BYTES;
         if constexpr (LOADER == BULK) {
             const unsigned bar = bar0 + 8 * stage;
             if (tid == 0) mbar_expect_tx(bar, R::BYTES);
             if (tid < KDIM) bulk_copy(dst + tid * R::ROW, b_row + (size_t)mh * HEAD_BYTES + sl * R::ROW, R::ROW, bar);
-            if (tid < 4) bulk_copy(dst + b_vdst, b_vec + (size_t)mh * b_vhead + (tid == 3 ? sl * R::COLS * 2 : 0), b_vbytes, bar);
         } else {
             const unsigned char* src = g_own + (size_t)mh * HEAD_BYTES + sl * R::ROW;
 #pragma unroll
-            for (int i = 0; i < R::RPT; ++i)
-                cp_async16_s<LOADER == CPASYNC_L2>(dst + s_own + i * ROW_STEP_S, src + i * ROW_STEP_G);
-            if (vsrc) cp_async16_s(dst + vdst, vsrc + (size_t)mh * vhead + sl * vslice);
-            cp_async_commit();  // one group per issue slot, empty or not (see refill)
+            for (int i = 0; i < R::RPT; ++i) cp_async16_s(dst + s_own + i * ROW_STEP_S, src + i * ROW_STEP_G);
         }
+    };
+    auto issue_vectors = [&](int stage, int t) {
+        const int mh = t / R::SLICES, sl = t % R::SLICES;
+        const unsigned dst = ring_base + stage * R::BYTES;
+        if constexpr (LOADER == BULK) {
+            if (tid < 4) bulk_copy(dst + b_vdst, b_vec + (size_t)mh * b_vhead + (tid == 3 ? sl * R::COLS * 2 : 0), b_vbytes, bar0 + 8 * stage);
+        } else {
+            if (vsrc) cp_async16_s(dst + vdst, vsrc + (size_t)mh * vhead + sl * vslice);
+        }
+    };
+    auto issue = [&](int stage, int t) {
+        issue_state(stage, t);
+        issue_vectors(stage, t);
+        if constexpr (LOADER != BULK) cp_async_commit();  // one group per issue slot, empty or not (see refill)
     };
     // HOLD / REREAD refill the stage tile n - 1 used with tile n + STAGES - 1 (see RingKeep for
     // when); HOLD_EARLY refills tile n's own stage with tile n + STAGES once tile n is in registers.
@@ -1239,10 +1256,28 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
     // committed too, so the group count always says which tile has landed.
     constexpr int PROLOGUE = KEEP == HOLD_EARLY ? STAGES : STAGES - 1;
     int t = blockIdx.x;
+    if constexpr (OVERLAP == PDL) {
+        // State first, then wait for the previous kernel, then its inputs; cp.async puts all the
+        // prologue's vectors in one extra group, so the first tile waits for every group.
 #pragma unroll
-    for (int s = 0; s < PROLOGUE; ++s) {
-        if (t + s * stride < ntiles) issue(s, t + s * stride);
-        else if constexpr (LOADER != BULK) cp_async_commit();
+        for (int s = 0; s < PROLOGUE; ++s) {
+            if (t + s * stride < ntiles) issue_state(s, t + s * stride);
+            if constexpr (LOADER != BULK) cp_async_commit();
+        }
+        pdl_wait();
+#pragma unroll
+        for (int s = 0; s < PROLOGUE; ++s)
+            if (t + s * stride < ntiles) issue_vectors(s, t + s * stride);
+        if constexpr (LOADER != BULK) {
+            cp_async_commit();
+            cp_async_wait<0>();
+        }
+    } else {
+#pragma unroll
+        for (int s = 0; s < PROLOGUE; ++s) {
+            if (t + s * stride < ntiles) issue(s, t + s * stride);
+            else if constexpr (LOADER != BULK) cp_async_commit();
+        }
     }
 
     // Where column tid's partial sits in red[][warp][]: chunk-major within each 4-float group so
@@ -1430,22 +1465,19 @@ DEFINE_EXACT(regs_wide3, f32, float, 256, float, 64)
 // re-read, the loader (cp.async or bulk). The stage count is the same for both dtypes: 2 stages
 // with 128 threads keep 3 CTAs per SM; 3 stages with 256 threads allow 2 (BF16 by its 127
 // registers and shared memory, FP32 by shared memory alone: 3 x 33.1 KiB per CTA).
-#define DEFINE_RING(NAME, SUFFIX, T, COLS, THREADS, STAGES, KEEP, LOADER)                          \
+#define DEFINE_RING(NAME, SUFFIX, T, COLS, THREADS, STAGES, KEEP, LOADER, OVERLAP)                 \
     extern "C" __global__ void __launch_bounds__(THREADS) kda_##NAME##_##SUFFIX(EXACT_ARGS(T)) {  \
-        ring<T, COLS, THREADS, STAGES, KEEP, LOADER>(q, k, v, g, beta, S, o, M, H, eps, scale);  \
+        ring<T, COLS, THREADS, STAGES, KEEP, LOADER, OVERLAP>(q, k, v, g, beta, S, o, M, H, eps, scale); \
     }
-DEFINE_RING(ring32k_reread, bf16, bf16, 128, 128, 2, REREAD, CPASYNC)
-DEFINE_RING(ring32k_reread, f32, float, 64, 128, 2, REREAD, CPASYNC)
-DEFINE_RING(bulk32k_hold, bf16, bf16, 128, 256, 3, HOLD, BULK)
-DEFINE_RING(bulk32k_hold, f32, float, 64, 256, 3, HOLD, BULK)
-DEFINE_RING(bulk32k_early, bf16, bf16, 128, 256, 3, HOLD_EARLY, BULK)
-DEFINE_RING(bulk32k_early, f32, float, 64, 256, 3, HOLD_EARLY, BULK)
-DEFINE_RING(bulk32k_reread, bf16, bf16, 128, 128, 2, REREAD, BULK)
-DEFINE_RING(bulk32k_reread, f32, float, 64, 128, 2, REREAD, BULK)
-// Exploratory (this session): 16 KiB tiles four deep, so the first tiles land after a quarter of
-// the bytes ring32k's first wave asks for and three tiles are in flight behind the one computing;
-// and ring32k_reread with the 256-byte L2 prefetch.
-DEFINE_RING(ring16k_reread4, bf16, bf16, 64, 128, 4, REREAD, CPASYNC)
-DEFINE_RING(ring16k_reread4, f32, float, 32, 128, 4, REREAD, CPASYNC)
-DEFINE_RING(ring32k_reread_l2, bf16, bf16, 128, 128, 2, REREAD, CPASYNC_L2)
-DEFINE_RING(ring32k_reread_l2, f32, float, 64, 128, 2, REREAD, CPASYNC_L2)
+DEFINE_RING(ring32k_reread, bf16, bf16, 128, 128, 2, REREAD, CPASYNC, SOLO)
+DEFINE_RING(ring32k_reread, f32, float, 64, 128, 2, REREAD, CPASYNC, SOLO)
+DEFINE_RING(bulk32k_hold, bf16, bf16, 128, 256, 3, HOLD, BULK, SOLO)
+DEFINE_RING(bulk32k_hold, f32, float, 64, 256, 3, HOLD, BULK, SOLO)
+DEFINE_RING(bulk32k_early, bf16, bf16, 128, 256, 3, HOLD_EARLY, BULK, SOLO)
+DEFINE_RING(bulk32k_early, f32, float, 64, 256, 3, HOLD_EARLY, BULK, SOLO)
+DEFINE_RING(bulk32k_reread, bf16, bf16, 128, 128, 2, REREAD, BULK, SOLO)
+DEFINE_RING(bulk32k_reread, f32, float, 64, 128, 2, REREAD, BULK, SOLO)
+DEFINE_RING(ring32k_reread_pdl, bf16, bf16, 128, 128, 2, REREAD, CPASYNC, PDL)
+DEFINE_RING(ring32k_reread_pdl, f32, float, 64, 128, 2, REREAD, CPASYNC, PDL)
+DEFINE_RING(bulk32k_early_pdl, bf16, bf16, 128, 256, 3, HOLD_EARLY, BULK, PDL)
+DEFINE_RING(bulk32k_early_pdl, f32, float, 64, 256, 3, HOLD_EARLY, BULK, PDL)

@@ -43,18 +43,21 @@ class _Design:
     persistent: bool = False
     smem: Callable[[str], int] = lambda dtype: 0   # dynamic shared memory per block, bytes
     tiles_per_head: Callable[[str], int] = lambda dtype: _KV // _TILE_COLS  # persistent designs
+    # Programmatic dependent launch: in a chain (timing.chain), every launch after the first may
+    # start while the one before drains (the kernel waits before reading that one's outputs).
+    pdl: bool = False
 
 
-# ring<T, COLS, THREADS, STAGES, KEEP, LOADER> in the .cu: (tile bytes, threads, stages, keep,
-# loader) per variant, the same for both dtypes (a 32 KiB tile is 128 BF16 or 64 FP32 columns).
-# tests/test_kda_component checks this table against the DEFINE_RING lines of the .cu.
-RING_CONFIGS: dict[str, tuple[int, int, int, str, str]] = {
-    "ring32k_reread": (32768, 128, 2, "REREAD", "CPASYNC"),
-    "bulk32k_hold": (32768, 256, 3, "HOLD", "BULK"),
-    "bulk32k_early": (32768, 256, 3, "HOLD_EARLY", "BULK"),
-    "bulk32k_reread": (32768, 128, 2, "REREAD", "BULK"),
-    "ring16k_reread4": (16384, 128, 4, "REREAD", "CPASYNC"),
-    "ring32k_reread_l2": (32768, 128, 2, "REREAD", "CPASYNC_L2"),
+# ring<T, COLS, THREADS, STAGES, KEEP, LOADER, OVERLAP> in the .cu: (tile bytes, threads, stages,
+# keep, loader, overlap) per variant, the same for both dtypes (a 32 KiB tile is 128 BF16 or 64
+# FP32 columns). tests/test_kda_component checks this table against the DEFINE_RING lines of the .cu.
+RING_CONFIGS: dict[str, tuple[int, int, int, str, str, str]] = {
+    "ring32k_reread": (32768, 128, 2, "REREAD", "CPASYNC", "SOLO"),
+    "bulk32k_hold": (32768, 256, 3, "HOLD", "BULK", "SOLO"),
+    "bulk32k_early": (32768, 256, 3, "HOLD_EARLY", "BULK", "SOLO"),
+    "bulk32k_reread": (32768, 128, 2, "REREAD", "BULK", "SOLO"),
+    "ring32k_reread_pdl": (32768, 128, 2, "REREAD", "CPASYNC", "PDL"),
+    "bulk32k_early_pdl": (32768, 256, 3, "HOLD_EARLY", "BULK", "PDL"),
 }
 
 
@@ -69,8 +72,8 @@ def _stage_bytes(tile_bytes: int, cols: int) -> int:
 
 
 def _ring_design(name: str) -> _Design:
-    tile_bytes, threads, stages, _, _ = RING_CONFIGS[name]
-    return _Design(lazy=False, threads=threads, persistent=True,
+    tile_bytes, threads, stages, _, _, overlap = RING_CONFIGS[name]
+    return _Design(lazy=False, threads=threads, persistent=True, pdl=overlap == "PDL",
                    tiles_per_head=lambda d: _KV // ring_cols(name, d),
                    smem=lambda d: stages * _stage_bytes(tile_bytes, ring_cols(name, d)))
 
@@ -129,10 +132,12 @@ _WHY = {
                      "flight during the sums, the write and the wait",
     "bulk32k_reread": "ring32k_reread loading through the bulk copy engine instead of per-thread "
                       "16-byte cp.async",
-    "ring16k_reread4": "ring32k_reread with 16 KiB tiles four stages deep: the first wave asks for "
-                       "half the bytes so tiles land sooner, and three tiles stay in flight",
-    "ring32k_reread_l2": "ring32k_reread with the 256-byte L2 prefetch on its copies (cp.async "
-                         ".L2::256B): longer DRAM reads per miss",
+    "ring32k_reread_pdl": "ring32k_reread launched as a programmatic dependent of the layer before "
+                          "it in a step: its CTAs fill SMs as that layer's CTAs exit and load their "
+                          "first state tiles before waiting for it (the launch floor and the ramp "
+                          "overlap the previous tail); a single launch is ring32k_reread",
+    "bulk32k_early_pdl": "bulk32k_early with the same programmatic dependent launch as "
+                         "ring32k_reread_pdl (three state tiles in flight before the wait)",
 }
 
 
@@ -230,11 +235,23 @@ class _CudaLaunch:
                     buf.fill(0)
         self._parity = 0
 
-    def __call__(self) -> None:
+    def __call__(self, programmatic: bool = False) -> None:
         self.backend.launch(self.kernel, (self.grid,), (self.design.threads,), self._args(),
-                            shared_mem=self.dyn_smem)
+                            shared_mem=self.dyn_smem, programmatic=programmatic)
         if self.design.lazy:
             self._parity ^= 1
+
+    @classmethod
+    def capture_many(cls, launches: "list[_CudaLaunch]"):
+        """One graph of the launches in order; a PDL design launches every one after the first as
+        a programmatic dependent of the one before (a captured PDL edge), the first plainly, so
+        a replay never overlaps what ran before it (the flush, the previous replay)."""
+        first = launches[0]
+
+        def chain() -> None:
+            for i, launch in enumerate(launches):
+                launch(programmatic=launch.design.pdl and i > 0)
+        return first.backend.capture(chain)
 
     def outputs(self) -> dict[str, np.ndarray]:
         b, d = self.backend, self.dev
