@@ -182,7 +182,8 @@ def _launch_programmatic(kernel, grid, block, args, shared_mem: int, stream_ptr:
     config = LaunchConfig(*grid, *block, shared_mem, ctypes.c_void_p(stream_ptr), ctypes.pointer(attr), 1)
     values = [_kernel_arg(ctypes, a) for a in args]
     params = (ctypes.c_void_p * len(values))(*[ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in values])
-    err = lib.cuLaunchKernelEx(ctypes.byref(config), ctypes.c_void_p(kernel.ptr), params, None)
+    function = getattr(kernel, "kernel", kernel)  # a CuPy RawKernel holds its loaded Function (.ptr)
+    err = lib.cuLaunchKernelEx(ctypes.byref(config), ctypes.c_void_p(function.ptr), params, None)
     if err:
         msg = ctypes.c_char_p()
         lib.cuGetErrorString(err, ctypes.byref(msg))

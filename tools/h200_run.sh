@@ -8,6 +8,7 @@
 #   optional env: SKIP_TESTS=1, PYTEST_K=<expr> (GPU test filter), SWEEP_ARGS="M=32 variant=a,b"
 #   (extra overrides for EVERY listed experiment, so name the one they fit, e.g. `kda_decode`),
 #   SWEEP_ARGS_<experiment>="..." (overrides for that experiment only, after SWEEP_ARGS),
+#   SWEEP_TIMEOUT=<seconds> (stop each sweep after that long: the jobs that finished are packed),
 #   PROFILE="<command>" (run last, e.g. ncu on tools/profile_variants.py; output in
 #   $OUT/profile.txt)
 set -uo pipefail
@@ -25,7 +26,8 @@ commit_note="commit ${ATTNBENCH_COMMIT:-unknown}"; echo "$commit_note"
   for e in ${experiments[@]}; do
     own="SWEEP_ARGS_${e}"
     # report only a sweep that ran: after a refused sweep "latest" would be an older one
-    python3 -m harness -m "+experiment=$e" ${SWEEP_ARGS:-} ${!own:-} 2>&1 && python3 -m harness report latest
+    ${SWEEP_TIMEOUT:+timeout $SWEEP_TIMEOUT} python3 -m harness -m "+experiment=$e" ${SWEEP_ARGS:-} ${!own:-} 2>&1 \
+      && python3 -m harness report latest
     # pack after every sweep, so a call stopped at its time limit still brings back what finished
     tar czf "$OUT/results.tgz" results reports
   done
