@@ -134,11 +134,15 @@ class CudaBackend:
 
 
 # -- programmatic dependent launch through the driver API (ctypes; layouts from cuda.h, CUDA 12+) --
-_CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 3
+# CUlaunchAttributeID in cuda.h; 3 is CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY, a stream attribute
+# that cuLaunchKernelEx refuses as an invalid argument (the H200 run at d93f24f).
+# tests/test_backends checks this against the cuda.h of the local toolkit.
+_CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6
 
 
 @functools.lru_cache(maxsize=None)
-def _driver():
+def launch_structs():
+    """ctypes mirrors of cuda.h's CUlaunchAttribute and CUlaunchConfig (checked by the tests)."""
     import ctypes
 
     class LaunchAttribute(ctypes.Structure):  # CUlaunchAttribute: id, pad to 8, 64-byte value union
@@ -151,13 +155,20 @@ def _driver():
                     ("sharedMemBytes", ctypes.c_uint), ("hStream", ctypes.c_void_p),
                     ("attrs", ctypes.POINTER(LaunchAttribute)), ("numAttrs", ctypes.c_uint)]
 
-    assert ctypes.sizeof(LaunchAttribute) == 72, "CUlaunchAttribute is 72 bytes in cuda.h"
+    return LaunchAttribute, LaunchConfig
+
+
+@functools.lru_cache(maxsize=None)
+def _libcuda():
+    import ctypes
+
+    LaunchAttribute, LaunchConfig = launch_structs()
     lib = ctypes.CDLL("libcuda.so.1")
     lib.cuLaunchKernelEx.argtypes = [ctypes.POINTER(LaunchConfig), ctypes.c_void_p,
                                      ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_void_p)]
     lib.cuLaunchKernelEx.restype = ctypes.c_int
     lib.cuGetErrorString.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
-    return ctypes, lib, LaunchAttribute, LaunchConfig
+    return lib
 
 
 def _kernel_arg(ctypes, value):
@@ -176,7 +187,10 @@ def _kernel_arg(ctypes, value):
 
 
 def _launch_programmatic(kernel, grid, block, args, shared_mem: int, stream_ptr: int) -> None:
-    ctypes, lib, LaunchAttribute, LaunchConfig = _driver()
+    import ctypes
+
+    LaunchAttribute, LaunchConfig = launch_structs()
+    lib = _libcuda()
     grid, block = (tuple(grid) + (1, 1))[:3], (tuple(block) + (1, 1))[:3]
     attr = LaunchAttribute(id=_CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, value=1)
     config = LaunchConfig(*grid, *block, shared_mem, ctypes.c_void_p(stream_ptr), ctypes.pointer(attr), 1)

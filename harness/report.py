@@ -74,8 +74,9 @@ def results_table(df: pd.DataFrame, cpu: bool) -> str:
     headers = ["variant", *axes, f"µs/layer p50{' (' + unit + ')' if unit else ''}", "p20–p80 µs", "GB/s",
                "% roofline", "layers", "ms all layers", "rel err", "n", "status"]
     rows = []
-    for _, r in df.sort_values(axes + ["variant"]).iterrows():
-        status = r["status"] + (" (noisy)" if r.get("noisy") else "")
+    fallback = graph_fallbacks(df)
+    for i, r in df.sort_values(axes + ["variant"]).iterrows():
+        status = r["status"] + (" (noisy)" if r.get("noisy") else "") + (" (no graph)" if fallback[i] else "")
         rows.append([
             r["variant"] + (" [peer]" if r.get("peer") else ""),
             *[fmt(r[a]) for a in axes],
@@ -147,13 +148,27 @@ def scaling_table(df: pd.DataFrame, roofline_gbps: float | None) -> str:
     return md_table(headers, rows)
 
 
+def graph_fallbacks(df: pd.DataFrame) -> pd.Series:
+    """Ok rows timed without a CUDA graph in a sweep whose other ok rows used one: their capture
+    failed and they ran as plain launches (the runner's reason says why; rows stored before it
+    recorded one are caught by the mixed ``graph`` column alone)."""
+    ok = df["status"] == "ok"
+    graph = df["graph"].astype(bool) if "graph" in df.columns else pd.Series(False, index=df.index)
+    return ok & ~graph & bool((ok & graph).any())
+
+
 def problems_table(df: pd.DataFrame) -> str:
-    bad = df[(df["status"] != "ok") | (df["noisy"] == True)]  # noqa: E712 (pandas mask)
+    fallback = graph_fallbacks(df)
+    bad = df[(df["status"] != "ok") | (df["noisy"] == True) | fallback]  # noqa: E712 (pandas mask)
     if bad.empty:
         return ""
     axes = component_axes(bad)
-    rows = [[r["component"], r["variant"], *[fmt(r[a]) for a in axes], r["status"], r["reason"]]
-            for _, r in bad.iterrows()]
+    rows = []
+    for i, r in bad.iterrows():
+        reason = str(r["reason"]) if r["reason"] == r["reason"] and str(r["reason"]) else ""
+        if fallback[i] and "graph" not in reason:
+            reason = "; ".join(filter(None, ["timed as plain launches, not a CUDA graph: its capture failed", reason]))
+        rows.append([r["component"], r["variant"], *[fmt(r[a]) for a in axes], r["status"], reason])
     return md_table(["component", "variant", *axes, "status", "reason"], rows)
 
 

@@ -173,8 +173,8 @@ def measure(comp, variant, point: dict[str, Any], geometry: Geometry, backend, t
             row.update(status="failed", reason="; ".join(c.describe() for c in bad))
             return row
         del out
-        result, clocks_before, clocks_after = _time(comp, variant, point, geometry, backend, timing_conf,
-                                                    inputs, launch)
+        result, clocks_before, clocks_after, note = _time(comp, variant, point, geometry, backend, timing_conf,
+                                                          inputs, launch)
     except Exception as exc:  # a broken variant is a failed row, never a crashed sweep
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         row.update(status="failed", reason=f"{type(exc).__name__}: {first}"[:500])
@@ -195,10 +195,12 @@ def measure(comp, variant, point: dict[str, Any], geometry: Geometry, backend, t
     if roofline:
         row["roofline_gbps"] = roofline["gbps"]
         row["roofline_fraction"] = row["gbps"] / roofline["gbps"]
+    reasons = [note] if note else []
     if result.noisy and result.n < timing_conf.min_reps:
-        row["reason"] = f"noisy: only {result.n} repetitions < min_reps {timing_conf.min_reps} ({result.stop_reason})"
+        reasons.append(f"noisy: only {result.n} repetitions < min_reps {timing_conf.min_reps} ({result.stop_reason})")
     elif result.noisy:
-        row["reason"] = f"noisy: spread {result.spread:.1%} > {timing_conf.max_noise:.0%} ({result.stop_reason})"
+        reasons.append(f"noisy: spread {result.spread:.1%} > {timing_conf.max_noise:.0%} ({result.stop_reason})")
+    row["reason"] = "; ".join(reasons)
     return row
 
 
@@ -240,7 +242,7 @@ def _time(comp, variant, point, geometry, backend, timing_conf, inputs, launch):
     extra = [variant.build(geometry, point, inputs, backend) for _ in range(chain - 1)]
     if backend.name == "cpu":
         return timing.per_launch(timing.time_host(replay([launch, *extra], backend, False), timing_conf),
-                                 chain), {}, {}
+                                 chain), {}, {}, ""
     device = getattr(backend, "device_id", 0)
     footprint = comp.footprint_bytes(geometry, point) * chain
     cache = timing.choose_cache_mode(timing_conf.cache, footprint, backend.l2_bytes())
@@ -249,17 +251,19 @@ def _time(comp, variant, point, geometry, backend, timing_conf, inputs, launch):
     launches += [variant.build(geometry, point, inputs, backend) for _ in range(sets * chain - len(launches))]
     groups = [launches[i * chain:(i + 1) * chain] for i in range(sets)]
     use_graph = bool(timing_conf.graph)
+    note = ""
     try:
         steps = [replay(group, backend, use_graph) for group in groups]
-    except Exception as exc:  # say so in the row (graph=False) rather than fail the point
-        log.warning("%s: graph capture failed (%s); timing plain launches", variant.name, exc)
+    except Exception as exc:  # say so in the row (graph=False and a reason) rather than fail the point
+        note = f"graph capture failed ({type(exc).__name__}: {str(exc).strip()[:200]}); timed as plain launches"
+        log.warning("%s: %s", variant.name, note)
         use_graph = False
         steps = [replay(group, backend, False) for group in groups]
     timing_conf = _with_graph(timing_conf, use_graph)
     before = provenance.clocks(device)
     result = timing.time_cuda(steps, backend, timing_conf, cache)
     after = provenance.clocks(device)
-    return timing.per_launch(result, chain), before, after
+    return timing.per_launch(result, chain), before, after, note
 
 
 def _with_graph(conf, graph: bool):

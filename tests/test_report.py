@@ -111,3 +111,22 @@ def test_a_chained_sweep_says_its_times_are_per_launch_of_a_step(cli, tmp_path):
     assert "Timed as a decode step" not in single
     df = store.load_sweep(store.find_sweep(root, "chained"))
     assert set(df["chain"]) == {3}
+
+
+def test_rows_whose_graph_capture_failed_are_flagged_not_hidden():
+    from harness import report
+
+    base = {"component": "kda_decode", "status": "ok", "noisy": False, "reason": "", "M": 32,
+            "ms_p50": 1e-3, "ms_p20": 1e-3, "ms_p80": 1e-3, "gbps": 1.0, "roofline_fraction": 0.5,
+            "layers": 34, "ms_all_layers": 0.034, "rel_err": 1e-3, "n": 10, "peer": False}
+    df = pd.DataFrame([{**base, "variant": "a", "graph": True},
+                       {**base, "variant": "b", "graph": False},
+                       {**base, "variant": "c", "graph": False, "reason": "graph capture failed (X); timed as plain launches"}])
+    assert list(report.graph_fallbacks(df)) == [False, True, True]
+    problems = report.problems_table(df)
+    assert "| kda_decode | b |" in problems and "its capture failed" in problems
+    assert "graph capture failed (X)" in problems and "| kda_decode | a |" not in problems
+    table = report.results_table(df, cpu=False)
+    assert table.count("(no graph)") == 2
+    plain = df.assign(graph=False)  # a sweep timed without graphs on purpose flags nothing
+    assert not report.graph_fallbacks(plain).any() and report.problems_table(plain) == ""
