@@ -127,8 +127,13 @@ class CudaBackend:
         self.stream.begin_capture()
         try:
             step()
-        finally:
-            graph = self.stream.end_capture()
+        except BaseException:
+            try:  # end the capture, but report what broke it, not what ending it says
+                self.stream.end_capture()
+            except Exception:
+                pass
+            raise
+        graph = self.stream.end_capture()
         graph.upload(self.stream)
         return functools.partial(graph.launch, self.stream)
 

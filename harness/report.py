@@ -154,7 +154,8 @@ def graph_fallbacks(df: pd.DataFrame) -> pd.Series:
     recorded one are caught by the mixed ``graph`` column alone)."""
     ok = df["status"] == "ok"
     graph = df["graph"].astype(bool) if "graph" in df.columns else pd.Series(False, index=df.index)
-    return ok & ~graph & bool((ok & graph).any())
+    said = df["reason"].fillna("").astype(str).str.contains("graph capture failed", regex=False)
+    return ok & ~graph & (bool((ok & graph).any()) | said)
 
 
 def problems_table(df: pd.DataFrame) -> str:
@@ -310,6 +311,7 @@ def render_sweep(sweep_dir: pathlib.Path, out_root: pathlib.Path, template: str 
         timeline=timeline_table(out), timeline_dir=TIMELINE_DIR,
         timeline_plot=(out / TIMELINE_DIR / "timeline.png").is_file(),
         chains=chain_lengths(df), graphs=sorted({bool(g) for g in df.loc[df["status"] == "ok", "graph"]}),
+        caches=sorted({str(c) for c in df.loc[df["status"] == "ok", "cache"]}),
         overrides=sorted({" ".join(m.get("overrides", [])) for m in metas}),
         store_path=str(sweep_dir), argv=prov.get("argv", ""),
     )

@@ -148,6 +148,7 @@ def measure(comp, variant, point: dict[str, Any], geometry: Geometry, backend, t
             seed: int, roofline: dict[str, Any] | None, shared: dict | None = None) -> dict[str, Any]:
     """Verify then time one variant at one point; always returns a row (ok / skipped / failed)."""
     row = _base_row(comp, variant, point, geometry, backend)
+    row["chain"] = chain_length(timing_conf, comp, geometry)
     reason = variant.supports(geometry, point)
     if reason is None and backend.name == "cpu" and row["bytes"] > comp.cpu_max_bytes:
         reason = (f"CPU reference backend runs points up to {comp.cpu_max_bytes >> 20} MiB moved; "
@@ -174,7 +175,7 @@ def measure(comp, variant, point: dict[str, Any], geometry: Geometry, backend, t
             return row
         del out
         result, clocks_before, clocks_after, note = _time(comp, variant, point, geometry, backend, timing_conf,
-                                                          inputs, launch)
+                                                          inputs, launch, ref)
     except Exception as exc:  # a broken variant is a failed row, never a crashed sweep
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         row.update(status="failed", reason=f"{type(exc).__name__}: {first}"[:500])
@@ -224,15 +225,33 @@ def replay(launches: Sequence, backend, use_graph: bool) -> Callable[[], None]:
     decode step captured whole does, not one host launch each. A launch class may capture itself
     (``capture_many``: fla records through torch's graph API); otherwise the backend captures the
     plain calls."""
-    if not use_graph:
-        return launches[0] if len(launches) == 1 else _in_order(launches)
-    capture_many = getattr(type(launches[0]), "capture_many", None)
-    if capture_many is not None:
-        return capture_many(launches)
-    return backend.capture(_in_order(launches))
+    kind = type(launches[0])
+    if use_graph and getattr(kind, "capture_many", None) is not None:
+        return kind.capture_many(launches)
+    if getattr(kind, "run_many", None) is not None:  # e.g. programmatic launches after the first
+        run = kind.run_many(launches)
+    else:
+        run = launches[0] if len(launches) == 1 else _in_order(launches)
+    return backend.capture(run) if use_graph else run
 
 
-def _time(comp, variant, point, geometry, backend, timing_conf, inputs, launch):
+def check_replay(comp, point, group: Sequence, step: Callable[[], None], ref: dict) -> None:
+    """What is timed must be correct too: reset every launch of ``group``, run the timed ``step``
+    once, and compare the first, second and last launch's outputs with the reference (each must
+    have advanced exactly one step on its own buffers). Raises on a mismatch."""
+    for ln in group:
+        ln.poison()
+    step()
+    for i in sorted({0, min(1, len(group) - 1), len(group) - 1}):
+        out = group[i].outputs()
+        bad = [c for c in (compare(name, out[name], ref[name], comp.tolerance(point, name)) for name in ref)
+               if not c.ok]
+        if bad:
+            raise RuntimeError(f"timed replay, launch {i + 1} of {len(group)}: "
+                               + "; ".join(c.describe() for c in bad))
+
+
+def _time(comp, variant, point, geometry, backend, timing_conf, inputs, launch, ref):
     """Time one verified launch; returns (result, clocks before, clocks after).
 
     With ``timing.chain`` = N > 1, N - 1 more launches are built from the same inputs (each with
@@ -241,8 +260,10 @@ def _time(comp, variant, point, geometry, backend, timing_conf, inputs, launch):
     chain = chain_length(timing_conf, comp, geometry)
     extra = [variant.build(geometry, point, inputs, backend) for _ in range(chain - 1)]
     if backend.name == "cpu":
-        return timing.per_launch(timing.time_host(replay([launch, *extra], backend, False), timing_conf),
-                                 chain), {}, {}, ""
+        step = replay([launch, *extra], backend, False)
+        if chain > 1:
+            check_replay(comp, point, [launch, *extra], step, ref)
+        return timing.per_launch(timing.time_host(step, timing_conf), chain), {}, {}, ""
     device = getattr(backend, "device_id", 0)
     footprint = comp.footprint_bytes(geometry, point) * chain
     cache = timing.choose_cache_mode(timing_conf.cache, footprint, backend.l2_bytes())
@@ -260,6 +281,8 @@ def _time(comp, variant, point, geometry, backend, timing_conf, inputs, launch):
         use_graph = False
         steps = [replay(group, backend, False) for group in groups]
     timing_conf = _with_graph(timing_conf, use_graph)
+    if use_graph or chain > 1:  # a graph or a chain is not the launch measure() verified
+        check_replay(comp, point, groups[0], steps[0], ref)
     before = provenance.clocks(device)
     result = timing.time_cuda(steps, backend, timing_conf, cache)
     after = provenance.clocks(device)

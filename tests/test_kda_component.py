@@ -82,3 +82,99 @@ def test_ring_launch_table_matches_the_cuda_source():
             assert design.persistent and design.threads == threads and design.pdl == (overlap == "PDL")
             assert design.tiles_per_head(dtype) * variants.ring_cols(name, dtype) == 128
     assert found == expected
+
+
+class _HostStream:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def synchronize(self):
+        pass
+
+
+class _RecordingBackend:
+    """Runs the launcher's kernel launches on the host (a lazy step in float64 on the very
+    buffers it is given) and captures 'graphs' the way CUDA does: the arguments are frozen at
+    capture, a replay re-runs them. Enough to check the launcher's buffer bookkeeping."""
+
+    def __init__(self, eps, scale):
+        self.cp, self.stream, self.eps, self.scale = np, _HostStream(), eps, scale
+        self._recording = None
+
+    def to_host(self, a):
+        return np.array(a, copy=True)
+
+    def launch(self, kernel, grid, block, args, shared_mem=0, programmatic=False):
+        if self._recording is not None:
+            self._recording.append(args)
+        else:
+            self._run(args)
+
+    def _run(self, args):
+        from kernels.kda_decode.reference import bf16_to_float, ref_lazy_step
+
+        q, k, v, g, beta, state, kprev, dprev, knew, dnew, o = args[:11]
+        f = lambda a: bf16_to_float(a).astype(np.float64)  # noqa: E731
+        out, stored, kn, d = ref_lazy_step(f(q), f(k), f(v), g, beta, state, kprev, dprev, self.eps, self.scale)
+        state[...] = stored
+        knew[...], dnew[...] = kn, d
+        o[...] = (out.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
+
+    def capture(self, step):
+        self._recording = []
+        try:
+            step()
+        finally:
+            frozen, self._recording = self._recording, None
+        return lambda: [self._run(args) for args in frozen]
+
+
+def test_lazy_launch_buffers_stay_right_through_poison_capture_and_chains(geometry):
+    """The lazy designs ping-pong (kn, d) pairs; after poison, a plain launch, a captured replay
+    and a captured chain of three must each leave every launch exactly one step ahead."""
+    from kernels.kda_decode import spec, variants
+
+    point = {"M": 1, "state_dtype": "fp32"}
+    inputs = spec.make_inputs(geometry, point, np.random.default_rng(5))
+    ref = spec.reference(geometry, point, inputs)
+    backend = _RecordingBackend(geometry.kda.l2norm_eps, geometry.kda.q_scale)
+    design = variants._DESIGNS["lazy_v16"]
+
+    def build():
+        dev = {n: np.array(inputs[n], copy=True) for n in ("q", "k", "v", "g", "beta", "state")}
+        dev["o"] = np.empty((1, 64, 128), np.uint16)
+        dev["kn"] = [np.zeros((1, 64, 128)) for _ in range(2)]
+        dev["d"] = [np.zeros((1, 64, 128)) for _ in range(2)]
+        launch = variants._CudaLaunch(backend, design, None, 1, 0, dev, inputs["state"].copy(), 1, 64,
+                                      geometry.kda.l2norm_eps, geometry.kda.q_scale)
+        launch.poison()
+        return launch
+
+    def one_step_ahead(launch):
+        out = launch.outputs()
+        for name in ("o", "state"):
+            err = np.linalg.norm(out[name] - ref[name]) / np.linalg.norm(ref[name])
+            assert err < spec.tolerance(point, name), f"{name}: rel err {err:.2e}"
+
+    first = build()
+    first()
+    one_step_ahead(first)                      # plain launch (measure's verification)
+    replay = variants._CudaLaunch.capture_many([first])
+    first.poison()
+    replay()
+    one_step_ahead(first)                      # the captured graph of one launch
+    chain = [build() for _ in range(3)]
+    replay = variants._CudaLaunch.capture_many(chain)
+    for launch in chain:
+        launch.poison()
+    replay()
+    for launch in chain:                       # each layer of the chain, on its own buffers
+        one_step_ahead(launch)
+    first.poison()
+    first()
+    first()
+    out = first.outputs()                      # two plain steps: no longer one step ahead
+    assert np.linalg.norm(out["state"] - ref["state"]) / np.linalg.norm(ref["state"]) > spec.tolerance(point, "state")

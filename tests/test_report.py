@@ -128,5 +128,7 @@ def test_rows_whose_graph_capture_failed_are_flagged_not_hidden():
     assert "graph capture failed (X)" in problems and "| kda_decode | a |" not in problems
     table = report.results_table(df, cpu=False)
     assert table.count("(no graph)") == 2
-    plain = df.assign(graph=False)  # a sweep timed without graphs on purpose flags nothing
+    plain = df.assign(graph=False, reason="")  # a sweep timed without graphs on purpose flags nothing
     assert not report.graph_fallbacks(plain).any() and report.problems_table(plain) == ""
+    failed_everywhere = df.assign(graph=False)  # every capture failed: the reasons still say so
+    assert list(report.graph_fallbacks(failed_everywhere)) == [False, False, True]

@@ -137,8 +137,10 @@ def test_chain_runs_distinct_launches_per_sample_and_reports_per_launch(geometry
                          geometry, backends.CpuBackend(), conf, seed=1, roofline=None)
     assert row["status"] == "ok", row["reason"]
     assert row["chain"] == 3 and len(built) == 3 and len({id(b) for b in built}) == 3
-    # One verification call on the first launch, then warmup + samples run all three in order.
-    timed = calls[1:]
+    # One verification call on the first launch, one checked replay of the chain, then warmup +
+    # samples run all three in order.
+    assert calls[1:4] == [id(b) for b in built]
+    timed = calls[4:]
     assert len(timed) == 3 * (conf.warmup + 10) and timed[:3] == [id(b) for b in built]
     assert timed == timed[:3] * (len(timed) // 3)
     # Per launch, not per sample: each launch sleeps 2 ms, a sample of three at least 6 ms.
@@ -160,3 +162,63 @@ def test_replay_without_graph_runs_launches_in_order():
     step()
     assert order == [0, 1, 2, 3, 0, 1, 2, 3]
     assert runner.replay(launches[:1], backends.CpuBackend(), use_graph=False) is launches[0]
+
+
+class _SharedCounter(_Sleeper):
+    """Launches that share hidden state: only the first call after a poison is right, so one
+    launch passes verification but a chain of them is wrong from its second launch on."""
+
+    SECONDS = 0.0
+
+    def __init__(self, inputs, box: dict):
+        super().__init__(inputs, [])
+        self.box = box
+
+    def poison(self):
+        super().poison()
+        self.box["calls"] = 0
+
+    def __call__(self):
+        self.box["calls"] += 1
+        np.copyto(self.dst, self.src if self.box["calls"] == 1 else self.src ^ np.uint32(1))
+
+
+def test_a_chain_whose_later_launches_are_wrong_fails_before_timing(geometry):
+    comp = _comp()
+    box: dict = {"calls": 0}
+    variant = registry.Variant("shared", "cpu", lambda g, p, i, b: _SharedCounter(i, box), why="test")
+    one = runner.measure(comp, variant, {"copy_mib": 1}, geometry, backends.CpuBackend(), QUICK, 1, None)
+    assert one["status"] == "ok", one["reason"]  # a single launch is right
+    conf = SimpleNamespace(**{**vars(QUICK), "chain": 3})
+    row = runner.measure(comp, variant, {"copy_mib": 1}, geometry, backends.CpuBackend(), conf, 1, None)
+    assert row["status"] == "failed" and row["n"] == 0 and row["chain"] == 3
+    assert "timed replay, launch 2 of 3" in row["reason"]
+
+
+def test_replay_uses_a_launch_class_own_chaining():
+    log: list = []
+
+    class Chained:
+        def __init__(self, i):
+            self.i = i
+
+        def __call__(self, programmatic=False):
+            log.append((self.i, programmatic))
+
+        @classmethod
+        def run_many(cls, launches):
+            def run():
+                for k, ln in enumerate(launches):
+                    ln(programmatic=k > 0)
+            return run
+
+        @classmethod
+        def capture_many(cls, launches):
+            return lambda: log.append(("graph", len(launches)))
+
+    launches = [Chained(i) for i in range(3)]
+    runner.replay(launches, backends.CpuBackend(), use_graph=False)()
+    assert log == [(0, False), (1, True), (2, True)]
+    log.clear()
+    runner.replay(launches, backends.CpuBackend(), use_graph=True)()
+    assert log == [("graph", 3)]

@@ -1137,10 +1137,13 @@ enum RingKeep { REREAD = 0, HOLD = 1, HOLD_EARLY = 2 };
 // sm_90): the CTA first lets the next kernel launch (griddepcontrol.launch_dependents), so that
 // kernel's CTAs take SM slots as this one's exit; then it issues the loads of its first state tiles,
 // and only then waits for the kernel before it (griddepcontrol.wait: complete, memory visible)
-// before reading q, k, v, g, beta or writing anything. In a decode step a layer's state is written
-// only by the same layer one step earlier, never by the kernels just before it, so those loads may
-// overlap the previous layer's tail; everything the previous kernels produce is read after the
-// wait. Launched without the PDL attribute, both instructions are no-ops.
+// before reading q, k, v, g, beta or writing anything. Those early loads are safe only if no
+// kernel still running may write this state: since launch_dependents comes first, several
+// launches back can still run at small M, so the state must be untouched since the last plain
+// launch. In a decode step a layer's state is written only by that layer one step earlier; a
+// chain (runner.replay) launches its first layer plainly, each layer on its own state. Everything
+// the previous kernels produce is read after the wait. Without the PDL attribute both
+// instructions are no-ops.
 enum RingOverlap { SOLO = 0, PDL = 1 };
 
 __device__ __forceinline__ void pdl_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
@@ -1296,7 +1299,8 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
             if constexpr (!HOLDS) __syncthreads();  // every thread is done with the last tile's stage
         } else {
             // Groups committed before this wait: PROLOGUE + one per earlier tile (+ this tile's,
-            // for HOLD); tile n's group must be complete.
+            // for HOLD; + the prologue's vector group for PDL, already complete); tile n's group
+            // must be complete.
             cp_async_wait<KEEP == REREAD ? STAGES - 2 : STAGES - 1>();
             __syncthreads();  // the other threads' copies are visible; the last tile is done
         }

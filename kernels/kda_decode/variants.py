@@ -205,8 +205,10 @@ class _CudaLaunch:
     """One step of one of our kernels on ``backend.stream``.
 
     Lazy designs ping-pong two (kn, d) buffer pairs: step i reads pair p and writes pair 1-p, so the
-    blocks of one head that still read kprev never see another block's knew. ``poison`` resets to
-    pair 0 = zeros, i.e. S_true = the initial state.
+    blocks of one head that still read kprev never see another block's knew. ``poison`` zeroes both
+    pairs (S_true = the initial state) and keeps ``_parity``, the pair the last launch wrote: a
+    captured launch always reads and writes the pairs it had when captured, and ``_parity`` was
+    flipped then, so after poison and one replay ``outputs`` reads the pair the replay wrote.
     """
 
     def __init__(self, backend, design: _Design, kernel, grid: int, dyn_smem: int, dev: dict,
@@ -233,7 +235,6 @@ class _CudaLaunch:
             if self.design.lazy:
                 for buf in (*d["kn"], *d["d"]):
                     buf.fill(0)
-        self._parity = 0
 
     def __call__(self, programmatic: bool = False) -> None:
         self.backend.launch(self.kernel, (self.grid,), (self.design.threads,), self._args(),
@@ -242,16 +243,19 @@ class _CudaLaunch:
             self._parity ^= 1
 
     @classmethod
-    def capture_many(cls, launches: "list[_CudaLaunch]"):
-        """One graph of the launches in order; a PDL design launches every one after the first as
-        a programmatic dependent of the one before (a captured PDL edge), the first plainly, so
-        a replay never overlaps what ran before it (the flush, the previous replay)."""
-        first = launches[0]
-
+    def run_many(cls, launches: "list[_CudaLaunch]"):
+        """The launches in order; a PDL design launches every one after the first as a
+        programmatic dependent of the one before, the first plainly, so a sample never overlaps
+        what ran before it (the flush, the previous sample)."""
         def chain() -> None:
             for i, launch in enumerate(launches):
                 launch(programmatic=launch.design.pdl and i > 0)
-        return first.backend.capture(chain)
+        return chain
+
+    @classmethod
+    def capture_many(cls, launches: "list[_CudaLaunch]"):
+        """``run_many`` captured as one graph (the PDL launches become programmatic edges)."""
+        return launches[0].backend.capture(cls.run_many(launches))
 
     def outputs(self) -> dict[str, np.ndarray]:
         b, d = self.backend, self.dev
