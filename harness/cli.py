@@ -3,7 +3,7 @@
 ``attnbench [hydra overrides]`` runs one job; ``attnbench -m ...`` runs a Hydra multirun (a
 sweep). Before Hydra starts, every job of the sweep is composed and validated ("preflight"): a bad
 override exits with status 2 and one line naming the key and the allowed values, and nothing is
-written. Subcommands: ``report``, ``accounting``, ``fuel``, ``list``.
+written. Subcommands: ``report``, ``compare``, ``accounting``, ``fuel``, ``list``.
 """
 
 from __future__ import annotations
@@ -235,6 +235,24 @@ def _cmd_report(args: list[str]) -> None:
     print(f"report: {path}")
 
 
+def _cmd_compare(args: list[str]) -> None:
+    from harness import report, store
+
+    ap = argparse.ArgumentParser(prog="attnbench compare",
+                                 description="The rows two sweeps share, side by side (markdown on stdout).")
+    ap.add_argument("a", help="sweep A: folder, name, or 'latest'")
+    ap.add_argument("b", help="sweep B: folder, name, or 'latest'")
+    ap.add_argument("--root", default="results", help="results store root (default: results)")
+    ns = ap.parse_args(args)
+    try:
+        a, b = (store.load_sweep(store.find_sweep(ns.root, name)) for name in (ns.a, ns.b))
+        if a.empty or b.empty:
+            raise FileNotFoundError(f"sweep: {ns.a if a.empty else ns.b} has no stored rows")
+    except (FileNotFoundError, ValueError, KeyError) as exc:
+        fail(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
+    print(report.compare_sweeps(a, b), end="")
+
+
 def _cmd_accounting(args: list[str]) -> None:
     from harness import report
 
@@ -271,7 +289,8 @@ def _cmd_list(args: list[str]) -> None:
             print(f"  {v.backend:4s} {v.name:22s} {'[peer] ' if v.peer else ''}{v.why}")
 
 
-SUBCOMMANDS = {"report": _cmd_report, "accounting": _cmd_accounting, "fuel": _cmd_fuel, "list": _cmd_list}
+SUBCOMMANDS = {"report": _cmd_report, "compare": _cmd_compare, "accounting": _cmd_accounting,
+               "fuel": _cmd_fuel, "list": _cmd_list}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Optional
+from typing import Any, List, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
@@ -70,6 +70,9 @@ class JobConfig:
     store: StoreConf = dataclasses.field(default_factory=StoreConf)
     sweep: str = "adhoc"          # the sweep's name: the store folder's and the report's slug
     variant: str = "all"          # one variant name, or all variants of the backend
+    # Several variants in ONE job, in this order, sharing its inputs and float64 reference (drawn
+    # once instead of once per variant job); empty: ``variant`` decides.
+    variants: List[str] = dataclasses.field(default_factory=list)
     M: int = 32
     context: int = 262144
     copy_mib: int = 1024
@@ -131,6 +134,16 @@ def validate(cfg: DictConfig | JobConfig, geometry: Geometry) -> None:
     if c.variant != "all" and c.variant not in backend_names:
         raise ConfigError(f"variant: unknown value {c.variant!r} for component {comp.name}; "
                           f"allowed: all, {', '.join(backend_names)}")
+    variants = list(getattr(c, "variants", None) or [])
+    if variants and c.variant != "all":
+        raise ConfigError(f"variants: given with variant={c.variant!r}; allowed: one of the two "
+                          f"(variant=all when variants lists the variants)")
+    for name in variants:
+        if name not in backend_names:
+            raise ConfigError(f"variants: unknown value {name!r} for component {comp.name}; "
+                              f"allowed: {', '.join(backend_names)}")
+    if len(set(variants)) != len(variants):
+        raise ConfigError(f"variants: {variants} names a variant twice; allowed: each variant once")
     _in_range("M", c.M, 1, M_MAX)
     _in_range("context", c.context, 1, geometry.serving.max_position_embeddings)
     kpool = geometry.indexer.kpool

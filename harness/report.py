@@ -216,6 +216,41 @@ def accounting_markdown(g: Geometry) -> str:
             f"### Seed 003 §9.1–9.3\n\n{s9}\n")
 
 
+def _sweep_label(df: pd.DataFrame) -> str:
+    """``sweep`` at ``commit`` (chain N, graph) for a compare table's header."""
+    first = df.iloc[0]
+    chain = int(first["chain"]) if "chain" in df.columns and first["chain"] == first["chain"] else 1
+    timing = f"chain {chain}" if chain > 1 else "single launch"
+    return f"`{first['sweep']}` at `{str(first.get('commit', ''))[:7]}` ({timing})"
+
+
+def compare_sweeps(a: pd.DataFrame, b: pd.DataFrame) -> str:
+    """Markdown: the ok rows two sweeps share (same component, variant and point), their p50 per
+    launch side by side and the ratio B / A, then how many rows only one side has. The rows keep
+    their own provenance; nothing is averaged or re-timed."""
+    ok_a, ok_b = a[a["status"] == "ok"], b[b["status"] == "ok"]
+    axes = [ax for ax in AXIS_ORDER if ax in ok_a.columns and ax in ok_b.columns
+            and (ok_a[ax].notna().any() or ok_b[ax].notna().any())]
+    keys = ["component", "variant", *axes]
+
+    def keyed(df: pd.DataFrame) -> pd.DataFrame:
+        # a key seen twice (the same point in two jobs) keeps its median, so the join stays 1:1
+        return df.groupby(keys, dropna=False, sort=False).agg(ms=("ms_p50", "median"),
+                                                              peer=("peer", "first")).reset_index()
+
+    ka, kb = keyed(ok_a), keyed(ok_b)
+    both = ka.merge(kb, on=keys, suffixes=("_a", "_b")).sort_values(["component", *axes, "variant"])
+    rows = [[r["component"], r["variant"] + (" [peer]" if r["peer_a"] else ""), *[fmt(r[x]) for x in axes],
+             fmt(r["ms_a"] * 1e3, ".2f"), fmt(r["ms_b"] * 1e3, ".2f"), fmt(r["ms_b"] / r["ms_a"], ".3f")]
+            for _, r in both.iterrows()]
+    only_a = len(ka) - len(both)
+    only_b = len(kb) - len(both)
+    head = (f"A: {_sweep_label(a)}, {len(ok_a)} ok rows · B: {_sweep_label(b)}, {len(ok_b)} ok rows\n\n"
+            f"µs per launch (p50); B / A below 1 means B is faster. {len(both)} shared rows; "
+            f"{only_a} only in A, {only_b} only in B.\n\n")
+    return head + md_table(["component", "variant", *axes, "A µs", "B µs", "B / A"], rows) + "\n"
+
+
 def chain_lengths(df: pd.DataFrame) -> list[int]:
     """Launches per timed sample (timing.chain) of the ok rows, when any sample ran more than one;
     rows stored before the column existed ran one."""

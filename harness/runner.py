@@ -301,8 +301,13 @@ def _with_graph(conf, graph: bool):
     return SimpleNamespace(**values)
 
 
-def selected_variants(comp, backend_name: str, variant: str) -> list:
+def selected_variants(comp, backend_name: str, variant: str, variants: Sequence[str] = ()) -> list:
+    """The job's variants on this backend: ``variants`` in their order when given, else one
+    ``variant`` or all of them."""
     chosen = [v for v in comp.variants if v.backend == backend_name]
+    if variants:
+        by_name = {v.name: v for v in chosen}
+        return [by_name[n] for n in variants if n in by_name]
     if variant != "all":
         chosen = [v for v in chosen if v.name == variant]
     return chosen
@@ -317,7 +322,8 @@ def run_job(cfg, ctx: JobContext) -> list[dict[str, Any]]:
     prov = sweep_provenance(ctx, backend, geometry)
     roof = sweep_roofline(ctx, backend, geometry, cfg.timing)
     point = point_of(cfg, comp.axes, geometry)
-    chosen = selected_variants(comp, backend.name, cfg.variant)
+    wanted = list(getattr(cfg, "variants", None) or [])
+    chosen = selected_variants(comp, backend.name, cfg.variant, wanted)
     rows = []
     shared: dict = {}
     started = time.perf_counter()
@@ -329,7 +335,8 @@ def run_job(cfg, ctx: JobContext) -> list[dict[str, Any]]:
     if not chosen:
         row = _base_row(comp, registry.Variant("none", backend.name, None, ""), point, geometry, backend)
         row.update(sweep=cfg.sweep, job=ctx.job, device=prov.get("device"), status="skipped",
-                   reason=f"component {comp.name} has no variant {cfg.variant!r} on backend {backend.name}")
+                   reason=f"component {comp.name} has no variant {wanted if wanted else cfg.variant!r} "
+                          f"on backend {backend.name}")
         rows.append(row)
     meta = {
         "sweep": cfg.sweep, "job": ctx.job, "overrides": ctx.overrides, "point": point,

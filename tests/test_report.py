@@ -132,3 +132,23 @@ def test_rows_whose_graph_capture_failed_are_flagged_not_hidden():
     assert not report.graph_fallbacks(plain).any() and report.problems_table(plain) == ""
     failed_everywhere = df.assign(graph=False)  # every capture failed: the reasons still say so
     assert list(report.graph_fallbacks(failed_everywhere)) == [False, False, True]
+
+
+def test_compare_puts_two_sweeps_shared_rows_side_by_side(cli, tmp_path):
+    root = tmp_path / "store"
+    for sweep, extra in (("one", []), ("two", ["timing.chain=2"])):
+        res = cli("-m", "backend=cpu", "timing=quick", "copy_mib=1,2", f"sweep={sweep}", f"store.root={root}", *extra)
+        assert res.returncode == 0, res.stderr
+    res = cli("compare", "one", "two", "--root", str(root))
+    assert res.returncode == 0, res.stderr
+    from harness import store
+
+    a, b = (store.load_sweep(store.find_sweep(root, n)) for n in ("one", "two"))
+    out = res.stdout
+    assert "(single launch)" in out and "(chain 2)" in out and "2 shared rows; 0 only in A, 0 only in B" in out
+    for mib in (1, 2):
+        ma = a.loc[a["copy_mib"] == mib, "ms_p50"].iloc[0]
+        mb = b.loc[b["copy_mib"] == mib, "ms_p50"].iloc[0]
+        assert f"| {ma * 1e3:.2f} | {mb * 1e3:.2f} | {mb / ma:.3f} |" in out
+    res = cli("compare", "one", "nope", "--root", str(root))
+    assert res.returncode != 0 and len(res.stderr.strip().splitlines()) == 1 and "sweep" in res.stderr

@@ -222,3 +222,12 @@ def test_replay_uses_a_launch_class_own_chaining():
     log.clear()
     runner.replay(launches, backends.CpuBackend(), use_graph=True)()
     assert log == [("graph", 3)]
+
+
+def test_selected_variants_keeps_the_listed_order_on_the_backend():
+    comp = registry.get("roofline")
+    names = lambda vs: [v.name for v in vs]  # noqa: E731
+    assert names(runner.selected_variants(comp, "cuda", "all", ["torch_copy", "copy_v4"])) == ["torch_copy", "copy_v4"]
+    assert names(runner.selected_variants(comp, "cpu", "all", ["torch_copy", "numpy_copy"])) == ["numpy_copy"]
+    assert names(runner.selected_variants(comp, "cpu", "all")) == ["numpy_copy"]
+    assert names(runner.selected_variants(comp, "cuda", "copy_v4")) == ["copy_v4"]
