@@ -25,9 +25,10 @@ class Launch(Protocol):
     NaN (0xFF bytes for integer outputs), so a launch that skips an element cannot pass.
     ``__call__()`` enqueues exactly one decode step on the backend's stream (no synchronisation).
     ``outputs()`` synchronises and returns the outputs as host arrays keyed like the reference.
-    ``capture_many`` is an optional classmethod ``capture_many(launches) -> replay``: capture these
-    launches of one variant (each on its own buffers) back to back into one CUDA graph. Without it,
-    the harness captures their plain calls on the backend's stream (``runner.replay``).
+    Two optional classmethods shape a chain of launches of one variant (each on its own buffers,
+    ``runner.replay``): ``run_many(launches) -> step`` enqueues them back to back (default: their
+    plain calls in order), and the harness captures that step as one CUDA graph;
+    ``capture_many(launches) -> replay`` replaces that capture (fla records through torch).
     """
 
     def poison(self) -> None: ...

@@ -229,8 +229,7 @@ def compare_sweeps(a: pd.DataFrame, b: pd.DataFrame) -> str:
     launch side by side and the ratio B / A, then how many rows only one side has. The rows keep
     their own provenance; nothing is averaged or re-timed."""
     ok_a, ok_b = a[a["status"] == "ok"], b[b["status"] == "ok"]
-    axes = [ax for ax in AXIS_ORDER if ax in ok_a.columns and ax in ok_b.columns
-            and (ok_a[ax].notna().any() or ok_b[ax].notna().any())]
+    axes = [ax for ax in component_axes(pd.concat([ok_a, ok_b])) if ax in ok_a.columns and ax in ok_b.columns]
     keys = ["component", "variant", *axes]
 
     def keyed(df: pd.DataFrame) -> pd.DataFrame:

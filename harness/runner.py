@@ -175,7 +175,7 @@ def measure(comp, variant, point: dict[str, Any], geometry: Geometry, backend, t
             return row
         del out
         result, clocks_before, clocks_after, note = _time(comp, variant, point, geometry, backend, timing_conf,
-                                                          inputs, launch, ref)
+                                                          inputs, launch, ref, row["chain"])
     except Exception as exc:  # a broken variant is a failed row, never a crashed sweep
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         row.update(status="failed", reason=f"{type(exc).__name__}: {first}"[:500])
@@ -251,27 +251,20 @@ def check_replay(comp, point, group: Sequence, step: Callable[[], None], ref: di
                                + "; ".join(c.describe() for c in bad))
 
 
-def _time(comp, variant, point, geometry, backend, timing_conf, inputs, launch, ref):
-    """Time one verified launch; returns (result, clocks before, clocks after).
+def _time(comp, variant, point, geometry, backend, timing_conf, inputs, launch, ref, chain: int):
+    """Time one verified launch; returns (result, clocks before, clocks after, note).
 
-    With ``timing.chain`` = N > 1, N - 1 more launches are built from the same inputs (each with
-    its own device buffers: N layers' states, as one decode step holds them) and every sample
-    runs all N; the result is per launch."""
-    chain = chain_length(timing_conf, comp, geometry)
-    extra = [variant.build(geometry, point, inputs, backend) for _ in range(chain - 1)]
-    if backend.name == "cpu":
-        step = replay([launch, *extra], backend, False)
-        if chain > 1:
-            check_replay(comp, point, [launch, *extra], step, ref)
-        return timing.per_launch(timing.time_host(step, timing_conf), chain), {}, {}, ""
-    device = getattr(backend, "device_id", 0)
+    With a chain of N > 1, N - 1 more launches are built from the same inputs (each with its own
+    device buffers: N layers' states, as one decode step holds them) and every sample runs all N;
+    the result is per launch. Whatever differs from the launch ``measure`` verified (a graph, a
+    chain) is replayed once and checked before it is timed."""
+    cpu = backend.name == "cpu"
     footprint = comp.footprint_bytes(geometry, point) * chain
-    cache = timing.choose_cache_mode(timing_conf.cache, footprint, backend.l2_bytes())
+    cache = "host" if cpu else timing.choose_cache_mode(timing_conf.cache, footprint, backend.l2_bytes())
     sets = timing.rotation_sets(footprint, backend.l2_bytes()) if cache == "rotate" else 1
-    launches = [launch, *extra]
-    launches += [variant.build(geometry, point, inputs, backend) for _ in range(sets * chain - len(launches))]
+    launches = [launch] + [variant.build(geometry, point, inputs, backend) for _ in range(sets * chain - 1)]
     groups = [launches[i * chain:(i + 1) * chain] for i in range(sets)]
-    use_graph = bool(timing_conf.graph)
+    use_graph = bool(timing_conf.graph) and not cpu  # the host clock times plain calls
     note = ""
     try:
         steps = [replay(group, backend, use_graph) for group in groups]
@@ -280,9 +273,12 @@ def _time(comp, variant, point, geometry, backend, timing_conf, inputs, launch, 
         log.warning("%s: %s", variant.name, note)
         use_graph = False
         steps = [replay(group, backend, False) for group in groups]
-    timing_conf = _with_graph(timing_conf, use_graph)
-    if use_graph or chain > 1:  # a graph or a chain is not the launch measure() verified
+    if use_graph or chain > 1:
         check_replay(comp, point, groups[0], steps[0], ref)
+    if cpu:
+        return timing.per_launch(timing.time_host(steps[0], timing_conf), chain), {}, {}, note
+    timing_conf = _with_graph(timing_conf, use_graph)
+    device = getattr(backend, "device_id", 0)
     before = provenance.clocks(device)
     result = timing.time_cuda(steps, backend, timing_conf, cache)
     after = provenance.clocks(device)

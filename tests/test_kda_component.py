@@ -135,6 +135,7 @@ class _RecordingBackend:
 def test_lazy_launch_buffers_stay_right_through_poison_capture_and_chains(geometry):
     """The lazy designs ping-pong (kn, d) pairs; after poison, a plain launch, a captured replay
     and a captured chain of three must each leave every launch exactly one step ahead."""
+    from harness import runner
     from kernels.kda_decode import spec, variants
 
     point = {"M": 1, "state_dtype": "fp32"}
@@ -162,12 +163,12 @@ def test_lazy_launch_buffers_stay_right_through_poison_capture_and_chains(geomet
     first = build()
     first()
     one_step_ahead(first)                      # plain launch (measure's verification)
-    replay = variants._CudaLaunch.capture_many([first])
+    replay = runner.replay([first], backend, True)
     first.poison()
     replay()
     one_step_ahead(first)                      # the captured graph of one launch
     chain = [build() for _ in range(3)]
-    replay = variants._CudaLaunch.capture_many(chain)
+    replay = runner.replay(chain, backend, True)
     for launch in chain:
         launch.poison()
     replay()

@@ -246,16 +246,12 @@ class _CudaLaunch:
     def run_many(cls, launches: "list[_CudaLaunch]"):
         """The launches in order; a PDL design launches every one after the first as a
         programmatic dependent of the one before, the first plainly, so a sample never overlaps
-        what ran before it (the flush, the previous sample)."""
+        what ran before it (the flush, the previous sample). ``runner.replay`` captures this as
+        one graph, where the PDL launches become programmatic edges."""
         def chain() -> None:
             for i, launch in enumerate(launches):
                 launch(programmatic=launch.design.pdl and i > 0)
         return chain
-
-    @classmethod
-    def capture_many(cls, launches: "list[_CudaLaunch]"):
-        """``run_many`` captured as one graph (the PDL launches become programmatic edges)."""
-        return launches[0].backend.capture(cls.run_many(launches))
 
     def outputs(self) -> dict[str, np.ndarray]:
         b, d = self.backend, self.dev
