@@ -119,7 +119,8 @@ def test_peer_matches_definition(variant, backend, state_dtype, M):
     _run_and_check(variant, backend, M, state_dtype, steps=1, use_graph=True)
 
 
-CHAINED = [v for v in CUDA_VARIANTS if v.name in ("lazy_v16", "regs_wide3", "ring32k_reread", "ring32k_reread_pdl", "bulk32k_early_pdl")] + list(PEER_VARIANTS)
+CHAINED = [v for v in CUDA_VARIANTS if v.name in ("lazy_v16", "regs_wide3", "ring32k_reread")
+           or v.name.endswith("_pdl")] + list(PEER_VARIANTS)
 
 
 @pytest.mark.parametrize("state_dtype", ["bf16", "fp32"])

@@ -856,6 +856,23 @@ __device__ __forceinline__ void pipelined_cpasync(const bf16* __restrict__ q, co
 }
 
 // ================================================================================================
+// How a launch meets its neighbours in a stream (ring and regs_wide). SOLO: plain. PDL
+// (programmatic dependent launch, sm_90): the CTA first lets the next kernel launch
+// (griddepcontrol.launch_dependents), so that kernel's CTAs take SM slots as this one's exit; then
+// it issues the loads of its first state tiles, and only then waits for the kernel before it
+// (griddepcontrol.wait: complete, memory visible) before reading q, k, v, g, beta or writing
+// anything. Those early loads are safe only if no kernel still running may write this state:
+// since launch_dependents comes first, several launches back can still run at small M, so the
+// state must be untouched since the last plain launch. In a decode step a layer's state is written
+// only by that layer one step earlier; a chain (runner.replay) launches its first layer plainly,
+// each layer on its own state. Everything the previous kernels produce is read after the wait.
+// Without the PDL attribute both instructions are no-ops.
+enum LaunchOverlap { SOLO = 0, PDL = 1 };
+
+__device__ __forceinline__ void pdl_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+
+// ================================================================================================
 // regs_pipelined: persistent CTAs, register double buffering across tiles (exact form).
 //
 // What the other 16-byte designs leave on the table at small M: each block loads its tile, then
@@ -973,7 +990,7 @@ __device__ __forceinline__ void regs_pipelined(const bf16* __restrict__ q, const
     }
 }
 
-template <typename T, int COLS>
+template <typename T, int COLS, int OVERLAP>
 __device__ __forceinline__ void regs_wide(const bf16* __restrict__ q, const bf16* __restrict__ k,
                                           const bf16* __restrict__ v, const float* __restrict__ g,
                                           const float* __restrict__ beta, T* __restrict__ S,
@@ -984,6 +1001,7 @@ __device__ __forceinline__ void regs_wide(const bf16* __restrict__ q, const bf16
     __shared__ float red[2][G::WARPS][G::COLS];
     __shared__ float su[G::COLS];
 
+    if constexpr (OVERLAP == PDL) pdl_launch_dependents();
     const int blk = blockIdx.x;
     if (blk >= M * H * G::SLICES) return;
     const int mh = blk / G::SLICES, slice = blk % G::SLICES;
@@ -995,6 +1013,8 @@ __device__ __forceinline__ void regs_wide(const bf16* __restrict__ q, const bf16
     typename C::Raw raw[G::RPT];
 #pragma unroll
     for (int i = 0; i < G::RPT; ++i) raw[i] = C::load_raw(Sh + (size_t)(rg + G::NRG * i) * VDIM);
+    // PDL: the state is in flight; q, k, v, g, beta come from the kernels before this one.
+    if constexpr (OVERLAP == PDL) pdl_wait();
 
     stage_head<G::THREADS>(q, k, g, off, sq, sk, sa);
     __syncthreads();
@@ -1133,22 +1153,6 @@ enum RingLoader { CPASYNC = 0, BULK = 1 };
 // where no thread reads the stage any more, so the next load is in flight during the sums, the
 // write and the wait instead of only the wait.
 enum RingKeep { REREAD = 0, HOLD = 1, HOLD_EARLY = 2 };
-// How a launch meets its neighbours in a stream. SOLO: plain. PDL (programmatic dependent launch,
-// sm_90): the CTA first lets the next kernel launch (griddepcontrol.launch_dependents), so that
-// kernel's CTAs take SM slots as this one's exit; then it issues the loads of its first state tiles,
-// and only then waits for the kernel before it (griddepcontrol.wait: complete, memory visible)
-// before reading q, k, v, g, beta or writing anything. Those early loads are safe only if no
-// kernel still running may write this state: since launch_dependents comes first, several
-// launches back can still run at small M, so the state must be untouched since the last plain
-// launch. In a decode step a layer's state is written only by that layer one step earlier; a
-// chain (runner.replay) launches its first layer plainly, each layer on its own state. Everything
-// the previous kernels produce is read after the wait. Without the PDL attribute both
-// instructions are no-ops.
-enum RingOverlap { SOLO = 0, PDL = 1 };
-
-__device__ __forceinline__ void pdl_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
-__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
-
 template <typename T, int COLS, int THREADS, int STAGES, int KEEP, int LOADER, int OVERLAP>
 __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __restrict__ k,
                                      const bf16* __restrict__ v, const float* __restrict__ g,
@@ -1414,10 +1418,13 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
         float* __restrict__ knew, float* __restrict__ dnew, bf16* __restrict__ o, int M, int H,  \
         float eps, float scale
 
-#define DEFINE_EXACT(NAME, SUFFIX, T, THREADS, ...)                                              \
+// FN is the device template the entry point runs (the variant's own name unless it is another
+// design's code with other template arguments).
+#define DEFINE_EXACT_OF(NAME, FN, SUFFIX, T, THREADS, ...)                                       \
     extern "C" __global__ void __launch_bounds__(THREADS) kda_##NAME##_##SUFFIX(EXACT_ARGS(T)) { \
-        NAME<__VA_ARGS__>(q, k, v, g, beta, S, o, M, H, eps, scale);                            \
+        FN<__VA_ARGS__>(q, k, v, g, beta, S, o, M, H, eps, scale);                              \
     }
+#define DEFINE_EXACT(NAME, SUFFIX, T, THREADS, ...) DEFINE_EXACT_OF(NAME, NAME, SUFFIX, T, THREADS, __VA_ARGS__)
 #define DEFINE_LAZY(NAME, SUFFIX, T, THREADS)                                                    \
     extern "C" __global__ void __launch_bounds__(THREADS) kda_##NAME##_##SUFFIX(LAZY_ARGS(T)) {  \
         NAME<T>(q, k, v, g, beta, S, kprev, dprev, knew, dnew, o, M, H, eps, scale);            \
@@ -1451,19 +1458,17 @@ DEFINE_EXACT(regs_pipelined, f32, float, 256, float, 64)
     extern "C" __global__ void __launch_bounds__(THREADS, MINB) kda_##NAME##_##SUFFIX(EXACT_ARGS(T)) { \
         NAME<__VA_ARGS__>(q, k, v, g, beta, S, o, M, H, eps, scale);                            \
     }
-DEFINE_EXACT_MINB(regs_wide, bf16, bf16, 256, 4, bf16, 128)
-DEFINE_EXACT_MINB(regs_wide, f32, float, 256, 4, float, 64)
+DEFINE_EXACT_MINB(regs_wide, bf16, bf16, 256, 4, bf16, 128, SOLO)
+DEFINE_EXACT_MINB(regs_wide, f32, float, 256, 4, float, 64, SOLO)
 // The same code uncapped (80 registers in BF16: 3 blocks/SM, no spill): which costs more, the
 // 92 bytes of BF16 spill under the cap or the fourth block's missing 32 KiB in flight?
-template <typename T, int COLS>
-__device__ __forceinline__ void regs_wide3(const bf16* __restrict__ q, const bf16* __restrict__ k,
-                                           const bf16* __restrict__ v, const float* __restrict__ g,
-                                           const float* __restrict__ beta, T* __restrict__ S,
-                                           bf16* __restrict__ o, int M, int H, float eps, float scale) {
-    regs_wide<T, COLS>(q, k, v, g, beta, S, o, M, H, eps, scale);
-}
-DEFINE_EXACT(regs_wide3, bf16, bf16, 256, bf16, 128)
-DEFINE_EXACT(regs_wide3, f32, float, 256, float, 64)
+DEFINE_EXACT_OF(regs_wide3, regs_wide, bf16, bf16, 256, bf16, 128, SOLO)
+DEFINE_EXACT_OF(regs_wide3, regs_wide, f32, float, 256, float, 64, SOLO)
+// regs_wide3 as a programmatic dependent (LaunchOverlap above): a block-per-tile grid, so the next
+// layer may launch once this one's last wave has started, and its blocks load their state while
+// this layer's last blocks drain.
+DEFINE_EXACT_OF(regs_wide3_pdl, regs_wide, bf16, bf16, 256, bf16, 128, PDL)
+DEFINE_EXACT_OF(regs_wide3_pdl, regs_wide, f32, float, 256, float, 64, PDL)
 
 // ring configurations: 32 KiB tiles (128 BF16 / 64 FP32 columns), the tile held in registers or
 // re-read, the loader (cp.async or bulk). The stage count is the same for both dtypes: 2 stages

@@ -97,6 +97,7 @@ _DESIGNS: dict[str, _Design] = {
     # 32 KiB per block: the whole head in BF16 (TileG<bf16, 128>), half a head in FP32.
     "regs_wide": _Design(lazy=False, threads=256, blocks_per_head={"bf16": 1, "fp32": 2}),
     "regs_wide3": _Design(lazy=False, threads=256, blocks_per_head={"bf16": 1, "fp32": 2}),
+    "regs_wide3_pdl": _Design(lazy=False, threads=256, blocks_per_head={"bf16": 1, "fp32": 2}, pdl=True),
     **{name: _ring_design(name) for name in RING_CONFIGS},
 }
 
@@ -122,6 +123,10 @@ _WHY = {
                  "words and decoded twice, capped at 64 registers for 4 blocks/SM: 128 KiB in flight",
     "regs_wide3": "regs_wide without the register cap: 3 blocks/SM in BF16 and no spill, to weigh "
                   "the cap's 92-byte spill against the fourth block's bytes in flight",
+    "regs_wide3_pdl": "regs_wide3 launched as a programmatic dependent of the layer before it in a "
+                      "step: its blocks issue their state loads, then wait for that layer; the next "
+                      "layer's blocks start as this one's last wave drains; a single launch is "
+                      "regs_wide3",
     "ring32k_reread": "ring with 32 KiB tiles and 128 threads owning 16 rows each; the tile is re-read "
                       "from shared memory for the write instead of held: few registers, 3 CTAs/SM",
     "bulk32k_hold": "ring with 32 KiB tiles loaded by the bulk copy engine (cp.async.bulk, one "
