@@ -79,7 +79,7 @@ def test_ring_launch_table_matches_the_cuda_source():
         for dtype, suffix in (("bf16", "bf16"), ("fp32", "f32")):
             expected[(name, suffix)] = (variants.ring_cols(name, dtype), threads, stages, keep, loader, overlap)
             design = variants._DESIGNS[name]
-            assert design.persistent and design.threads == threads and design.pdl == (overlap == "PDL")
+            assert design.persistent and design.threads == threads and design.pdl == (overlap != "SOLO")
             assert design.tiles_per_head(dtype) * variants.ring_cols(name, dtype) == 128
     assert found == expected
 
