@@ -867,16 +867,10 @@ __device__ __forceinline__ void pipelined_cpasync(const bf16* __restrict__ q, co
 // only by that layer one step earlier; a chain (runner.replay) launches its first layer plainly,
 // each layer on its own state. Everything the previous kernels produce is read after the wait.
 // Without the PDL attribute both instructions are no-ops.
-// PDL_L2PF (ring only): PDL, and before the wait each CTA also asks the L2 to prefetch the
-// L2_PREFETCH_TILES state tiles after the ones its stages take. In a step the wait is where the
-// DRAM idles: the previous layer's last CTAs drain, this layer's stages are full and nothing else
-// is asking for bytes; the prefetch keeps reads flowing there, and those tiles' copies later hit L2.
-enum LaunchOverlap { SOLO = 0, PDL = 1, PDL_L2PF = 2 };
-constexpr int L2_PREFETCH_TILES = 2;
-
-__device__ __forceinline__ void prefetch_l2(const void* gmem, unsigned bytes) {
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(gmem), "r"(bytes) : "memory");
-}
+// Measured and dropped (reports/2026-11-29-kda_decode_step-h200-140926, code in git at 1cdd740):
+// PDL plus an L2 prefetch (cp.async.bulk.prefetch.L2) of two more state tiles per CTA before the
+// wait, to keep the DRAM reading while the previous layer drains: 2-6% slower than plain PDL.
+enum LaunchOverlap { SOLO = 0, PDL = 1 };
 
 __device__ __forceinline__ void pdl_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
@@ -1280,14 +1274,6 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
             if (t + s * stride < ntiles) issue_state(s, t + s * stride);
             if constexpr (LOADER != BULK) cp_async_commit();
         }
-        if constexpr (OVERLAP == PDL_L2PF) {  // thread c < KDIM: row c of each later tile
-#pragma unroll
-            for (int s = PROLOGUE; s < PROLOGUE + L2_PREFETCH_TILES; ++s) {
-                const int ahead = t + s * stride;
-                if (ahead < ntiles && tid < KDIM)
-                    prefetch_l2(b_row + (size_t)(ahead / R::SLICES) * HEAD_BYTES + (ahead % R::SLICES) * R::ROW, R::ROW);
-            }
-        }
         pdl_wait();
 #pragma unroll
         for (int s = 0; s < PROLOGUE; ++s)
@@ -1507,5 +1493,3 @@ DEFINE_RING(ring32k_reread_pdl, bf16, bf16, 128, 128, 2, REREAD, CPASYNC, PDL)
 DEFINE_RING(ring32k_reread_pdl, f32, float, 64, 128, 2, REREAD, CPASYNC, PDL)
 DEFINE_RING(bulk32k_early_pdl, bf16, bf16, 128, 256, 3, HOLD_EARLY, BULK, PDL)
 DEFINE_RING(bulk32k_early_pdl, f32, float, 64, 256, 3, HOLD_EARLY, BULK, PDL)
-DEFINE_RING(bulk32k_early_pdl_l2pf, bf16, bf16, 128, 256, 3, HOLD_EARLY, BULK, PDL_L2PF)
-DEFINE_RING(bulk32k_early_pdl_l2pf, f32, float, 64, 256, 3, HOLD_EARLY, BULK, PDL_L2PF)

@@ -58,7 +58,6 @@ RING_CONFIGS: dict[str, tuple[int, int, int, str, str, str]] = {
     "bulk32k_reread": (32768, 128, 2, "REREAD", "BULK", "SOLO"),
     "ring32k_reread_pdl": (32768, 128, 2, "REREAD", "CPASYNC", "PDL"),
     "bulk32k_early_pdl": (32768, 256, 3, "HOLD_EARLY", "BULK", "PDL"),
-    "bulk32k_early_pdl_l2pf": (32768, 256, 3, "HOLD_EARLY", "BULK", "PDL_L2PF"),
 }
 
 
@@ -144,9 +143,6 @@ _WHY = {
                           "overlap the previous tail); a single launch is ring32k_reread",
     "bulk32k_early_pdl": "bulk32k_early with the same programmatic dependent launch as "
                          "ring32k_reread_pdl (three state tiles in flight before the wait)",
-    "bulk32k_early_pdl_l2pf": "bulk32k_early_pdl that also asks the L2 to prefetch its next two "
-                              "state tiles before the wait, so the DRAM keeps reading while the "
-                              "previous layer drains (cp.async.bulk.prefetch.L2)",
 }
 
 
