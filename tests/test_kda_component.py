@@ -79,7 +79,7 @@ def test_ring_launch_table_matches_the_cuda_source():
         for dtype, suffix in (("bf16", "bf16"), ("fp32", "f32")):
             expected[(name, suffix)] = (variants.ring_cols(name, dtype), threads, stages, keep, loader, overlap)
             design = variants._DESIGNS[name]
-            assert design.persistent and design.threads == threads and design.pdl == (overlap != "SOLO")
+            assert design.persistent and design.threads == threads and design.pdl == (overlap == "PDL")
             assert design.tiles_per_head(dtype) * variants.ring_cols(name, dtype) == 128
     assert found == expected
 
@@ -95,10 +95,10 @@ class _HostStream:
         pass
 
 
-class _RecordingBackend:
-    """Runs the launcher's kernel launches on the host (a lazy step in float64 on the very
-    buffers it is given) and captures 'graphs' the way CUDA does: the arguments are frozen at
-    capture, a replay re-runs them. Enough to check the launcher's buffer bookkeeping."""
+class _HostBackend:
+    """Runs the launcher's kernel launches on the host, on the very buffers it is given, and
+    captures 'graphs' the way CUDA does: the arguments are frozen at capture, a replay re-submits
+    them. Subclasses say what one launch computes (``_submit``)."""
 
     def __init__(self, eps, scale):
         self.cp, self.stream, self.eps, self.scale = np, _HostStream(), eps, scale
@@ -109,18 +109,15 @@ class _RecordingBackend:
 
     def launch(self, kernel, grid, block, args, shared_mem=0, programmatic=False):
         if self._recording is not None:
-            self._recording.append(args)
+            self._recording.append((args, programmatic))
         else:
-            self._run(args)
+            self._submit(args, programmatic)
 
-    def _run(self, args):
-        from kernels.kda_decode.reference import bf16_to_float, ref_lazy_step
+    def _submit(self, args, programmatic):
+        raise NotImplementedError
 
-        q, k, v, g, beta, state, kprev, dprev, knew, dnew, o = args[:11]
-        f = lambda a: bf16_to_float(a).astype(np.float64)  # noqa: E731
-        out, stored, kn, d = ref_lazy_step(f(q), f(k), f(v), g, beta, state, kprev, dprev, self.eps, self.scale)
-        state[...] = stored
-        knew[...], dnew[...] = kn, d
+    @staticmethod
+    def _store_o(o, out):
         o[...] = (out.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
 
     def capture(self, step):
@@ -129,7 +126,26 @@ class _RecordingBackend:
             step()
         finally:
             frozen, self._recording = self._recording, None
-        return lambda: [self._run(args) for args in frozen]
+
+        def replay():
+            for args, programmatic in frozen:
+                self._submit(args, programmatic)
+        return replay
+
+
+class _RecordingBackend(_HostBackend):
+    """A lazy step in float64 per launch, at once: enough to check the launcher's buffer
+    bookkeeping."""
+
+    def _submit(self, args, programmatic):
+        from kernels.kda_decode.reference import bf16_to_float, ref_lazy_step
+
+        q, k, v, g, beta, state, kprev, dprev, knew, dnew, o = args[:11]
+        f = lambda a: bf16_to_float(a).astype(np.float64)  # noqa: E731
+        out, stored, kn, d = ref_lazy_step(f(q), f(k), f(v), g, beta, state, kprev, dprev, self.eps, self.scale)
+        state[...] = stored
+        knew[...], dnew[...] = kn, d
+        self._store_o(o, out)
 
 
 def test_lazy_launch_buffers_stay_right_through_poison_capture_and_chains(geometry):
@@ -179,3 +195,75 @@ def test_lazy_launch_buffers_stay_right_through_poison_capture_and_chains(geomet
     first()
     out = first.outputs()                      # two plain steps: no longer one step ahead
     assert np.linalg.norm(out["state"] - ref["state"]) / np.linalg.norm(ref["state"]) > spec.tolerance(point, "state")
+
+
+class _OverlappingBackend(_HostBackend):
+    """Exact-form launches (the float64 definition) with one launch in flight, as a stream with
+    programmatic dependent launches has: a launch runs when the next is submitted or the host
+    reads. ``early_reads`` models a dependent that reads v before its wait, i.e. while the launch
+    ahead of it is still running."""
+
+    def __init__(self, eps, scale, early_reads: bool):
+        super().__init__(eps, scale)
+        self.early_reads = early_reads
+        self._pending = None
+
+    def to_host(self, a):
+        self._drain()
+        return super().to_host(a)
+
+    def _submit(self, args, programmatic):
+        v_seen = np.array(args[2], copy=True) if programmatic and self.early_reads else None
+        self._drain()  # the launch ahead finishes only now: after an early read, before a late one
+        self._pending = (args, v_seen)
+
+    def _drain(self):
+        if self._pending is None:
+            return
+        from kernels.kda_decode.reference import bf16_to_float, ref_step
+
+        (q, k, v, g, beta, state, o), v_seen = self._pending[0][:7], self._pending[1]
+        self._pending = None
+        f = lambda a: bf16_to_float(a).astype(np.float64)  # noqa: E731
+        out, new = ref_step(f(q), f(k), f(v if v_seen is None else v_seen), g, beta,
+                            state.astype(np.float64), self.eps, self.scale)
+        state[...] = new
+        self._store_o(o, out)
+
+
+@pytest.mark.parametrize("use_graph", [True, False], ids=["graph", "stream"])
+def test_dependent_chain_check_catches_an_early_input_read(geometry, use_graph):
+    """tests/kda_chain.py (run on the GPU for every _pdl variant) passes for launches that read their
+    input after the layer ahead has written it, and fails for one that reads it early."""
+    from kda_chain import check_dependent_chain
+    from kernels.kda_decode import spec, variants
+
+    point = {"M": 1, "state_dtype": "fp32"}
+    inputs = spec.make_inputs(geometry, point, np.random.default_rng(8))
+    design = variants._DESIGNS["ring32k_reread_pdl"]
+    assert design.pdl and not design.lazy
+    eps, scale = geometry.kda.l2norm_eps, geometry.kda.q_scale
+
+    def reference(x):
+        from kernels.kda_decode.reference import bf16_to_float, ref_step
+
+        f = lambda a: bf16_to_float(a).astype(np.float64)  # noqa: E731
+        return ref_step(f(x["q"]), f(x["k"]), f(x["v"]), x["g"], x["beta"],
+                        x["state"].astype(np.float64), eps, scale)
+
+    def chain(backend):
+        def build():
+            dev = {n: np.array(inputs[n], copy=True) for n in ("q", "k", "v", "g", "beta", "state")}
+            dev["o"] = np.empty((1, 64, 128), np.uint16)
+            launch = variants._CudaLaunch(backend, design, None, 1, 0, dev, inputs["state"].copy(),
+                                          1, 64, eps, scale)
+            launch.poison()
+            return launch
+        return [build() for _ in range(3)]
+
+    tol = spec.tolerance(point, "o"), spec.tolerance(point, "state")
+    waits = _OverlappingBackend(eps, scale, early_reads=False)
+    check_dependent_chain(chain(waits), waits, inputs, use_graph, reference, *tol)
+    early = _OverlappingBackend(eps, scale, early_reads=True)
+    with pytest.raises(AssertionError, match="layer 1: o has NaN"):
+        check_dependent_chain(chain(early), early, inputs, use_graph, reference, *tol)

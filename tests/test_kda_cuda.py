@@ -11,6 +11,7 @@ import pytest
 from harness.backends import gpu_visible
 from harness.fuel import load_fuel
 from harness.runner import replay
+from kda_chain import check_dependent_chain
 from kernels.kda_decode.reference import bf16_to_float, float_to_bf16, ref_step
 from kernels.kda_decode.variants import CUDA_VARIANTS, PEER_VARIANTS
 
@@ -144,3 +145,24 @@ def test_chain_graph_steps_every_layer_once(variant, backend, state_dtype):
         out = launch.outputs()
         e_o, e_s = rel(out["o"], o_ref), rel(out["state"], s_ref)
         assert e_o < TOL_O and e_s < TOL_STATE[state_dtype], f"layer {i}: o {e_o:.3e}, state {e_s:.3e}"
+
+
+PDL_VARIANTS = [v for v in CUDA_VARIANTS if v.name.endswith("_pdl")]
+
+
+@pytest.mark.parametrize("use_graph", [True, False], ids=["graph", "stream"])
+@pytest.mark.parametrize("state_dtype", ["bf16", "fp32"])
+@pytest.mark.parametrize("variant", PDL_VARIANTS, ids=lambda v: v.name)
+def test_pdl_layer_reads_its_input_after_the_layer_before(variant, backend, state_dtype, use_graph):
+    """A programmatic dependent starts before the layer ahead of it has finished, so it may read
+    what that layer writes only after griddepcontrol.wait (tests/kda_chain.py; its CPU stand-in in
+    test_kda_component shows the check fails for a launch that reads early)."""
+    M, layers = 8, 4
+    point = {"M": M, "state_dtype": state_dtype}
+    reason = variant.supports(GEOMETRY, point)
+    if reason:
+        pytest.skip(reason)
+    inputs = make_inputs(M, state_dtype, seed=91 + (state_dtype == "fp32"))
+    launches = [variant.build(GEOMETRY, point, inputs, backend) for _ in range(layers)]
+    check_dependent_chain(launches, backend, inputs, use_graph, lambda x: reference(x, 1),
+                          TOL_O, TOL_STATE[state_dtype])

@@ -96,7 +96,7 @@ def test_a_timeline_kept_beside_a_report_is_rendered_into_it(cli, tmp_path):
     assert "timeline/timeline.png" not in text  # no plot saved, no broken image link
 
 
-def test_a_chained_sweep_says_its_times_are_per_launch_of_a_step(cli, tmp_path):
+def test_a_chained_sweep_says_its_times_are_per_launch_of_back_to_back_layers(cli, tmp_path):
     root, out = tmp_path / "store", tmp_path / "reports"
     res = cli("backend=cpu", "timing=quick", "timing.chain=3", "copy_mib=1", "sweep=chained", f"store.root={root}")
     assert res.returncode == 0, res.stderr
@@ -106,9 +106,9 @@ def test_a_chained_sweep_says_its_times_are_per_launch_of_a_step(cli, tmp_path):
 
     chained = (report.render_sweep(store.find_sweep(root, "chained"), out)).read_text()
     single = (report.render_sweep(store.find_sweep(root, "single"), out)).read_text()
-    assert "Timed as a decode step" in chained and "ran 3 launches" in chained
-    assert "L2 flushed" not in chained.split("Timed as a decode step")[1].split("\n\n")[0]  # CPU: no L2
-    assert "Timed as a decode step" not in single
+    assert "Timed as back-to-back layers" in chained and "ran 3 launches" in chained
+    assert "L2 flushed" not in chained.split("Timed as back-to-back layers")[1].split("\n\n")[0]  # CPU: no L2
+    assert "Timed as back-to-back layers" not in single
     df = store.load_sweep(store.find_sweep(root, "chained"))
     assert set(df["chain"]) == {3}
 

@@ -869,7 +869,7 @@ __device__ __forceinline__ void pipelined_cpasync(const bf16* __restrict__ q, co
 // Without the PDL attribute both instructions are no-ops.
 // Measured and dropped (reports/2026-11-29-kda_decode_step-h200-140926, code in git at 1cdd740):
 // PDL plus an L2 prefetch (cp.async.bulk.prefetch.L2) of two more state tiles per CTA before the
-// wait, to keep the DRAM reading while the previous layer drains: 2-6% slower than plain PDL.
+// wait, to keep the DRAM reading while the previous layer drains: 1-6% slower than plain PDL.
 enum LaunchOverlap { SOLO = 0, PDL = 1 };
 
 __device__ __forceinline__ void pdl_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
@@ -1172,7 +1172,7 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
     if (dynamic_smem_bytes() < (unsigned)(STAGES * R::BYTES)) __trap();
     TL_MARK(0);
     TL_SM();
-    if constexpr (OVERLAP != SOLO) pdl_launch_dependents();
+    if constexpr (OVERLAP == PDL) pdl_launch_dependents();
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int cv = tid % R::CV, rg = tid / R::CV;
@@ -1266,7 +1266,7 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
     // committed too, so the group count always says which tile has landed.
     constexpr int PROLOGUE = KEEP == HOLD_EARLY ? STAGES : STAGES - 1;
     int t = blockIdx.x;
-    if constexpr (OVERLAP != SOLO) {
+    if constexpr (OVERLAP == PDL) {
         // State first, then wait for the previous kernel, then its inputs; cp.async puts all the
         // prologue's vectors in one extra group, so the first tile waits for every group.
 #pragma unroll

@@ -73,7 +73,7 @@ def _stage_bytes(tile_bytes: int, cols: int) -> int:
 
 def _ring_design(name: str) -> _Design:
     tile_bytes, threads, stages, _, _, overlap = RING_CONFIGS[name]
-    return _Design(lazy=False, threads=threads, persistent=True, pdl=overlap != "SOLO",
+    return _Design(lazy=False, threads=threads, persistent=True, pdl=overlap == "PDL",
                    tiles_per_head=lambda d: _KV // ring_cols(name, d),
                    smem=lambda d: stages * _stage_bytes(tile_bytes, ring_cols(name, d)))
 
