@@ -118,3 +118,21 @@ def test_per_launch_divides_every_time_and_keeps_the_spread():
     assert per.ms_p20 == pytest.approx(whole.ms_p20 / 3) and per.ms_p80 == pytest.approx(whole.ms_p80 / 3)
     assert per.spread == whole.spread and per.n == 3 and per.noisy == whole.noisy
     assert timing.per_launch(whole, 1) is whole
+
+
+def test_compare_names_the_first_bad_elements_in_order_across_scan_chunks():
+    """The first bad indices come from a chunked scan (an all-NaN output must not list every
+    index); bad elements on both sides of a chunk edge still come back first-to-last."""
+    from harness.verify import _first_true
+
+    edge = 1 << 22
+    ref = np.ones(edge + 16)
+    out = ref.copy()
+    out[[edge + 3, 5, edge - 1]] = np.nan
+    c = compare("x", out, ref, 1e-3)
+    assert c.unwritten == 3 and c.first_bad == ((5,), (edge - 1,), (edge + 3,)) and not c.ok
+    import torch
+
+    mask = torch.zeros((2, edge), dtype=torch.bool)
+    mask[1, 0] = mask[0, edge - 1] = True
+    assert _first_true(mask, 3) == ((0, edge - 1), (1, 0))
