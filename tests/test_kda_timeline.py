@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from statistics import median
+
 import numpy as np
 import pytest
 
@@ -74,6 +76,7 @@ def test_reader_constants_match_the_cuda_source():
     assert int(re.search(r"^#define TL_SLOTS (\d+)$", src, re.M).group(1)) == timeline.TL_SLOTS
     assert re.search(r"^#define TL_CAPACITY \(1 << (\d+)\)$", src, re.M).group(1) == "20"
     assert timeline.TL_CAPACITY == 1 << 20
+    assert int(re.search(r"^#define TL_MAX_LAYERS (\d+)$", src, re.M).group(1)) == timeline.TL_MAX_LAYERS
 
 
 def test_parse_refuses_a_cta_with_more_tiles_than_the_probes_hold():
@@ -84,3 +87,27 @@ def test_parse_refuses_a_cta_with_more_tiles_than_the_probes_hold():
     raw[3 + 2 * timeline.MAX_TILES] = T0 + 98_000  # the ready probe of one tile too many
     with pytest.raises(ValueError, match=f"more than {timeline.MAX_TILES} tiles"):
         timeline.parse(raw, 1)
+
+
+def test_a_chain_of_two_layers_is_split_by_layer_and_its_boundary_measured():
+    """Rows l * grid + b belong to CTA b of layer l. Layer 1 enters while layer 0 drains (PDL), its
+    first tile lands before layer 0's last exit, and it issues its first stores 0.5 µs after that
+    exit: the boundary's idle time."""
+    grid = 2
+    plan = {
+        0: (3, 0, 9000, [(2000, 3000), (6000, 8000)]),
+        1: (4, 100, 6000, [(2500, 3500), (4000, 5500)]),
+        2: (4, 6100, 14000, [(7000, 9500), (11000, 13000)]),   # layer 1, CTA 0 (SM 4, freed at 6.0)
+        3: (3, 9050, 15000, [(9600, 10500), (12000, 14500)]),  # layer 1, CTA 1
+    }
+    ctas, tiles = timeline.parse(_buffer(plan, 4), grid, layers=2)
+    assert ctas.layer.tolist() == [0, 0, 1, 1] and ctas.cta.tolist() == [0, 1, 0, 1]
+    assert tiles.groupby("layer").size().tolist() == [4, 4]
+    chain = timeline.chain_summary(ctas, tiles)
+    assert chain.exit_last_us.tolist() == [9.0, 15.0] and chain.entry_first_us.tolist() == [0.0, 6.1]
+    assert chain.ready_first_us.tolist() == [2.0, 7.0] and chain.stored_first_us.tolist() == [3.0, 9.5]
+    assert chain.period_us.iloc[1] == 6.0 and chain.idle_us.iloc[1] == pytest.approx(0.5)
+    s = timeline.summarize(ctas, tiles)  # tiles of one CTA slot in two layers are not chained
+    assert s["wait_p50_us"] == pytest.approx(median([3.0, 0.5, 1.5, 1.5]))
+    with pytest.raises(ValueError, match="CTA 1 of layer 1 wrote no entry/exit probe"):
+        timeline.parse(_buffer({k: v for k, v in plan.items() if k != 3}, 4), grid, layers=2)

@@ -2,12 +2,17 @@
 
     python3 tools/kda_timeline.py ring32k_reread bulk32k_early --point M=32 --point state_dtype=bf16 \
         --out $OUT/timeline
+    python3 tools/kda_timeline.py bulk32k_early_pdl --chain 4 --point M=32 --out $OUT/timeline_chain
     python3 tools/kda_timeline.py --replot reports/<report>/timeline     # plot saved CSVs, no GPU
 
 Builds kda_decode.cu with -DKDA_TIMELINE (probes that a normal build compiles to nothing) through
 the sweep's own launcher, so grid, shared memory and inputs are the swept ones. Each launch follows
 an L2 flush, as in the sweeps, but is a plain launch (not a graph replay); the last of
-``--launches`` is kept and its event-timed duration reported. Prints a summary per variant
+``--launches`` is kept and its event-timed duration reported. ``--chain N`` records N launches on
+their own buffers as the sweeps' ``timing.chain`` runs them (one graph, programmatic dependent
+launches for the _pdl variants), each CTA tagged with its layer, and adds a per-layer table
+(``<variant>_chain.csv``: when each layer starts, issues its first stores and ends, and how long
+no layer issued stores around each boundary). Prints a summary per variant
 (kernels/kda_decode/timeline.py says what each column means) and writes ctas/tiles CSVs and a plot.
 Also times an empty kernel the way the sweeps time a step (graph replay after a flush): the floor
 that launch and event overhead put under every measured time.
@@ -25,6 +30,7 @@ from harness import registry, timing
 from harness.backends import CudaBackend
 from harness.config import TimingConf
 from harness.fuel import load_fuel
+from harness.runner import replay
 from kernels.kda_decode import timeline
 from kernels.kda_decode.variants import RING_CONFIGS, SOURCE
 
@@ -47,21 +53,28 @@ def launch_floor_ms(backend: CudaBackend) -> float:
     return timing.time_cuda([step], backend, conf, "flush").ms_p50
 
 
-def record(backend: TimelineBackend, launch, launches: int) -> tuple[np.ndarray, float]:
-    """Raw probe words and the event-timed ms of the last of ``launches`` flushed launches."""
+def record(backend: TimelineBackend, chain: list, launches: int) -> tuple[np.ndarray, float]:
+    """Raw probe words and the event-timed ms of the last of ``launches`` flushed samples; a
+    sample is one launch, or the whole ``chain`` as one graph (its layers tagged by state)."""
     cp = backend.cp
     module = backend.module(SOURCE)
-    ptr = module.get_global("kda_timeline")
-    words = cp.ndarray((timeline.TL_CAPACITY,), dtype=cp.uint64, memptr=ptr)
+    words = cp.ndarray((timeline.TL_CAPACITY,), dtype=cp.uint64, memptr=module.get_global("kda_timeline"))
+    layer_of = cp.ndarray((timeline.TL_MAX_LAYERS,), dtype=cp.uint64, memptr=module.get_global("kda_tl_states"))
+    table = np.zeros(timeline.TL_MAX_LAYERS, dtype=np.uint64)
+    if len(chain) > 1:
+        table[: len(chain)] = [launch.dev["state"].data.ptr for launch in chain]
+    layer_of.set(table)
+    step = chain[0] if len(chain) == 1 else replay(chain, backend, True)
     flush = timing.flusher(backend)
     start, end = cp.cuda.Event(), cp.cuda.Event()
     for _ in range(launches):
-        launch.poison()
+        for launch in chain:
+            launch.poison()
         with backend.stream:
             words.fill(0)
         flush()
         start.record(backend.stream)
-        launch()
+        step()
         end.record(backend.stream)
         end.synchronize()
     return cp.asnumpy(words), cp.cuda.get_elapsed_time(start, end)
@@ -74,6 +87,8 @@ def main() -> None:
                     help="redraw DIR/timeline.png from the CSVs a run saved there, without a GPU")
     ap.add_argument("--point", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--launches", type=int, default=5)
+    ap.add_argument("--chain", type=int, default=1, metavar="N",
+                    help="layers recorded together, each on its own buffers (default 1: one launch)")
     ap.add_argument("--out", type=pathlib.Path, default=pathlib.Path("timeline"))
     args = ap.parse_args()
     if args.replot:
@@ -86,6 +101,8 @@ def main() -> None:
     if not args.variants:
         raise SystemExit(f"variants: name at least one of {sorted(RING_CONFIGS)} (or use --replot DIR)")
 
+    if not 1 <= args.chain <= timeline.TL_MAX_LAYERS:
+        raise SystemExit(f"--chain: {args.chain} is out of range; allowed: 1..{timeline.TL_MAX_LAYERS}")
     comp = registry.get("kda_decode")
     try:
         point = registry.parse_point(comp, args.point)
@@ -103,15 +120,26 @@ def main() -> None:
 
     results, rows = {}, []
     for name in args.variants:
-        launch = comp.variant(name).build(geometry, point, inputs, backend)
-        raw, event_ms = record(backend, launch, args.launches)
-        ctas, tiles = timeline.parse(raw, launch.grid)
+        chain = [comp.variant(name).build(geometry, point, inputs, backend) for _ in range(args.chain)]
+        grid = chain[0].grid
+        if args.chain * grid * timeline.TL_SLOTS > timeline.TL_CAPACITY:
+            raise SystemExit(f"--chain: {args.chain} layers of {grid} CTAs need "
+                             f"{args.chain * grid * timeline.TL_SLOTS} probe words; the buffer holds "
+                             f"{timeline.TL_CAPACITY} (at most {timeline.TL_CAPACITY // (grid * timeline.TL_SLOTS)} layers)")
+        raw, event_ms = record(backend, chain, args.launches)
+        ctas, tiles = timeline.parse(raw, grid, args.chain)
         summary = timeline.summarize(ctas, tiles)
         results[name] = (ctas, tiles)
         rows.append({"variant": name, "point": " ".join(f"{k}={v}" for k, v in point.items()),
-                     "grid": launch.grid, "floor_us": floor * 1e3,
-                     "event_us": event_ms * 1e3, **summary})
+                     "grid": grid, "chain": args.chain, "floor_us": floor * 1e3,
+                     "event_us": event_ms * 1e3, "event_per_layer_us": event_ms * 1e3 / args.chain,
+                     **summary})
         timeline.save(args.out, name, ctas, tiles)
+        if args.chain > 1:
+            per_layer = timeline.chain_summary(ctas, tiles)
+            per_layer.to_csv(args.out / f"{name}_chain.csv", index=False)
+            print(f"{name}, {args.chain} layers (µs from the first entry):")
+            print(per_layer.to_string(index=False, float_format=lambda x: f"{x:.2f}"))
     table = pd.DataFrame(rows)
     table.to_csv(args.out / "summary.csv", index=False)
     timeline.plot(results, args.out / "timeline.png",

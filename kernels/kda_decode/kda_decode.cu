@@ -69,15 +69,32 @@ typedef decltype(sizeof(0)) size_t;
 // ------------------------------------------------------------------------------------------------
 // Timeline probes (tools/kda_timeline.py builds with -DKDA_TIMELINE; a normal build compiles them to
 // nothing, so the swept kernels' machine code is unchanged). Thread 0 of each CTA writes
-// %globaltimer (ns) into kda_timeline[block * TL_SLOTS + slot]: slot 0 entry, 1 exit, 2 the SM id,
-// 3 + 2n when the CTA's n-th tile is in shared memory, 4 + 2n when thread 0 has issued its stores.
+// %globaltimer (ns) into row (layer * gridDim.x + block) of kda_timeline, TL_SLOTS words a row:
+// slot 0 entry, 1 exit, 2 the SM id, 3 + 2n when the CTA's n-th tile is in shared memory, 4 + 2n
+// when thread 0 has issued its stores. The layer is the index of the launch's state pointer in
+// kda_tl_states, which the tool fills for a chain of launches (their CTAs overlap in time under
+// PDL); a single launch, or a state not listed, is layer 0.
 #ifdef KDA_TIMELINE
 #define TL_SLOTS 256
 #define TL_CAPACITY (1 << 20)
+#define TL_MAX_LAYERS 64
 __device__ unsigned long long kda_timeline[TL_CAPACITY];
+__device__ const void* kda_tl_states[TL_MAX_LAYERS];
+__device__ __forceinline__ unsigned& tl_row() {
+    __shared__ unsigned row;  // written and read by thread 0 only
+    return row;
+}
+__device__ __forceinline__ void tl_enter(const void* state) {
+    if (threadIdx.x != 0) return;
+    unsigned layer = 0;
+    for (unsigned i = 0; i < TL_MAX_LAYERS; ++i)
+        if (kda_tl_states[i] == state) { layer = i; break; }
+    tl_row() = layer * gridDim.x + blockIdx.x;
+}
 __device__ __forceinline__ void tl_put(int slot, unsigned long long value) {
-    const long long at = (long long)blockIdx.x * TL_SLOTS + slot;
-    if (threadIdx.x == 0 && slot < TL_SLOTS && at < TL_CAPACITY) kda_timeline[at] = value;
+    if (threadIdx.x != 0 || slot >= TL_SLOTS) return;
+    const long long at = (long long)tl_row() * TL_SLOTS + slot;
+    if (at < TL_CAPACITY) kda_timeline[at] = value;
 }
 __device__ __forceinline__ unsigned long long tl_now() {
     unsigned long long t;
@@ -89,9 +106,11 @@ __device__ __forceinline__ unsigned tl_smid() {
     asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
     return id;
 }
+#define TL_ENTER(state) tl_enter(state)
 #define TL_MARK(slot) tl_put((slot), tl_now())
 #define TL_SM() tl_put(2, tl_smid())
 #else
+#define TL_ENTER(state) ((void)0)
 #define TL_MARK(slot) ((void)0)
 #define TL_SM() ((void)0)
 #endif
@@ -1170,6 +1189,7 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
     __shared__ __align__(16) float su[R::COLS];
     __shared__ float skq;
     if (dynamic_smem_bytes() < (unsigned)(STAGES * R::BYTES)) __trap();
+    TL_ENTER(S);
     TL_MARK(0);
     TL_SM();
     if constexpr (OVERLAP == PDL) pdl_launch_dependents();

@@ -1,9 +1,10 @@
 """Reading the ring kernels' timeline probes (``-DKDA_TIMELINE``, see the top of kda_decode.cu).
 
-The instrumented build writes, for each CTA b, ``TL_SLOTS`` 64-bit words at ``b * TL_SLOTS``:
-slot 0 entry, 1 exit (%globaltimer, ns), 2 the SM id, 3 + 2n when the CTA's n-th tile is in shared
-memory and 4 + 2n when thread 0 has issued that tile's stores. Unwritten slots stay 0 (the tool
-zeroes the buffer before the launch). Pure NumPy/pandas, so it is tested on the CPU.
+The instrumented build writes, for CTA b of layer l (a launch of a chain; 0 for a single launch),
+``TL_SLOTS`` 64-bit words at ``(l * grid + b) * TL_SLOTS``: slot 0 entry, 1 exit (%globaltimer, ns),
+2 the SM id, 3 + 2n when the CTA's n-th tile is in shared memory and 4 + 2n when thread 0 has issued
+that tile's stores. Unwritten slots stay 0 (the tool zeroes the buffer before the launch). Pure
+NumPy/pandas, so it is tested on the CPU.
 """
 
 from __future__ import annotations
@@ -13,33 +14,38 @@ import pathlib
 import numpy as np
 import pandas as pd
 
-TL_SLOTS = 256  # keep in step with TL_SLOTS and TL_CAPACITY in kda_decode.cu (a test checks)
+TL_SLOTS = 256  # keep in step with TL_SLOTS, TL_CAPACITY, TL_MAX_LAYERS in kda_decode.cu (a test checks)
 TL_CAPACITY = 1 << 20
+TL_MAX_LAYERS = 64
 MAX_TILES = (TL_SLOTS - 3) // 2
 
 
-def parse(raw: np.ndarray, grid: int) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(ctas, tiles) from the raw probe buffer of a launch of ``grid`` CTAs; times in µs from the
-    earliest CTA entry. Raises ValueError when a CTA left no entry/exit (not an instrumented ring
-    kernel, or the buffer was not zeroed)."""
+def parse(raw: np.ndarray, grid: int, layers: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(ctas, tiles) from the raw probe buffer of ``layers`` launches of ``grid`` CTAs each; times
+    in µs from the earliest CTA entry of any layer. Raises ValueError when a CTA left no
+    entry/exit (not an instrumented ring kernel, or the buffer was not zeroed)."""
     words = np.asarray(raw, dtype=np.uint64)
-    if words.size < grid * TL_SLOTS:
-        raise ValueError(f"timeline buffer holds {words.size} words; {grid} CTAs need {grid * TL_SLOTS}")
-    slots = words[: grid * TL_SLOTS].reshape(grid, TL_SLOTS)
+    rows_needed = layers * grid
+    if words.size < rows_needed * TL_SLOTS:
+        raise ValueError(f"timeline buffer holds {words.size} words; {layers} x {grid} CTAs need "
+                         f"{rows_needed * TL_SLOTS}")
+    slots = words[: rows_needed * TL_SLOTS].reshape(rows_needed, TL_SLOTS)
     entry, exit_ = slots[:, 0], slots[:, 1]
     if (entry == 0).any() or (exit_ == 0).any():
         bad = int(np.flatnonzero((entry == 0) | (exit_ == 0))[0])
-        raise ValueError(f"CTA {bad} wrote no entry/exit probe: is the kernel a ring built with -DKDA_TIMELINE?")
+        where = f"CTA {bad % grid} of layer {bad // grid}" if layers > 1 else f"CTA {bad}"
+        raise ValueError(f"{where} wrote no entry/exit probe: is the kernel a ring built with -DKDA_TIMELINE?")
     t0 = int(entry.min())
     us = lambda ns: (ns.astype(np.int64) - t0) / 1e3  # noqa: E731
     ready, stored = slots[:, 3::2][:, :MAX_TILES], slots[:, 4::2][:, :MAX_TILES]
     if (slots[:, 3 + 2 * MAX_TILES :] != 0).any():
         raise ValueError(f"a CTA processed more than {MAX_TILES} tiles: the probes cannot hold its timeline")
     count = (stored != 0).sum(axis=1)
-    ctas = pd.DataFrame({"cta": np.arange(grid), "sm": slots[:, 2].astype(np.int64),
+    row = np.arange(rows_needed)
+    ctas = pd.DataFrame({"layer": row // grid, "cta": row % grid, "sm": slots[:, 2].astype(np.int64),
                          "entry_us": us(entry), "exit_us": us(exit_), "tiles": count})
-    rows = [(b, n, ready[b, n], stored[b, n]) for b in range(grid) for n in range(int(count[b]))]
-    tiles = pd.DataFrame(rows, columns=["cta", "n", "ready_ns", "stored_ns"])
+    rows = [(r // grid, r % grid, n, ready[r, n], stored[r, n]) for r in row for n in range(int(count[r]))]
+    tiles = pd.DataFrame(rows, columns=["layer", "cta", "n", "ready_ns", "stored_ns"])
     tiles["ready_us"] = us(tiles.pop("ready_ns").to_numpy(np.uint64))
     tiles["stored_us"] = us(tiles.pop("stored_ns").to_numpy(np.uint64))
     return ctas, tiles
@@ -53,9 +59,10 @@ def summarize(ctas: pd.DataFrame, tiles: pd.DataFrame) -> dict[str, float]:
     drain: the last tile to arrive anywhere -> the last CTA's exit.
     """
     first = tiles[tiles.n == 0]
+    keys = ["layer", "cta", "n"] if "layer" in tiles else ["cta", "n"]
     later = tiles[tiles.n > 0].merge(
-        tiles.assign(n=tiles.n + 1)[["cta", "n", "stored_us"]].rename(columns={"stored_us": "prev_us"}),
-        on=["cta", "n"])
+        tiles.assign(n=tiles.n + 1)[keys + ["stored_us"]].rename(columns={"stored_us": "prev_us"}),
+        on=keys)
     busy = tiles.stored_us - tiles.ready_us
     wait = later.ready_us - later.prev_us
     return {
@@ -73,6 +80,29 @@ def summarize(ctas: pd.DataFrame, tiles: pd.DataFrame) -> dict[str, float]:
         "tiles_min": int(ctas.tiles.min()),
         "tiles_max": int(ctas.tiles.max()),
     }
+
+
+def chain_summary(ctas: pd.DataFrame, tiles: pd.DataFrame) -> pd.DataFrame:
+    """Per layer of a chain, in µs from the first CTA's entry: when its first CTA entered, its first
+    tile was in shared memory, its first stores were issued and its last CTA exited; and, against
+    the layer before, ``period_us`` (last exit to last exit: the layer's cost in the chain) and
+    ``idle_us`` (the layer before's last exit to this layer's first stores issued after it: time in
+    which neither layer issued stores, what PDL has not hidden)."""
+    out = []
+    for layer, c in ctas.groupby("layer"):
+        t = tiles[tiles.layer == layer]
+        out.append({"layer": int(layer), "entry_first_us": float(c.entry_us.min()),
+                    "ready_first_us": float(t.ready_us.min()), "stored_first_us": float(t.stored_us.min()),
+                    "exit_p50_us": float(c.exit_us.median()), "exit_last_us": float(c.exit_us.max())})
+    df = pd.DataFrame(out).sort_values("layer").reset_index(drop=True)
+    df["period_us"] = df.exit_last_us.diff()
+    idle = [float("nan")]
+    for layer in df.layer.iloc[1:]:
+        before = float(df.loc[df.layer == layer - 1, "exit_last_us"].iloc[0])
+        stores = tiles[(tiles.layer == layer) & (tiles.stored_us > before)].stored_us
+        idle.append(float(stores.min() - before) if len(stores) else float("nan"))
+    df["idle_us"] = idle
+    return df
 
 
 def busy_profile(tiles: pd.DataFrame, ctas: pd.DataFrame, step_us: float = 0.25) -> pd.DataFrame:
@@ -132,10 +162,14 @@ def plot(results: dict[str, tuple[pd.DataFrame, pd.DataFrame]], path: pathlib.Pa
     for i, (name, (ctas, tiles)) in enumerate(results.items()):
         r, c = divmod(i, cols)
         gantt, prof = axes[2 * r][c], axes[2 * r + 1][c]
-        order = ctas.sort_values(["sm", "cta"]).reset_index(drop=True)
+        # one row per CTA slot, ordered by SM; the layers of a chain share the rows and take
+        # turns in colour, so their overlap in time shows
+        first = ctas[ctas.layer == ctas.layer.min()] if "layer" in ctas else ctas
+        order = first.sort_values(["sm", "cta"]).reset_index(drop=True)
         y = tiles.cta.map(dict(zip(order.cta, order.index)))
+        parity = tiles.layer if "layer" in tiles and tiles.layer.nunique() > 1 else tiles.n
         gantt.hlines(y, tiles.ready_us, tiles.stored_us, linewidth=0.5,
-                     colors=np.where(tiles.n % 2 == 0, "tab:blue", "tab:orange"))
+                     colors=np.where(parity % 2 == 0, "tab:blue", "tab:orange"))
         gantt.set_title(f"{name}: span {float(ctas.exit_us.max()):.1f} µs", fontsize=10)
         gantt.set_ylabel("CTA (by SM)")
         gantt.set_xlim(0, end)
