@@ -4,16 +4,18 @@ dependent launch's wait shows (the sweeps' chains give every layer independent i
 
 from __future__ import annotations
 
-from typing import Callable
-
 import numpy as np
 
 from harness.runner import replay
+from kernels.kda_decode import spec
 from kernels.kda_decode.reference import float_to_bf16
 
 
-def check_dependent_chain(launches: list, backend, inputs: dict, use_graph: bool,
-                          reference: Callable[[dict], tuple[np.ndarray, np.ndarray]],
+def rel(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+
+def check_dependent_chain(launches: list, backend, inputs: dict, use_graph: bool, geometry, point: dict,
                           tol_o: float, tol_state: float) -> None:
     """Layer i's v is layer i-1's o (both [M, H, 128] bf16); every o starts poisoned (NaN). One
     chain (``runner.replay``, as timed) must leave each layer one step ahead of its own initial
@@ -27,8 +29,7 @@ def check_dependent_chain(launches: list, backend, inputs: dict, use_graph: bool
     for i, launch in enumerate(launches):
         out = launch.outputs()
         assert np.isfinite(out["o"]).all(), f"layer {i}: o has NaN (read its input before the layer ahead wrote it?)"
-        o_ref, s_ref = reference({**inputs, "v": v})
-        e_o = float(np.linalg.norm(out["o"] - o_ref) / np.linalg.norm(o_ref))
-        e_s = float(np.linalg.norm(out["state"] - s_ref) / np.linalg.norm(s_ref))
+        ref = spec.reference(geometry, point, {**inputs, "v": v})
+        e_o, e_s = rel(out["o"], ref["o"]), rel(out["state"], ref["state"])
         assert e_o < tol_o and e_s < tol_state, f"layer {i}: o {e_o:.3e}, state {e_s:.3e}"
         v = float_to_bf16(out["o"])  # exactly the bf16 words the next layer reads

@@ -244,13 +244,6 @@ def test_dependent_chain_check_catches_an_early_input_read(geometry, use_graph):
     assert design.pdl and not design.lazy
     eps, scale = geometry.kda.l2norm_eps, geometry.kda.q_scale
 
-    def reference(x):
-        from kernels.kda_decode.reference import bf16_to_float, ref_step
-
-        f = lambda a: bf16_to_float(a).astype(np.float64)  # noqa: E731
-        return ref_step(f(x["q"]), f(x["k"]), f(x["v"]), x["g"], x["beta"],
-                        x["state"].astype(np.float64), eps, scale)
-
     def chain(backend):
         def build():
             dev = {n: np.array(inputs[n], copy=True) for n in ("q", "k", "v", "g", "beta", "state")}
@@ -263,7 +256,7 @@ def test_dependent_chain_check_catches_an_early_input_read(geometry, use_graph):
 
     tol = spec.tolerance(point, "o"), spec.tolerance(point, "state")
     waits = _OverlappingBackend(eps, scale, early_reads=False)
-    check_dependent_chain(chain(waits), waits, inputs, use_graph, reference, *tol)
+    check_dependent_chain(chain(waits), waits, inputs, use_graph, geometry, point, *tol)
     early = _OverlappingBackend(eps, scale, early_reads=True)
     with pytest.raises(AssertionError, match="layer 1: o has NaN"):
-        check_dependent_chain(chain(early), early, inputs, use_graph, reference, *tol)
+        check_dependent_chain(chain(early), early, inputs, use_graph, geometry, point, *tol)

@@ -11,7 +11,7 @@ import pytest
 from harness.backends import gpu_visible
 from harness.fuel import load_fuel
 from harness.runner import replay
-from kda_chain import check_dependent_chain
+from kda_chain import check_dependent_chain, rel
 from kernels.kda_decode.reference import bf16_to_float, float_to_bf16, ref_step
 from kernels.kda_decode.variants import CUDA_VARIANTS, PEER_VARIANTS
 
@@ -58,10 +58,6 @@ def reference(inputs: dict, steps: int) -> tuple[np.ndarray, np.ndarray]:
         o, S = ref_step(q, k, v, inputs["g"], inputs["beta"], S,
                         GEOMETRY.kda.l2norm_eps, GEOMETRY.kda.q_scale)
     return o, S
-
-
-def rel(a: np.ndarray, b: np.ndarray) -> float:
-    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
 
 
 @pytest.fixture(scope="module")
@@ -164,5 +160,4 @@ def test_pdl_layer_reads_its_input_after_the_layer_before(variant, backend, stat
         pytest.skip(reason)
     inputs = make_inputs(M, state_dtype, seed=91 + (state_dtype == "fp32"))
     launches = [variant.build(GEOMETRY, point, inputs, backend) for _ in range(layers)]
-    check_dependent_chain(launches, backend, inputs, use_graph, lambda x: reference(x, 1),
-                          TOL_O, TOL_STATE[state_dtype])
+    check_dependent_chain(launches, backend, inputs, use_graph, GEOMETRY, point, TOL_O, TOL_STATE[state_dtype])
