@@ -254,9 +254,9 @@ def test_dependent_chain_check_catches_an_early_input_read(geometry, use_graph):
             return launch
         return [build() for _ in range(3)]
 
-    tol = spec.tolerance(point, "o"), spec.tolerance(point, "state")
+    tol = lambda name: spec.tolerance(point, name)  # noqa: E731
     waits = _OverlappingBackend(eps, scale, early_reads=False)
-    check_dependent_chain(chain(waits), waits, inputs, use_graph, geometry, point, *tol)
+    check_dependent_chain(chain(waits), waits, inputs, use_graph, geometry, point, tol)
     early = _OverlappingBackend(eps, scale, early_reads=True)
     with pytest.raises(AssertionError, match="layer 1: o has NaN"):
-        check_dependent_chain(chain(early), early, inputs, use_graph, geometry, point, *tol)
+        check_dependent_chain(chain(early), early, inputs, use_graph, geometry, point, tol)

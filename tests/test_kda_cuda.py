@@ -160,4 +160,5 @@ def test_pdl_layer_reads_its_input_after_the_layer_before(variant, backend, stat
         pytest.skip(reason)
     inputs = make_inputs(M, state_dtype, seed=91 + (state_dtype == "fp32"))
     launches = [variant.build(GEOMETRY, point, inputs, backend) for _ in range(layers)]
-    check_dependent_chain(launches, backend, inputs, use_graph, GEOMETRY, point, TOL_O, TOL_STATE[state_dtype])
+    tol = {"o": TOL_O, "state": TOL_STATE[state_dtype]}
+    check_dependent_chain(launches, backend, inputs, use_graph, GEOMETRY, point, tol.__getitem__)

@@ -4,6 +4,8 @@
 - ``spec.py``: shapes from the fuel, inputs, bytes, FLOPs, tolerances.
 - ``kda_decode.cu``: every CUDA design; ``variants.py``: their launchers and declarations, the
   CPU reference variant and the fla peer.
+- ``conv_spec.py`` / ``conv_variants.py``: the second component, ``kda_decode_conv``: the same step
+  with the layer's short convolution (q/k/v_conv1d) in front, fused into one launch or not.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import pathlib
 
 from harness.registry import Component, register
 
-from . import spec
+from . import conv_spec, conv_variants, spec
 from .variants import CPU_VARIANTS, CUDA_VARIANTS, PEER_VARIANTS
 
 COMPONENT = register(Component(
@@ -28,6 +30,23 @@ COMPONENT = register(Component(
     variants=CUDA_VARIANTS + PEER_VARIANTS + CPU_VARIANTS,
     summary="one KDA decode step: state read + written in place, q/k/v/g/beta in, o out",
     # float64 references on the host: M up to 16 with a BF16 state (8 with FP32) per job.
+    cpu_max_bytes=72 << 20,
+    folder=str(pathlib.Path(__file__).parent),
+))
+
+CONV_COMPONENT = register(Component(
+    name="kda_decode_conv",
+    axes=conv_spec.AXES,
+    layers=lambda geometry: geometry.n_kda_layers,
+    make_inputs=conv_spec.make_inputs,
+    reference=conv_spec.reference,
+    bytes_moved=conv_spec.bytes_moved,
+    footprint=conv_spec.footprint,
+    flops=conv_spec.flops,
+    tolerance=conv_spec.tolerance,
+    variants=conv_variants.CUDA_VARIANTS + conv_variants.PEER_VARIANTS + conv_variants.CPU_VARIANTS,
+    summary="the short convolution (3 x 8192 channels, kernel 4, SiLU, taps in place) and the KDA "
+            "decode step after it",
     cpu_max_bytes=72 << 20,
     folder=str(pathlib.Path(__file__).parent),
 ))

@@ -55,6 +55,12 @@ Variants:
   ring<...>         persistent CTAs over 32 KiB tiles (a whole BF16 head, half an FP32 one) with a
                     cp.async or bulk-copy ring and lean per-tile code; instantiated as
                     ring32k_reread, bulk32k_hold, bulk32k_early, bulk32k_reread (see its comment).
+
+With the short convolution in front (component kda_decode_conv; ShortConv below has its layout):
+  fused_conv_bulk_early_pdl  ring<..., CONV>: the convolution of a head's q, k, v in each tile's
+                    prologue, taps shifted in place; whole-head tiles so one CTA owns the head's taps.
+  kda_conv_update   the convolution alone (q, k, v out in bf16), the first of the unfused path's
+                    two launches; bulk32k_early_pdl is the second.
 */
 
 typedef unsigned short bf16;  // raw bf16 bits
@@ -895,6 +901,94 @@ __device__ __forceinline__ void pdl_launch_dependents() { asm volatile("griddepc
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 
 // ================================================================================================
+// Short convolution: the KDA layer's q_conv1d, k_conv1d, v_conv1d (depthwise, kernel 4, SiLU) for
+// one decode token, as the ring's CONV fusion and as the unfused path's own launch.
+//   conv_state : [M, 3 (q, k, v), H * 128 (channel), 3 (tap, oldest first)] bf16, updated in place
+//   conv_w     : [3 (q, k, v), H * 128, 4 (tap, oldest first; the last weighs the new token)] bf16
+//   y = silu(w0 s0 + w1 s1 + w2 s2 + w3 x);   taps <- (s1, s2, x)
+// The shift moves the raw bf16 words, so the new taps are exact. Taps are channel-major so a head's
+// 128 channels are one contiguous 768-byte run per tensor (3 loads a thread, coalesced per warp).
+enum ConvFusion { NO_CONV = 0, CONV = 1 };
+
+struct ShortConv {
+    struct Taps {
+        unsigned short s[3][3];  // [tensor][tap]
+        uint2 w[3];              // [tensor]: 4 bf16 weights, tap 0 in the low half of .x
+    };
+    static __device__ __forceinline__ size_t tensor_stride(int H) { return (size_t)H * KDIM * 3; }
+    // Offset of channel c of head mh's q taps (k and v follow at tensor_stride).
+    static __device__ __forceinline__ size_t taps_at(int mh, int H, int c) {
+        const int m = mh / H, h = mh - m * H;
+        return ((size_t)m * 3 * H + h) * (KDIM * 3) + (size_t)c * 3;
+    }
+    static __device__ __forceinline__ uint2 weights(const bf16* __restrict__ conv_w, int tensor,
+                                                    size_t channel, int H) {
+        return *reinterpret_cast<const uint2*>(conv_w + ((size_t)tensor * H * KDIM + channel) * 4);
+    }
+    static __device__ __forceinline__ Taps load(const bf16* __restrict__ conv, const bf16* __restrict__ conv_w,
+                                                int mh, int H, int c) {
+        Taps t;
+        const size_t at = taps_at(mh, H, c);
+#pragma unroll
+        for (int x = 0; x < 3; ++x) {
+#pragma unroll
+            for (int i = 0; i < 3; ++i) t.s[x][i] = conv[at + x * tensor_stride(H) + i];
+            t.w[x] = weights(conv_w, x, (size_t)(mh % H) * KDIM + c, H);
+        }
+        return t;
+    }
+    static __device__ __forceinline__ float apply(const unsigned short (&s)[3], uint2 w, unsigned short x) {
+        float y = __uint_as_float(w.x << 16) * bf2f(s[0]);
+        y = fmaf(__uint_as_float(w.x & 0xFFFF0000u), bf2f(s[1]), y);
+        y = fmaf(__uint_as_float(w.y << 16), bf2f(s[2]), y);
+        y = fmaf(__uint_as_float(w.y & 0xFFFF0000u), bf2f(x), y);
+        return y / (1.f + __expf(-y));  // SiLU; large negative y gives -0
+    }
+    static __device__ __forceinline__ void shift(bf16* __restrict__ at, const unsigned short (&s)[3], unsigned short x) {
+        at[0] = s[1];
+        at[1] = s[2];
+        at[2] = x;
+    }
+    // Channel c of head mh: q, k, v after the convolution into qkv[0, 1, 2 x KDIM + c] (floats, not
+    // rounded to bf16 as an unfused pipeline's intermediate tensors are), taps shifted in place.
+    static __device__ __forceinline__ void step(const Taps& t, const bf16* xq, const bf16* xk, const bf16* xv,
+                                                bf16* __restrict__ conv, int mh, int H, int c, float* qkv) {
+        const unsigned short x[3] = {xq[c], xk[c], xv[c]};
+        const size_t at = taps_at(mh, H, c);
+#pragma unroll
+        for (int i = 0; i < 3; ++i) {
+            qkv[i * KDIM + c] = apply(t.s[i], t.w[i], x[i]);
+            shift(conv + at + i * tensor_stride(H), t.s[i], x[i]);
+        }
+    }
+};
+
+// The unfused path's first launch: one thread per (stream, tensor, channel), y rounded to bf16 as
+// the tensors q, k, v that the step kernel then reads. A programmatic dependent like the step
+// kernels: its taps and weights are read before the wait (only this layer's own launch one step
+// earlier writes them), x after it.
+extern "C" __global__ void __launch_bounds__(256)
+kda_conv_update(const bf16* __restrict__ x_q, const bf16* __restrict__ x_k, const bf16* __restrict__ x_v,
+                bf16* __restrict__ conv, const bf16* __restrict__ conv_w, bf16* __restrict__ y_q,
+                bf16* __restrict__ y_k, bf16* __restrict__ y_v, int M, int H) {
+    pdl_launch_dependents();
+    const int C = H * KDIM;
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;  // ((m * 3) + tensor) * C + channel
+    if (i >= M * 3 * C) return;
+    const int c = i % C, tensor = (i / C) % 3, m = i / (3 * C);
+    unsigned short s[3];
+#pragma unroll
+    for (int j = 0; j < 3; ++j) s[j] = conv[(size_t)i * 3 + j];
+    const uint2 w = ShortConv::weights(conv_w, tensor, c, H);
+    pdl_wait();
+    const bf16* xs = tensor == 0 ? x_q : tensor == 1 ? x_k : x_v;
+    bf16* ys = tensor == 0 ? y_q : tensor == 1 ? y_k : y_v;
+    const unsigned short x = xs[(size_t)m * C + c];
+    ys[(size_t)m * C + c] = f2bf(ShortConv::apply(s, w, x));
+    ShortConv::shift(conv + (size_t)i * 3, s, x);
+}
+
+// ================================================================================================
 // regs_pipelined: persistent CTAs, register double buffering across tiles (exact form).
 //
 // What the other 16-byte designs leave on the table at small M: each block loads its tile, then
@@ -1175,14 +1269,22 @@ enum RingLoader { CPASYNC = 0, BULK = 1 };
 // where no thread reads the stage any more, so the next load is in flight during the sums, the
 // write and the wait instead of only the wait.
 enum RingKeep { REREAD = 0, HOLD = 1, HOLD_EARLY = 2 };
-template <typename T, int COLS, int THREADS, int STAGES, int KEEP, int LOADER, int OVERLAP>
+// FUSE: CONV makes the ring also run the short convolution (ShortConv below): q, k, v are then the
+// raw projections x_q, x_k, x_v, staged exactly as q, k, v are, and conv / conv_w are used.
+template <typename T, int COLS, int THREADS, int STAGES, int KEEP, int LOADER, int OVERLAP,
+          int FUSE = NO_CONV>
 __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __restrict__ k,
                                      const bf16* __restrict__ v, const float* __restrict__ g,
                                      const float* __restrict__ beta, T* __restrict__ S,
-                                     bf16* __restrict__ o, int M, int H, float eps, float scale) {
+                                     bf16* __restrict__ o, int M, int H, float eps, float scale,
+                                     bf16* __restrict__ conv = nullptr,
+                                     const bf16* __restrict__ conv_w = nullptr) {
     using R = RingTile<T, COLS, THREADS>;
     using C = Cols<T, R::VEC>;
     static_assert(STAGES >= 2, "one stage computing, at least one loading");
+    // One CTA must own a head's whole conv state: with two column slices in two CTAs, one could
+    // read the taps after the other had shifted them.
+    static_assert(FUSE == NO_CONV || COLS == VDIM, "conv fusion needs whole-head tiles");
     extern __shared__ __align__(16) unsigned char ring_smem[];
     __shared__ __align__(16) float4 srow[KDIM];  // alpha, kn, alpha*kn, alpha*qn of each key row
     __shared__ __align__(16) float red[2][R::WARPS][R::COLS];
@@ -1320,6 +1422,10 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
     for (; t < ntiles; t += stride) {
         const int mh = t / R::SLICES, sl = t % R::SLICES;
         const float b = tid < R::COLS ? beta[mh] : 0.f;  // latency hidden behind the wait
+        ShortConv::Taps taps;  // CONV: this head's taps and weights, also read before the wait
+        if constexpr (FUSE == CONV) {
+            if (tid < KDIM) taps = ShortConv::load(conv, conv_w, mh, H, tid);
+        }
         if constexpr (KEEP == HOLD) refill(stage, t);
         if constexpr (LOADER == BULK) {
             mbar_wait(bar0 + 8 * stage, parity);  // the barrier's phase makes the stage visible
@@ -1335,14 +1441,35 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
         if constexpr (KEEP == REREAD) refill(stage, t);
         const unsigned char* st = ring_smem + stage * R::BYTES;
 
+        // CONV: q, k, v after the convolution, as floats in red[0] (free until the column partials,
+        // which come after the next barrier; vj is read before it for that reason).
+        float* const qkv = &red[0][0][0];
+        float vj_conv = 0.f;
+        if constexpr (FUSE == CONV) {
+            if (tid < KDIM) {
+                ShortConv::step(taps, reinterpret_cast<const bf16*>(st + R::OFF_Q),
+                                reinterpret_cast<const bf16*>(st + R::OFF_K),
+                                reinterpret_cast<const bf16*>(st + R::OFF_V), conv, mh, H, tid, qkv);
+            }
+            __syncthreads();
+        }
         if (tid < KDIM) {  // warps 0-3: norms (each warp, no barrier), then one key row each
-            const bf16* sq = reinterpret_cast<const bf16*>(st + R::OFF_Q);
-            const bf16* sk = reinterpret_cast<const bf16*>(st + R::OFF_K);
-            const Norms n = warp_norms_bf16(sq, sk, lane, eps, scale);
-            const float a = __expf(reinterpret_cast<const float*>(st + R::OFF_G)[tid]);
-            const float kn = n.rk * bf2f(sk[tid]), qn = n.rq * bf2f(sq[tid]);
-            srow[tid] = make_float4(a, kn, a * kn, a * qn);
-            if (tid == 0) skq = n.kq;
+            if constexpr (FUSE == CONV) {
+                const Norms n = warp_norms(qkv, qkv + KDIM, eps, scale);
+                const float a = __expf(reinterpret_cast<const float*>(st + R::OFF_G)[tid]);
+                const float kn = n.rk * qkv[KDIM + tid], qn = n.rq * qkv[tid];
+                srow[tid] = make_float4(a, kn, a * kn, a * qn);
+                if (tid == 0) skq = n.kq;
+                vj_conv = qkv[2 * KDIM + tid];  // COLS == KDIM
+            } else {
+                const bf16* sq = reinterpret_cast<const bf16*>(st + R::OFF_Q);
+                const bf16* sk = reinterpret_cast<const bf16*>(st + R::OFF_K);
+                const Norms n = warp_norms_bf16(sq, sk, lane, eps, scale);
+                const float a = __expf(reinterpret_cast<const float*>(st + R::OFF_G)[tid]);
+                const float kn = n.rk * bf2f(sk[tid]), qn = n.rq * bf2f(sq[tid]);
+                srow[tid] = make_float4(a, kn, a * kn, a * qn);
+                if (tid == 0) skq = n.kq;
+            }
         }
         __syncthreads();
 
@@ -1352,7 +1479,8 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
         float held[HOLDS ? R::RPT : 1][R::VEC];  // faded rows (HOLD, HOLD_EARLY)
         float knr[HOLDS ? R::RPT : 1];
         // v is read here, before the column-partials barrier, so HOLD_EARLY may refill after it.
-        const float vj = tid < R::COLS ? bf2f(reinterpret_cast<const bf16*>(st + R::OFF_V)[tid]) : 0.f;
+        const float vj = FUSE == CONV ? vj_conv
+                       : tid < R::COLS ? bf2f(reinterpret_cast<const bf16*>(st + R::OFF_V)[tid]) : 0.f;
 #pragma unroll
         for (int i = 0; i < R::RPT; ++i) {
             float s[R::VEC];
@@ -1513,3 +1641,21 @@ DEFINE_RING(ring32k_reread_pdl, bf16, bf16, 128, 128, 2, REREAD, CPASYNC, PDL)
 DEFINE_RING(ring32k_reread_pdl, f32, float, 64, 128, 2, REREAD, CPASYNC, PDL)
 DEFINE_RING(bulk32k_early_pdl, bf16, bf16, 128, 256, 3, HOLD_EARLY, BULK, PDL)
 DEFINE_RING(bulk32k_early_pdl, f32, float, 64, 256, 3, HOLD_EARLY, BULK, PDL)
+
+// The ring with the short convolution fused (FUSE = CONV): the kda_decode_conv component. Whole-head
+// tiles in both dtypes (see the static_assert in ring): BF16 is bulk32k_early_pdl's shape; FP32 has
+// 64 KiB tiles, so 3 stages (196 KiB) leave one CTA of 256 threads per SM with the same 192 KiB in
+// flight per SM as two CTAs of 32 KiB tiles. Argument order:
+//   x_q, x_k, x_v, conv_state, conv_w, g, beta, S, o, M, H, eps, scale
+#define CONV_ARGS(T)                                                                             \
+    const bf16* __restrict__ x_q, const bf16* __restrict__ x_k, const bf16* __restrict__ x_v,    \
+        bf16* __restrict__ conv_state, const bf16* __restrict__ conv_w,                          \
+        const float* __restrict__ g, const float* __restrict__ beta, T* __restrict__ S,          \
+        bf16* __restrict__ o, int M, int H, float eps, float scale
+#define DEFINE_RING_CONV(NAME, SUFFIX, T, COLS, THREADS, STAGES, KEEP, LOADER, OVERLAP)            \
+    extern "C" __global__ void __launch_bounds__(THREADS) kda_##NAME##_##SUFFIX(CONV_ARGS(T)) {   \
+        ring<T, COLS, THREADS, STAGES, KEEP, LOADER, OVERLAP, CONV>(x_q, x_k, x_v, g, beta, S, o, M, H, \
+                                                                    eps, scale, conv_state, conv_w); \
+    }
+DEFINE_RING_CONV(fused_conv_bulk_early_pdl, bf16, bf16, 128, 256, 3, HOLD_EARLY, BULK, PDL)
+DEFINE_RING_CONV(fused_conv_bulk_early_pdl, f32, float, 128, 256, 3, HOLD_EARLY, BULK, PDL)

@@ -81,6 +81,23 @@ def materialize(state_stored, k, d) -> np.ndarray:
     return (S + k[..., :, None] * d[..., None, :]).numpy()
 
 
+def ref_short_conv(x, taps, weight):
+    """One decode token through a depthwise causal convolution with SiLU (the KDA layer's
+    q/k/v_conv1d), by the definition: each channel's output is the dot product of its kernel with
+    its last W inputs, the new one last.
+
+    x: [M, C] (this token); taps: [M, C, W - 1] (the previous W - 1 inputs, oldest first);
+    weight: [C, W] (tap 0 weighs the oldest input). Returns (y [M, C], taps_new [M, C, W - 1]) as
+    float64 NumPy:
+
+        window = (taps..., x);   y = silu(sum_w window_w weight_w);   taps_new = window[1:]
+    """
+    x, taps, weight = map(_t, (x, taps, weight))
+    window = torch.cat([taps, x[..., None]], dim=-1)
+    pre = (window * weight).sum(-1)
+    return (pre * torch.sigmoid(pre)).numpy(), window[..., 1:].numpy()
+
+
 # -- bf16 as uint16 bit patterns ------------------------------------------------------------------
 
 def bf16_to_float(bits: np.ndarray) -> np.ndarray:

@@ -171,7 +171,9 @@ def supports_cuda(geometry, point) -> str | None:
 
 def _check_inputs(geometry, point, inputs) -> tuple[int, int, int, int, str]:
     H, K, V, _, _ = _dims(geometry)
-    M, dtype = int(point["M"]), point["state_dtype"]
+    M, dtype = int(point["M"]), point.get("state_dtype")
+    if dtype not in _STATE_DTYPES:
+        raise ValueError(f"state_dtype must be one of {sorted(_STATE_DTYPES)}; got {dtype!r}")
     want = {
         "q": ((M, H, K), np.uint16), "k": ((M, H, K), np.uint16), "v": ((M, H, V), np.uint16),
         "g": ((M, H, K), np.float32), "beta": ((M, H), np.float32),
@@ -269,6 +271,37 @@ class _CudaLaunch:
         return {"o": o, "state": state}
 
 
+def get_kernel(backend, symbol: str, dyn_smem: int):
+    """``symbol`` from kda_decode.cu, allowed ``dyn_smem`` bytes of dynamic shared memory (above
+    48 KiB that needs an opt-in, refused when the device cannot give it)."""
+    kernel = backend.module(SOURCE).get_function(symbol)
+    if dyn_smem > _SLOW_SMEM:
+        optin = int(backend.props.get("sharedMemPerBlockOptin", 0))
+        if dyn_smem + int(kernel.shared_size_bytes) > optin:
+            raise RuntimeError(f"{symbol}: needs {dyn_smem} B dynamic + {kernel.shared_size_bytes} B "
+                               f"static shared memory per block; the device allows {optin}")
+        kernel.max_dynamic_shared_size_bytes = dyn_smem
+    return kernel
+
+
+def persistent_grid(backend, kernel, threads: int, dyn_smem: int, tiles: int) -> int:
+    """As many CTAs as fit on the device at once, but no more than there are tiles (every CTA
+    beyond the tile count would exit at once; launching it costs for nothing)."""
+    sms = int(backend.props["multiProcessorCount"])
+    return min(sms * _ctas_per_sm(kernel, backend.props, threads, dyn_smem), tiles)
+
+
+def kernel_launch_shape(backend, name: str, design: _Design, dtype: str, heads: int):
+    """(kernel, dynamic shared memory, grid) of design ``name`` for ``heads`` = M x H heads."""
+    dyn_smem = design.smem(dtype)
+    kernel = get_kernel(backend, f"kda_{name}_{_SYMBOL_SUFFIX[dtype]}", dyn_smem)
+    if design.persistent:
+        return kernel, dyn_smem, persistent_grid(backend, kernel, design.threads, dyn_smem,
+                                                 heads * design.tiles_per_head(dtype))
+    bph = design.blocks_per_head
+    return kernel, dyn_smem, heads * (bph[dtype] if isinstance(bph, dict) else bph)
+
+
 def _make_cuda_build(name: str) -> Callable[..., _CudaLaunch]:
     design = _DESIGNS[name]
 
@@ -280,26 +313,7 @@ def _make_cuda_build(name: str) -> Callable[..., _CudaLaunch]:
         _, _, _, scale, eps = _dims(geometry)
         cp = backend.cp
 
-        module = backend.module(SOURCE)
-        kernel = module.get_function(f"kda_{name}_{_SYMBOL_SUFFIX[dtype]}")
-        dyn_smem = design.smem(dtype)
-        if dyn_smem > _SLOW_SMEM:
-            optin = int(backend.props.get("sharedMemPerBlockOptin", 0))
-            if dyn_smem + int(kernel.shared_size_bytes) > optin:
-                raise RuntimeError(f"{name}/{dtype}: needs {dyn_smem} B dynamic + "
-                                   f"{kernel.shared_size_bytes} B static shared memory per block; "
-                                   f"the device allows {optin}")
-            kernel.max_dynamic_shared_size_bytes = dyn_smem
-
-        heads = M * H
-        if design.persistent:
-            sms = int(backend.props["multiProcessorCount"])
-            resident = sms * _ctas_per_sm(kernel, backend.props, design.threads, dyn_smem)
-            # Every CTA beyond the tile count would exit at once; launching it costs for nothing.
-            grid = min(resident, heads * design.tiles_per_head(dtype))
-        else:
-            bph = design.blocks_per_head
-            grid = heads * (bph[dtype] if isinstance(bph, dict) else bph)
+        kernel, dyn_smem, grid = kernel_launch_shape(backend, name, design, dtype, M * H)
 
         dev = {name_: backend.to_device(inputs[name_]) for name_ in ("q", "k", "v", "g", "beta")}
         state0 = backend.to_device(inputs["state"])
@@ -358,8 +372,6 @@ class _CpuLazyLaunch:
 
 
 def build_cpu_lazy(geometry, point, inputs, backend) -> _CpuLazyLaunch:
-    if point.get("state_dtype") not in _STATE_DTYPES:
-        raise ValueError(f"state_dtype must be one of {sorted(_STATE_DTYPES)}")
     _check_inputs(geometry, point, inputs)
     return _CpuLazyLaunch(geometry, point, inputs)
 

@@ -1,0 +1,342 @@
+"""Launchers and declarations of the ``kda_decode_conv`` variants (the step with its short
+convolution; ``conv_spec.py`` has the op).
+
+- ``fused_conv_bulk_early_pdl``: ONE launch, the ring of ``bulk32k_early_pdl`` with the convolution
+  in its per-tile prologue (``ring<..., CONV>`` in kda_decode.cu).
+- ``conv_then_bulk32k_early_pdl``: ours unfused, TWO launches: ``kda_conv_update`` writes q, k, v
+  in BF16, then ``bulk32k_early_pdl`` reads them, as its programmatic dependent.
+- ``fla_conv_then_recurrent`` (peer): fla's Triton ``causal_conv1d_update`` once per tensor, as
+  fla's KimiDeltaAttention layer runs its three ShortConvolution modules at decode, then its
+  ``fused_recurrent_kda`` kernel: FOUR launches.
+- ``ref_conv_lazy`` (CPU backend): the float64 convolution and the lazy-form step on the host.
+
+Nothing here imports cupy, torch.cuda or fla at import time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import numpy as np
+
+from harness.registry import Variant
+
+from . import conv_spec
+from .reference import bf16_to_float, materialize, ref_lazy_step, ref_short_conv
+from .variants import (_DESIGNS, _KV, _STATE_DTYPES, _SYMBOL_SUFFIX, _FlaLaunch, _check_inputs,
+                       _decode_state, _dims, _fla_forward, _stage_bytes, get_kernel,
+                       kernel_launch_shape, persistent_grid, supports_cuda, supports_fla)
+
+_CONV_THREADS = 256            # kda_conv_update's block
+_FUSED_THREADS, _FUSED_STAGES = 256, 3  # DEFINE_RING_CONV(fused_conv_bulk_early_pdl, ...)
+_UNFUSED_STEP = "bulk32k_early_pdl"   # the kda_decode design the unfused path runs second
+
+
+def _conv_fits(geometry) -> str | None:
+    kda = geometry.kda
+    if (kda.conv_kernel, kda.conv_tensors, kda.conv_state_dtype) != (4, 3, "bf16"):
+        return (f"kda_decode.cu's ShortConv is written for 3 tensors, kernel 4, bf16 taps; got "
+                f"{kda.conv_tensors} tensors, kernel {kda.conv_kernel}, {kda.conv_state_dtype}")
+    return None
+
+
+def supports_conv_cuda(geometry, point) -> str | None:
+    return supports_cuda(geometry, point) or _conv_fits(geometry)
+
+
+def _check_conv_inputs(geometry, point, inputs) -> tuple[int, int, int, int, str]:
+    """Shapes and dtypes of every input; the step's part through ``variants._check_inputs``."""
+    M, H, K, V, dtype = _check_inputs(geometry, point, {
+        **inputs, "q": inputs["x_q"], "k": inputs["x_k"], "v": inputs["x_v"]})
+    C, W, T = conv_spec.channels(geometry), geometry.kda.conv_kernel, geometry.kda.conv_tensors
+    want = {"conv_state": (M, T, C, W - 1), "conv_weight": (T, C, W)}
+    for name, shape in want.items():
+        a = inputs[name]
+        if a.shape != shape or a.dtype != np.uint16:
+            raise ValueError(f"kda_decode_conv input {name!r}: expected uint16{list(shape)}, "
+                             f"got {a.dtype.name}{list(a.shape)}")
+    return M, H, K, V, dtype
+
+
+@dataclasses.dataclass(frozen=True)
+class _Kernel:
+    """One kernel of a step: its function, grid, block, dynamic shared memory, and its arguments
+    read from the launch's device buffers at every call (a test may rewire a buffer)."""
+
+    fn: Any
+    grid: int
+    threads: int
+    smem: int
+    args: Callable[[dict], tuple]
+
+
+class _ConvLaunch:
+    """One step of ours: one kernel (fused) or two (the convolution, then the step as its
+    programmatic dependent). Every kernel of ours here waits (griddepcontrol.wait) before it reads
+    what an earlier launch wrote, so in a chain each step but the first is launched as a
+    programmatic dependent too (``run_many``)."""
+
+    def __init__(self, backend, kernels: list[_Kernel], dev: dict, initial: dict):
+        self.backend, self.kernels, self.dev, self.initial = backend, kernels, dev, initial
+
+    def poison(self) -> None:
+        with self.backend.stream:
+            for name, value in self.initial.items():
+                self.backend.cp.copyto(self.dev[name], value)
+            for name in ("o", "q", "k", "v"):  # outputs and the unfused path's intermediates
+                if name in self.dev:
+                    self.dev[name].fill(0xFFFF)  # bf16 NaN bits
+
+    def __call__(self, programmatic: bool = False) -> None:
+        for i, k in enumerate(self.kernels):
+            self.backend.launch(k.fn, (k.grid,), (k.threads,), k.args(self.dev), shared_mem=k.smem,
+                                programmatic=programmatic or i > 0)
+
+    @classmethod
+    def run_many(cls, launches: "list[_ConvLaunch]"):
+        def chain() -> None:
+            for i, launch in enumerate(launches):
+                launch(programmatic=i > 0)
+        return chain
+
+    def outputs(self) -> dict[str, np.ndarray]:
+        b, d = self.backend, self.dev
+        b.stream.synchronize()
+        return {"o": bf16_to_float(b.to_host(d["o"])).astype(np.float64),
+                "state": _decode_state(b.to_host(d["state"])),
+                "conv_state": bf16_to_float(b.to_host(d["conv_state"])).astype(np.float64)}
+
+
+def _device_buffers(backend, inputs: dict, M: int, H: int, V: int) -> tuple[dict, dict]:
+    """Device copies of the inputs, o, and the initial values of the two in-place states."""
+    dev = {name: backend.to_device(inputs[name]) for name in
+           (*conv_spec.PROJECTIONS, "conv_weight", "g", "beta", "state", "conv_state")}
+    initial = {name: backend.to_device(inputs[name]) for name in ("state", "conv_state")}
+    with backend.stream:
+        dev["o"] = backend.cp.empty((M, H, V), dtype=backend.cp.uint16)
+    return dev, initial
+
+
+def _step_scalars(M: int, H: int, eps: float, scale: float) -> tuple:
+    return (np.int32(M), np.int32(H), np.float32(eps), np.float32(scale))
+
+
+def build_fused(geometry, point, inputs, backend) -> _ConvLaunch:
+    reason = supports_conv_cuda(geometry, point)
+    if reason:
+        raise ValueError(f"fused_conv_bulk_early_pdl: {reason}")
+    M, H, K, V, dtype = _check_conv_inputs(geometry, point, inputs)
+    _, _, _, scale, eps = _dims(geometry)
+    itemsize = np.dtype(_STATE_DTYPES[dtype]).itemsize
+    smem = _FUSED_STAGES * _stage_bytes(_KV * _KV * itemsize, _KV)  # whole-head tiles
+    fn = get_kernel(backend, f"kda_fused_conv_bulk_early_pdl_{_SYMBOL_SUFFIX[dtype]}", smem)
+    grid = persistent_grid(backend, fn, _FUSED_THREADS, smem, M * H)
+    scalars = _step_scalars(M, H, eps, scale)
+    kernels = [_Kernel(fn, grid, _FUSED_THREADS, smem, lambda d: (
+        d["x_q"], d["x_k"], d["x_v"], d["conv_state"], d["conv_weight"], d["g"], d["beta"],
+        d["state"], d["o"]) + scalars)]
+    dev, initial = _device_buffers(backend, inputs, M, H, V)
+    return _ready(_ConvLaunch(backend, kernels, dev, initial), backend)
+
+
+def build_unfused(geometry, point, inputs, backend) -> _ConvLaunch:
+    reason = supports_conv_cuda(geometry, point)
+    if reason:
+        raise ValueError(f"conv_then_{_UNFUSED_STEP}: {reason}")
+    M, H, K, V, dtype = _check_conv_inputs(geometry, point, inputs)
+    _, _, _, scale, eps = _dims(geometry)
+    conv_fn = get_kernel(backend, "kda_conv_update", 0)
+    threads_total = M * geometry.kda.conv_tensors * conv_spec.channels(geometry)
+    step_fn, step_smem, step_grid = kernel_launch_shape(backend, _UNFUSED_STEP, _DESIGNS[_UNFUSED_STEP],
+                                                        dtype, M * H)
+    scalars = _step_scalars(M, H, eps, scale)
+    kernels = [
+        _Kernel(conv_fn, -(-threads_total // _CONV_THREADS), _CONV_THREADS, 0, lambda d: (
+            d["x_q"], d["x_k"], d["x_v"], d["conv_state"], d["conv_weight"], d["q"], d["k"], d["v"],
+            np.int32(M), np.int32(H))),
+        _Kernel(step_fn, step_grid, _DESIGNS[_UNFUSED_STEP].threads, step_smem, lambda d: (
+            d["q"], d["k"], d["v"], d["g"], d["beta"], d["state"], d["o"]) + scalars),
+    ]
+    dev, initial = _device_buffers(backend, inputs, M, H, V)
+    with backend.stream:
+        for name in ("q", "k", "v"):
+            dev[name] = backend.cp.empty((M, H, K), dtype=backend.cp.uint16)
+    return _ready(_ConvLaunch(backend, kernels, dev, initial), backend)
+
+
+def _ready(launch: _ConvLaunch, backend) -> _ConvLaunch:
+    launch.poison()
+    backend.stream.synchronize()
+    return launch
+
+
+_WHY = {
+    "fused_conv_bulk_early_pdl":
+        "one launch: bulk32k_early_pdl's ring with the three short convolutions in each tile's "
+        "prologue (taps and weights read before the stage wait, taps shifted in place, q/k/v kept "
+        "in float); whole-head tiles in both dtypes so one CTA owns a head's taps (64 KiB FP32 tiles, "
+        "1 CTA/SM)",
+    "conv_then_bulk32k_early_pdl":
+        "ours unfused: kda_conv_update (one thread per channel, q/k/v written in BF16), then "
+        "bulk32k_early_pdl as its programmatic dependent; what the fusion saves is this minus the "
+        "fused row",
+}
+
+CUDA_VARIANTS: tuple[Variant, ...] = (
+    Variant("fused_conv_bulk_early_pdl", "cuda", build_fused, why=_WHY["fused_conv_bulk_early_pdl"],
+            supports=supports_conv_cuda, sources=("kda_decode.cu",)),
+    Variant(f"conv_then_{_UNFUSED_STEP}", "cuda", build_unfused,
+            why=_WHY[f"conv_then_{_UNFUSED_STEP}"], supports=supports_conv_cuda,
+            sources=("kda_decode.cu",)),
+)
+
+
+# -- CPU reference backend ------------------------------------------------------------------------
+
+class _CpuConvLazyLaunch:
+    """``ref_short_conv`` per tensor, then ``ref_lazy_step``, in float64 on the host."""
+
+    def __init__(self, geometry, point, inputs):
+        self.M, self.H = int(point["M"]), geometry.kda.heads
+        _, _, _, self.scale, self.eps = _dims(geometry)
+        x = conv_spec.spec.decoded(inputs)
+        self.x = {name: x[name].astype(np.float64) for name in (*conv_spec.PROJECTIONS, "g", "beta")}
+        self.weight = x["conv_weight"].astype(np.float64)
+        self.taps0, self.state0 = x["conv_state"].astype(np.float64), _decode_state(inputs["state"])
+        self.poison()
+
+    def poison(self) -> None:
+        self.taps, self.state = self.taps0.copy(), self.state0.copy()
+        self.kprev = np.zeros(self.x["x_q"].shape)
+        self.dprev = np.zeros(self.x["x_v"].shape)
+        self.o = np.full(self.x["x_v"].shape, np.nan)
+
+    def __call__(self) -> None:
+        qkv, taps = [], []
+        for i, name in enumerate(conv_spec.PROJECTIONS):
+            y, t = ref_short_conv(self.x[name].reshape(self.M, -1), self.taps[:, i], self.weight[i])
+            qkv.append(y.reshape(self.x[name].shape))
+            taps.append(t)
+        self.taps = np.stack(taps, axis=1)
+        self.o, self.state, self.kprev, self.dprev = ref_lazy_step(
+            *qkv, self.x["g"], self.x["beta"], self.state, self.kprev, self.dprev, self.eps, self.scale)
+
+    def outputs(self) -> dict[str, np.ndarray]:
+        return {"o": self.o.copy(), "state": materialize(self.state, self.kprev, self.dprev),
+                "conv_state": self.taps.copy()}
+
+
+def build_cpu_conv_lazy(geometry, point, inputs, backend) -> _CpuConvLazyLaunch:
+    _check_conv_inputs(geometry, point, inputs)
+    return _CpuConvLazyLaunch(geometry, point, inputs)
+
+
+CPU_VARIANTS: tuple[Variant, ...] = (
+    Variant("ref_conv_lazy", "cpu", build_cpu_conv_lazy,
+            why="float64 short convolution then the lazy-form step (torch on the host), state "
+                "materialised; checked against the definition reference",
+            sources=("reference.py",)),
+)
+
+
+# -- fla peer -------------------------------------------------------------------------------------
+
+def _fla_conv_update():
+    from fla.modules.causal_conv1d import causal_conv1d_update
+
+    return causal_conv1d_update
+
+
+def supports_fla_conv(geometry, point) -> str | None:
+    try:
+        _fla_conv_update()
+    except Exception as exc:
+        return f"fla not importable: {type(exc).__name__}: {exc}"
+    return supports_fla(geometry, point) or _conv_fits(geometry)
+
+
+class _FlaConvLaunch(_FlaLaunch):
+    """fla at T = 1: ``causal_conv1d_update`` on each tensor's own [M, C, 4] cache (fla keeps the
+    new token too: its taps are cache[..., 1:] before the step and after it), then
+    ``fused_recurrent_kda_fwd`` on the BF16 results, the state updated in place."""
+
+    def __init__(self, backend, forward, conv_update, tensors: dict, state0, caches0, scale: float):
+        super().__init__(backend, forward, tensors, state0, scale)
+        self.conv_update, self.caches0 = conv_update, caches0
+
+    def _step(self) -> None:
+        t = self.t
+        M, H, K = t["o"].shape[0], t["o"].shape[2], t["o"].shape[3]
+        qkv = []
+        for i, name in enumerate(conv_spec.PROJECTIONS):
+            y, _ = self.conv_update(x=t[name], cache=t["caches"][i], weight=t["conv_weight"][i],
+                                    activation="silu")
+            qkv.append(y.view(M, 1, H, K))
+        self.forward(q=qkv[0], k=qkv[1], v=qkv[2], g=t["g"], beta=t["beta"], initial_state=t["state"],
+                     inplace_final_state=True, output_final_state=False, scale=self.scale,
+                     use_qk_l2norm_in_kernel=True, out=t["o"])
+
+    def poison(self) -> None:
+        super().poison()
+        with self.torch.cuda.stream(self.ext):
+            for cache, cache0 in zip(self.t["caches"], self.caches0):
+                cache.copy_(cache0)
+
+    def outputs(self) -> dict[str, np.ndarray]:
+        out = super().outputs()
+        torch = self.torch
+        with torch.cuda.stream(self.ext):
+            taps = torch.stack([c[..., 1:] for c in self.t["caches"]], dim=1)
+            out["conv_state"] = taps.to(torch.float64).cpu().numpy()
+        return out
+
+
+def build_fla_conv(geometry, point, inputs, backend) -> _FlaConvLaunch:
+    reason = supports_fla_conv(geometry, point)
+    if reason:
+        raise RuntimeError(reason)
+    import torch
+
+    forward, conv_update = _fla_forward(), _fla_conv_update()
+    M, H, K, V, dtype = _check_conv_inputs(geometry, point, inputs)
+    _, _, _, scale, _ = _dims(geometry)
+    C = conv_spec.channels(geometry)
+    device = torch.device("cuda", getattr(backend, "device_id", 0))
+    ext = torch.cuda.ExternalStream(backend.stream.ptr)
+
+    def bf16(a: np.ndarray, shape) -> "torch.Tensor":
+        host = torch.from_numpy(np.ascontiguousarray(a).view(np.int16)).view(torch.bfloat16)
+        return host.reshape(shape).to(device)
+
+    def f32(a: np.ndarray, shape) -> "torch.Tensor":
+        return torch.from_numpy(np.ascontiguousarray(a)).reshape(shape).to(device)
+
+    with torch.cuda.stream(ext):
+        t = {name: bf16(inputs[name], (M, C)) for name in conv_spec.PROJECTIONS}
+        t["conv_weight"] = bf16(inputs["conv_weight"], inputs["conv_weight"].shape)
+        taps = bf16(inputs["conv_state"], inputs["conv_state"].shape)
+        # fla's cache holds W inputs; slot 0 is shifted out before it is read, so zeros do.
+        caches0 = [torch.cat([torch.zeros_like(taps[:, i, :, :1]), taps[:, i]], dim=-1).contiguous()
+                   for i in range(taps.shape[1])]
+        t["caches"] = [c.clone() for c in caches0]
+        t["g"], t["beta"] = f32(inputs["g"], (M, 1, H, K)), f32(inputs["beta"], (M, 1, H))
+        t["o"] = torch.empty((M, 1, H, V), dtype=torch.bfloat16, device=device)
+        state0 = (bf16(inputs["state"], (M, H, K, V)) if dtype == "bf16"
+                  else f32(inputs["state"], (M, H, K, V)))
+        t["state"] = state0.clone()
+    backend.stream.synchronize()
+    launch = _FlaConvLaunch(backend, forward, conv_update, t, state0, caches0, scale)
+    launch()  # compiles (and autotunes the convolution, which restores its cache) before any capture
+    launch.poison()
+    backend.stream.synchronize()
+    return launch
+
+
+PEER_VARIANTS: tuple[Variant, ...] = (
+    Variant("fla_conv_then_recurrent", "cuda", build_fla_conv,
+            why="fla 0.6: Triton causal_conv1d_update with SiLU once per tensor (fla's KDA layer "
+                "has three ShortConvolution modules), q/k/v in BF16, then fused_recurrent_kda_fwd "
+                "with the state updated in place; four launches",
+            supports=supports_fla_conv, peer=True),
+)
