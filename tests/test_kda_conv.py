@@ -128,3 +128,4 @@ def test_cuda_source_declares_what_the_launchers_call():
     assert all((int(cols), int(threads), int(stages)) ==
                (128, conv_variants._FUSED_THREADS, conv_variants._FUSED_STAGES) for _, cols, threads, stages in fused)
     assert re.search(r"__launch_bounds__\(%d\)\nkda_conv_update\(" % conv_variants._CONV_THREADS, source)
+    assert re.search(r"TAP_BYTES = 3 \* KDIM \* 3 \* 2;", source) and conv_variants._TAP_BYTES == 3 * 128 * 3 * 2

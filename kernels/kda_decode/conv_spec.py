@@ -30,11 +30,13 @@ PROJECTIONS = ("x_q", "x_k", "x_v")
 
 # The taps are copied, never computed: byte-exact. o and state as spec.TOLERANCE, except an FP32
 # state: an unfused pipeline rounds q, k, v to BF16 between its launches (relative 2^-9 at most per
-# element), which moves the rank-one update kn u^T of a 0.5-scale state by ~1e-4 of its norm; 1e-3
-# admits that and still fails a wrong tap or weight by orders of magnitude.
+# element), and the update kn_c u_j carries that rounding of v_j (|v| up to ~4 after the SiLU) into
+# single elements: on the H200 (reports/2026-11-29-kda_decode_conv-h200, at 1e-3) 2-12 elements per
+# point were off by more than 1e-3 x max|S|, max_abs up to 4.1e-3, for fla and ours alike, while
+# the norm-wise error was 1.6e-4. 5e-3 (o's bound) admits that; a wrong tap or weight is off by O(1).
 TOLERANCE = {
     **spec.TOLERANCE,
-    ("fp32", "state"): 1e-3,
+    ("fp32", "state"): 5e-3,
     ("bf16", "conv_state"): 0.0,
     ("fp32", "conv_state"): 0.0,
 }

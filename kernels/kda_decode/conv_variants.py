@@ -30,6 +30,7 @@ from .variants import (_DESIGNS, _KV, _STATE_DTYPES, _SYMBOL_SUFFIX, _FlaLaunch,
 
 _CONV_THREADS = 256            # kda_conv_update's block
 _FUSED_THREADS, _FUSED_STAGES = 256, 3  # DEFINE_RING_CONV(fused_conv_bulk_early_pdl, ...)
+_TAP_BYTES = 3 * _KV * 3 * 2          # ShortConv::TAP_BYTES: one head's taps, after the stages
 _UNFUSED_STEP = "bulk32k_early_pdl"   # the kda_decode design the unfused path runs second
 
 
@@ -129,9 +130,14 @@ def build_fused(geometry, point, inputs, backend) -> _ConvLaunch:
     M, H, K, V, dtype = _check_conv_inputs(geometry, point, inputs)
     _, _, _, scale, eps = _dims(geometry)
     itemsize = np.dtype(_STATE_DTYPES[dtype]).itemsize
-    smem = _FUSED_STAGES * _stage_bytes(_KV * _KV * itemsize, _KV)  # whole-head tiles
+    smem = _FUSED_STAGES * _stage_bytes(_KV * _KV * itemsize, _KV) + _TAP_BYTES  # whole-head tiles
     fn = get_kernel(backend, f"kda_fused_conv_bulk_early_pdl_{_SYMBOL_SUFFIX[dtype]}", smem)
+    # A multiple of H: each CTA then meets one head h (of every stream) and reads its weights
+    # once; the kernel traps otherwise. At M = 32 the makespan is 8 BF16 tiles either way.
     grid = persistent_grid(backend, fn, _FUSED_THREADS, smem, M * H)
+    grid -= grid % H
+    if grid == 0:
+        raise RuntimeError(f"fused_conv_bulk_early_pdl: fewer resident CTAs than the {H} heads")
     scalars = _step_scalars(M, H, eps, scale)
     kernels = [_Kernel(fn, grid, _FUSED_THREADS, smem, lambda d: (
         d["x_q"], d["x_k"], d["x_v"], d["conv_state"], d["conv_weight"], d["g"], d["beta"],

@@ -911,10 +911,7 @@ __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;"
 enum ConvFusion { NO_CONV = 0, CONV = 1 };
 
 struct ShortConv {
-    struct Taps {
-        unsigned short s[3][3];  // [tensor][tap]
-        uint2 w[3];              // [tensor]: 4 bf16 weights, tap 0 in the low half of .x
-    };
+    static constexpr int TAP_BYTES = 3 * KDIM * 3 * 2;  // one head's taps, 3 tensors: 2304 bytes
     static __device__ __forceinline__ size_t tensor_stride(int H) { return (size_t)H * KDIM * 3; }
     // Offset of channel c of head mh's q taps (k and v follow at tensor_stride).
     static __device__ __forceinline__ size_t taps_at(int mh, int H, int c) {
@@ -924,18 +921,6 @@ struct ShortConv {
     static __device__ __forceinline__ uint2 weights(const bf16* __restrict__ conv_w, int tensor,
                                                     size_t channel, int H) {
         return *reinterpret_cast<const uint2*>(conv_w + ((size_t)tensor * H * KDIM + channel) * 4);
-    }
-    static __device__ __forceinline__ Taps load(const bf16* __restrict__ conv, const bf16* __restrict__ conv_w,
-                                                int mh, int H, int c) {
-        Taps t;
-        const size_t at = taps_at(mh, H, c);
-#pragma unroll
-        for (int x = 0; x < 3; ++x) {
-#pragma unroll
-            for (int i = 0; i < 3; ++i) t.s[x][i] = conv[at + x * tensor_stride(H) + i];
-            t.w[x] = weights(conv_w, x, (size_t)(mh % H) * KDIM + c, H);
-        }
-        return t;
     }
     static __device__ __forceinline__ float apply(const unsigned short (&s)[3], uint2 w, unsigned short x) {
         float y = __uint_as_float(w.x << 16) * bf2f(s[0]);
@@ -949,16 +934,21 @@ struct ShortConv {
         at[1] = s[2];
         at[2] = x;
     }
-    // Channel c of head mh: q, k, v after the convolution into qkv[0, 1, 2 x KDIM + c] (floats, not
-    // rounded to bf16 as an unfused pipeline's intermediate tensors are), taps shifted in place.
-    static __device__ __forceinline__ void step(const Taps& t, const bf16* xq, const bf16* xk, const bf16* xv,
-                                                bf16* __restrict__ conv, int mh, int H, int c, float* qkv) {
+    // Channel c of head mh, from its taps in shared memory (staged: [tensor][channel][tap], the
+    // global layout of one head) and its weights w: q, k, v after the convolution into
+    // qkv[0, 1, 2 x KDIM + c] (floats, not rounded to bf16 as an unfused pipeline's intermediate
+    // tensors are), the shifted taps stored to conv.
+    static __device__ __forceinline__ void step(const bf16* staged, const uint2 (&w)[3], const bf16* xq,
+                                                const bf16* xk, const bf16* xv, bf16* __restrict__ conv,
+                                                int mh, int H, int c, float* qkv) {
         const unsigned short x[3] = {xq[c], xk[c], xv[c]};
         const size_t at = taps_at(mh, H, c);
 #pragma unroll
         for (int i = 0; i < 3; ++i) {
-            qkv[i * KDIM + c] = apply(t.s[i], t.w[i], x[i]);
-            shift(conv + at + i * tensor_stride(H), t.s[i], x[i]);
+            const unsigned short* t = staged + (i * KDIM + c) * 3;
+            const unsigned short s[3] = {t[0], t[1], t[2]};
+            qkv[i * KDIM + c] = apply(s, w[i], x[i]);
+            shift(conv + at + i * tensor_stride(H), s, x[i]);
         }
     }
 };
@@ -1290,7 +1280,12 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
     __shared__ __align__(16) float red[2][R::WARPS][R::COLS];
     __shared__ __align__(16) float su[R::COLS];
     __shared__ float skq;
-    if (dynamic_smem_bytes() < (unsigned)(STAGES * R::BYTES)) __trap();
+    // CONV: after the stages, one head's taps (ShortConv::TAP_BYTES), refilled one tile ahead.
+    constexpr int TAPS_OFF = STAGES * R::BYTES;
+    if (dynamic_smem_bytes() < (unsigned)(TAPS_OFF + (FUSE == CONV ? ShortConv::TAP_BYTES : 0))) __trap();
+    // CONV: the grid is a multiple of H, so every tile of a CTA is the same head h of another
+    // stream and its weights are read once (the launcher sizes the grid so).
+    if (FUSE == CONV && gridDim.x % H != 0) __trap();
     TL_ENTER(S);
     TL_MARK(0);
     TL_SM();
@@ -1327,12 +1322,14 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
     // BULK: thread c < KDIM copies tile row c (ROW bytes, one instruction); threads 0-3 also copy
     // q, k, g and the v slice whole. Thread 0 arms the stage's barrier with the stage's byte count
     // (the transaction count may go negative first: the phase cannot complete before the arrive).
-    __shared__ __align__(8) unsigned long long full_bar[STAGES];
+    // CONV adds one barrier after the stages' for the taps.
+    __shared__ __align__(8) unsigned long long full_bar[STAGES + (FUSE == CONV)];
     const unsigned bar0 = smem_addr(full_bar);
+    static_assert(FUSE == NO_CONV || LOADER == BULK, "the taps come by bulk copy");
     if constexpr (LOADER == BULK) {
         if (tid == 0) {
 #pragma unroll
-            for (int s = 0; s < STAGES; ++s) mbar_init(bar0 + 8 * s, 1);
+            for (int s = 0; s < STAGES + (FUSE == CONV); ++s) mbar_init(bar0 + 8 * s, 1);
             asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         }
         __syncthreads();
@@ -1374,6 +1371,31 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
         issue_vectors(stage, t);
         if constexpr (LOADER != BULK) cp_async_commit();  // one group per issue slot, empty or not (see refill)
     };
+    // CONV: tile t's taps, 3 runs of 768 bytes (one per tensor), by thread 0 on the taps barrier.
+    // The taps, like the state, are written only by this layer's own launch one step earlier, so
+    // the first tile's may be copied before the PDL wait.
+    const unsigned taps_bar = bar0 + 8 * STAGES, taps_dst = ring_base + TAPS_OFF;
+    auto issue_taps = [&](int tt) {
+        if constexpr (FUSE == CONV) {
+            if (tid == 0 && tt < ntiles) {
+                mbar_expect_tx(taps_bar, ShortConv::TAP_BYTES);
+                const bf16* src = conv + ShortConv::taps_at(tt, H, 0);
+#pragma unroll
+                for (int x = 0; x < 3; ++x)
+                    bulk_copy(taps_dst + x * (ShortConv::TAP_BYTES / 3), src + x * ShortConv::tensor_stride(H),
+                              ShortConv::TAP_BYTES / 3, taps_bar);
+            }
+        }
+    };
+    uint2 conv_wt[3];  // CONV: this CTA's head's weights for channel tid (read once; never written)
+    if constexpr (FUSE == CONV) {
+        if (tid < KDIM) {
+#pragma unroll
+            for (int x = 0; x < 3; ++x) conv_wt[x] = ShortConv::weights(conv_w, x, (size_t)(blockIdx.x % H) * KDIM + tid, H);
+        }
+    }
+    unsigned taps_parity = 0;
+
     // HOLD / REREAD refill the stage tile n - 1 used with tile n + STAGES - 1 (see RingKeep for
     // when); HOLD_EARLY refills tile n's own stage with tile n + STAGES once tile n is in registers.
     constexpr bool HOLDS = KEEP != REREAD;
@@ -1396,6 +1418,7 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
             if (t + s * stride < ntiles) issue_state(s, t + s * stride);
             if constexpr (LOADER != BULK) cp_async_commit();
         }
+        issue_taps(t);
         pdl_wait();
 #pragma unroll
         for (int s = 0; s < PROLOGUE; ++s)
@@ -1410,6 +1433,7 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
             if (t + s * stride < ntiles) issue(s, t + s * stride);
             else if constexpr (LOADER != BULK) cp_async_commit();
         }
+        issue_taps(t);
     }
 
     // Where column tid's partial sits in red[][warp][]: chunk-major within each 4-float group so
@@ -1422,10 +1446,6 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
     for (; t < ntiles; t += stride) {
         const int mh = t / R::SLICES, sl = t % R::SLICES;
         const float b = tid < R::COLS ? beta[mh] : 0.f;  // latency hidden behind the wait
-        ShortConv::Taps taps;  // CONV: this head's taps and weights, also read before the wait
-        if constexpr (FUSE == CONV) {
-            if (tid < KDIM) taps = ShortConv::load(conv, conv_w, mh, H, tid);
-        }
         if constexpr (KEEP == HOLD) refill(stage, t);
         if constexpr (LOADER == BULK) {
             mbar_wait(bar0 + 8 * stage, parity);  // the barrier's phase makes the stage visible
@@ -1447,11 +1467,15 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
         float vj_conv = 0.f;
         if constexpr (FUSE == CONV) {
             if (tid < KDIM) {
-                ShortConv::step(taps, reinterpret_cast<const bf16*>(st + R::OFF_Q),
+                mbar_wait(taps_bar, taps_parity);  // landed during the previous tile
+                ShortConv::step(reinterpret_cast<const bf16*>(ring_smem + TAPS_OFF), conv_wt,
+                                reinterpret_cast<const bf16*>(st + R::OFF_Q),
                                 reinterpret_cast<const bf16*>(st + R::OFF_K),
                                 reinterpret_cast<const bf16*>(st + R::OFF_V), conv, mh, H, tid, qkv);
             }
+            taps_parity ^= 1u;
             __syncthreads();
+            issue_taps(t + stride);  // nothing reads the taps buffer any more this tile
         }
         if (tid < KDIM) {  // warps 0-3: norms (each warp, no barrier), then one key row each
             if constexpr (FUSE == CONV) {
