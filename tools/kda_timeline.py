@@ -1,5 +1,8 @@
 """Per-CTA timeline of one KDA decode step for ring variants: where a launch's microseconds go.
 
+Ring variants: kda_decode's RING_CONFIGS and the ring with the short convolution fused
+(kda_decode_conv's PROBED); one run takes variants of one component.
+
     python3 tools/kda_timeline.py ring32k_reread bulk32k_early --point M=32 --point state_dtype=bf16 \
         --out $OUT/timeline
     python3 tools/kda_timeline.py bulk32k_early_pdl --chain 4 --point M=32 --out $OUT/timeline_chain
@@ -32,9 +35,13 @@ from harness.config import TimingConf
 from harness.fuel import load_fuel
 from harness.runner import replay
 from kernels.kda_decode import timeline
+from kernels.kda_decode import conv_variants
 from kernels.kda_decode.variants import RING_CONFIGS, SOURCE
 
 TIMELINE_OPTION = "-DKDA_TIMELINE"
+# Every variant built on ring<> (the ones with probes), and the component that declares it.
+PROBED = {**{name: "kda_decode" for name in RING_CONFIGS},
+          **{name: "kda_decode_conv" for name in conv_variants.PROBED}}
 
 
 class TimelineBackend(CudaBackend):
@@ -82,7 +89,7 @@ def record(backend: TimelineBackend, chain: list, launches: int) -> tuple[np.nda
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("variants", nargs="*", help=f"ring variants: {sorted(RING_CONFIGS)}")
+    ap.add_argument("variants", nargs="*", help=f"ring variants: {sorted(PROBED)}")
     ap.add_argument("--replot", type=pathlib.Path, metavar="DIR",
                     help="redraw DIR/timeline.png from the CSVs a run saved there, without a GPU")
     ap.add_argument("--point", action="append", default=[], metavar="KEY=VALUE")
@@ -99,18 +106,21 @@ def main() -> None:
         print(f"timeline: {args.replot / 'timeline.png'}")
         return
     if not args.variants:
-        raise SystemExit(f"variants: name at least one of {sorted(RING_CONFIGS)} (or use --replot DIR)")
+        raise SystemExit(f"variants: name at least one of {sorted(PROBED)} (or use --replot DIR)")
+    for name in args.variants:
+        if name not in PROBED:
+            raise SystemExit(f"variant: {name!r} has no timeline probes; allowed: {sorted(PROBED)}")
+    if len({PROBED[name] for name in args.variants}) > 1:
+        raise SystemExit(f"variants: one component per run; {args.variants} span "
+                         f"{sorted({PROBED[name] for name in args.variants})}")
 
     if not 1 <= args.chain <= timeline.TL_MAX_LAYERS:
         raise SystemExit(f"--chain: {args.chain} is out of range; allowed: 1..{timeline.TL_MAX_LAYERS}")
-    comp = registry.get("kda_decode")
+    comp = registry.get(PROBED[args.variants[0]])
     try:
         point = registry.parse_point(comp, args.point)
     except ValueError as exc:
         raise SystemExit(str(exc))
-    for name in args.variants:
-        if name not in RING_CONFIGS:
-            raise SystemExit(f"variant: {name!r} has no timeline probes; allowed: {sorted(RING_CONFIGS)}")
     geometry = load_fuel()
     backend = TimelineBackend()
     inputs = comp.make_inputs(geometry, point, np.random.default_rng(0))

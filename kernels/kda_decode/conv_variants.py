@@ -32,6 +32,8 @@ _CONV_THREADS = 256            # kda_conv_update's block
 _FUSED_THREADS, _FUSED_STAGES = 256, 3  # DEFINE_RING_CONV(fused_conv_bulk_early_pdl, ...)
 _TAP_BYTES = 3 * _KV * 3 * 2          # ShortConv::TAP_BYTES: one head's taps, after the stages
 _UNFUSED_STEP = "bulk32k_early_pdl"   # the kda_decode design the unfused path runs second
+# Built on ring<> in the .cu, so an -DKDA_TIMELINE build records them (tools/kda_timeline.py).
+PROBED = ("fused_conv_bulk_early_pdl",)
 
 
 def _conv_fits(geometry) -> str | None:
@@ -80,6 +82,11 @@ class _ConvLaunch:
 
     def __init__(self, backend, kernels: list[_Kernel], dev: dict, initial: dict):
         self.backend, self.kernels, self.dev, self.initial = backend, kernels, dev, initial
+
+    @property
+    def grid(self) -> int:
+        """The last kernel's grid: the ring's (the timeline tool sizes its probe rows by it)."""
+        return self.kernels[-1].grid
 
     def poison(self) -> None:
         with self.backend.stream:
