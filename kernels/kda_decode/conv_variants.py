@@ -187,9 +187,9 @@ def _ready(launch: _ConvLaunch, backend) -> _ConvLaunch:
 _WHY = {
     "fused_conv_bulk_early_pdl":
         "one launch: bulk32k_early_pdl's ring with the three short convolutions in each tile's "
-        "prologue (taps and weights read before the stage wait, taps shifted in place, q/k/v kept "
-        "in float); whole-head tiles in both dtypes so one CTA owns a head's taps (64 KiB FP32 tiles, "
-        "1 CTA/SM)",
+        "prologue (taps copied one tile ahead by the bulk engine, weights read once per CTA, taps "
+        "shifted in place, q/k/v kept in float); whole-head tiles in both dtypes so one CTA owns a "
+        "head's taps (64 KiB FP32 tiles, 1 CTA/SM)",
     "conv_then_bulk32k_early_pdl":
         "ours unfused: kda_conv_update (one thread per channel, q/k/v written in BF16), then "
         "bulk32k_early_pdl as its programmatic dependent; what the fusion saves is this minus the "
