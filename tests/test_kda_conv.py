@@ -122,10 +122,12 @@ def test_cuda_source_declares_what_the_launchers_call():
     """Symbols the conv launchers look up exist in kda_decode.cu with the thread count and stage
     count the launcher sizes the grid and shared memory from."""
     source = (REPO_ROOT / "kernels" / "kda_decode" / "kda_decode.cu").read_text()
-    fused = re.findall(r"^DEFINE_RING_CONV\(fused_conv_bulk_early_pdl, (\w+), \w+, (\d+), (\d+), (\d+),",
+    fused = re.findall(r"^DEFINE_RING_CONV\((\w+), (\w+), \w+, (\d+), (\d+), (\d+), \w+, \w+, \w+, (\w+)\)",
                        source, re.M)
-    assert sorted(f[0] for f in fused) == ["bf16", "f32"]
-    assert all((int(cols), int(threads), int(stages)) ==
-               (128, conv_variants._FUSED_THREADS, conv_variants._FUSED_STAGES) for _, cols, threads, stages in fused)
+    assert sorted((name, sfx, mode) for name, sfx, _, _, _, mode in fused) == sorted(
+        (name, sfx, mode) for name, mode in conv_variants.FUSED_CONFIGS.items() for sfx in ("bf16", "f32"))
+    for name, sfx, cols, threads, stages, _ in fused:
+        assert (int(cols), int(threads), int(stages)) == (128, conv_variants._FUSED_THREADS,
+                                                          conv_variants._FUSED_STAGES), (name, sfx)
     assert re.search(r"__launch_bounds__\(%d\)\nkda_conv_update\(" % conv_variants._CONV_THREADS, source)
     assert re.search(r"TAP_BYTES = 3 \* KDIM \* 3 \* 2;", source) and conv_variants._TAP_BYTES == 3 * 128 * 3 * 2

@@ -3,6 +3,8 @@ convolution; ``conv_spec.py`` has the op).
 
 - ``fused_conv_bulk_early_pdl``: ONE launch, the ring of ``bulk32k_early_pdl`` with the convolution
   in its per-tile prologue (``ring<..., CONV>`` in kda_decode.cu).
+- ``fused_conv_bulkstore_early_pdl``: the same, the shifted taps written back by the bulk engine
+  (``ring<..., CONV_BULK_STORE>``).
 - ``conv_then_bulk32k_early_pdl``: ours unfused, TWO launches: ``kda_conv_update`` writes q, k, v
   in BF16, then ``bulk32k_early_pdl`` reads them, as its programmatic dependent.
 - ``fla_conv_then_recurrent`` (peer): fla's Triton ``causal_conv1d_update`` once per tensor, as
@@ -32,8 +34,10 @@ _CONV_THREADS = 256            # kda_conv_update's block
 _FUSED_THREADS, _FUSED_STAGES = 256, 3  # DEFINE_RING_CONV(fused_conv_bulk_early_pdl, ...)
 _TAP_BYTES = 3 * _KV * 3 * 2          # ShortConv::TAP_BYTES: one head's taps, after the stages
 _UNFUSED_STEP = "bulk32k_early_pdl"   # the kda_decode design the unfused path runs second
-# Built on ring<> in the .cu, so an -DKDA_TIMELINE build records them (tools/kda_timeline.py).
-PROBED = ("fused_conv_bulk_early_pdl",)
+# The fused rings and their ConvFusion mode (DEFINE_RING_CONV in the .cu; a test checks). Built on
+# ring<>, so an -DKDA_TIMELINE build records them too (tools/kda_timeline.py).
+FUSED_CONFIGS = {"fused_conv_bulk_early_pdl": "CONV", "fused_conv_bulkstore_early_pdl": "CONV_BULK_STORE"}
+PROBED = tuple(FUSED_CONFIGS)
 
 
 def _conv_fits(geometry) -> str | None:
@@ -130,21 +134,28 @@ def _step_scalars(M: int, H: int, eps: float, scale: float) -> tuple:
     return (np.int32(M), np.int32(H), np.float32(eps), np.float32(scale))
 
 
-def build_fused(geometry, point, inputs, backend) -> _ConvLaunch:
+def _make_fused_build(name: str) -> Callable[..., _ConvLaunch]:
+    def build(geometry, point, inputs, backend) -> _ConvLaunch:
+        return build_fused(name, geometry, point, inputs, backend)
+    build.__name__ = f"build_{name}"
+    return build
+
+
+def build_fused(name: str, geometry, point, inputs, backend) -> _ConvLaunch:
     reason = supports_conv_cuda(geometry, point)
     if reason:
-        raise ValueError(f"fused_conv_bulk_early_pdl: {reason}")
+        raise ValueError(f"{name}: {reason}")
     M, H, K, V, dtype = _check_conv_inputs(geometry, point, inputs)
     _, _, _, scale, eps = _dims(geometry)
     itemsize = np.dtype(_STATE_DTYPES[dtype]).itemsize
     smem = _FUSED_STAGES * _stage_bytes(_KV * _KV * itemsize, _KV) + _TAP_BYTES  # whole-head tiles
-    fn = get_kernel(backend, f"kda_fused_conv_bulk_early_pdl_{_SYMBOL_SUFFIX[dtype]}", smem)
+    fn = get_kernel(backend, f"kda_{name}_{_SYMBOL_SUFFIX[dtype]}", smem)
     # A multiple of H: each CTA then meets one head h (of every stream) and reads its weights
     # once; the kernel traps otherwise. At M = 32 the makespan is 8 BF16 tiles either way.
     grid = persistent_grid(backend, fn, _FUSED_THREADS, smem, M * H)
     grid -= grid % H
     if grid == 0:
-        raise RuntimeError(f"fused_conv_bulk_early_pdl: fewer resident CTAs than the {H} heads")
+        raise RuntimeError(f"{name}: fewer resident CTAs than the {H} heads")
     scalars = _step_scalars(M, H, eps, scale)
     kernels = [_Kernel(fn, grid, _FUSED_THREADS, smem, lambda d: (
         d["x_q"], d["x_k"], d["x_v"], d["conv_state"], d["conv_weight"], d["g"], d["beta"],
@@ -190,6 +201,10 @@ _WHY = {
         "prologue (taps copied one tile ahead by the bulk engine, weights read once per CTA, taps "
         "shifted in place, q/k/v kept in float); whole-head tiles in both dtypes so one CTA owns a "
         "head's taps (64 KiB FP32 tiles, 1 CTA/SM)",
+    "fused_conv_bulkstore_early_pdl":
+        "fused_conv_bulk_early_pdl with the shifted taps written into the staged buffer and stored "
+        "by the bulk engine (3 x 768 B per tile, issued from warp 4) instead of 9 two-byte stores a "
+        "thread from the 4 warps on the tile's critical path",
     "conv_then_bulk32k_early_pdl":
         "ours unfused: kda_conv_update (one thread per channel, q/k/v written in BF16), then "
         "bulk32k_early_pdl as its programmatic dependent; what the fusion saves is this minus the "
@@ -197,8 +212,8 @@ _WHY = {
 }
 
 CUDA_VARIANTS: tuple[Variant, ...] = (
-    Variant("fused_conv_bulk_early_pdl", "cuda", build_fused, why=_WHY["fused_conv_bulk_early_pdl"],
-            supports=supports_conv_cuda, sources=("kda_decode.cu",)),
+    *(Variant(name, "cuda", _make_fused_build(name), why=_WHY[name], supports=supports_conv_cuda,
+              sources=("kda_decode.cu",)) for name in FUSED_CONFIGS),
     Variant(f"conv_then_{_UNFUSED_STEP}", "cuda", build_unfused,
             why=_WHY[f"conv_then_{_UNFUSED_STEP}"], supports=supports_conv_cuda,
             sources=("kda_decode.cu",)),
