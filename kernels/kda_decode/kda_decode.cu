@@ -908,11 +908,11 @@ __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;"
 //   y = silu(w0 s0 + w1 s1 + w2 s2 + w3 x);   taps <- (s1, s2, x)
 // The shift moves the raw bf16 words, so the new taps are exact. Taps are channel-major so a head's
 // 128 channels are one contiguous 768-byte run per tensor (3 loads a thread, coalesced per warp).
-// CONV: each thread stores its channel's shifted taps to global memory itself (9 two-byte stores).
-// CONV_BULK_STORE: the shifted taps go back into the staged buffer and the bulk engine writes the
-// head's 2304 bytes, so the SM's load/store unit, busy with the previous tile's state stores when a
-// tile starts, issues none of them.
-enum ConvFusion { NO_CONV = 0, CONV = 1, CONV_BULK_STORE = 2 };
+// Measured and dropped (reports/2026-11-29-kda_decode_conv-h200-154537, code in git at 5dfb0c6):
+// the shifted taps written back into the staged buffer and stored by the bulk engine from warp 4
+// instead of 9 two-byte stores a thread: 15% slower with BF16 at M = 32 (busy per tile 4.00 us
+// against 3.82), the same with FP32. The stores were not what lengthens the fused tile.
+enum ConvFusion { NO_CONV = 0, CONV = 1 };
 
 struct ShortConv {
     static constexpr int TAP_BYTES = 3 * KDIM * 3 * 2;  // one head's taps, 3 tensors: 2304 bytes
@@ -938,20 +938,21 @@ struct ShortConv {
         at[1] = s[2];
         at[2] = x;
     }
-    // Channel c, from its taps in shared memory (staged: [tensor][channel][tap], the global layout of
-    // one head) and its weights w: q, k, v after the convolution into qkv[0, 1, 2 x KDIM + c]
-    // (floats, not rounded to bf16 as an unfused pipeline's intermediate tensors are); the shifted
-    // taps to shifted + tensor x shifted_stride (global memory, or the staged slots themselves).
+    // Channel c of head mh, from its taps in shared memory (staged: [tensor][channel][tap], the
+    // global layout of one head) and its weights w: q, k, v after the convolution into
+    // qkv[0, 1, 2 x KDIM + c] (floats, not rounded to bf16 as an unfused pipeline's intermediate
+    // tensors are), the shifted taps stored to conv.
     static __device__ __forceinline__ void step(const bf16* staged, const uint2 (&w)[3], const bf16* xq,
-                                                const bf16* xk, const bf16* xv, int c, float* qkv,
-                                                bf16* shifted, size_t shifted_stride) {
+                                                const bf16* xk, const bf16* xv, bf16* __restrict__ conv,
+                                                int mh, int H, int c, float* qkv) {
         const unsigned short x[3] = {xq[c], xk[c], xv[c]};
+        const size_t at = taps_at(mh, H, c);
 #pragma unroll
         for (int i = 0; i < 3; ++i) {
-            const unsigned short* t = staged + c * 3 + i * KDIM * 3;
+            const unsigned short* t = staged + (i * KDIM + c) * 3;
             const unsigned short s[3] = {t[0], t[1], t[2]};
             qkv[i * KDIM + c] = apply(s, w[i], x[i]);
-            shift(shifted + i * shifted_stride, s, x[i]);
+            shift(conv + at + i * tensor_stride(H), s, x[i]);
         }
     }
 };
@@ -1254,18 +1255,6 @@ __device__ __forceinline__ void bulk_copy(unsigned dst, const void* src, unsigne
                  ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
 }
 
-// Bulk store (shared -> global) in a bulk group: wait_read before the shared source is reused,
-// wait_all before the CTA exits. fence_async_smem makes this thread's plain shared-memory writes
-// visible to the bulk engine (then a barrier, then the store).
-__device__ __forceinline__ void bulk_store(void* gdst, unsigned ssrc, unsigned bytes) {
-    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(gdst), "r"(ssrc), "r"(bytes)
-                 : "memory");
-}
-__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
-__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
-__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
-__device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
-
 enum RingLoader { CPASYNC = 0, BULK = 1 };
 // What a ring does with the tile between its column sums and its write, and so when a stage may be
 // refilled: REREAD reads it again from the stage (refill after the next tile's first barrier);
@@ -1274,9 +1263,8 @@ enum RingLoader { CPASYNC = 0, BULK = 1 };
 // where no thread reads the stage any more, so the next load is in flight during the sums, the
 // write and the wait instead of only the wait.
 enum RingKeep { REREAD = 0, HOLD = 1, HOLD_EARLY = 2 };
-// FUSE: CONV or CONV_BULK_STORE (ConvFusion) makes the ring also run the short convolution
-// (ShortConv): q, k, v are then the raw projections x_q, x_k, x_v, staged exactly as q, k, v are,
-// and conv / conv_w are used.
+// FUSE: CONV makes the ring also run the short convolution (ShortConv below): q, k, v are then the
+// raw projections x_q, x_k, x_v, staged exactly as q, k, v are, and conv / conv_w are used.
 template <typename T, int COLS, int THREADS, int STAGES, int KEEP, int LOADER, int OVERLAP,
           int FUSE = NO_CONV>
 __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __restrict__ k,
@@ -1290,8 +1278,7 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
     static_assert(STAGES >= 2, "one stage computing, at least one loading");
     // One CTA must own a head's whole conv state: with two column slices in two CTAs, one could
     // read the taps after the other had shifted them.
-    constexpr bool FUSED = FUSE != NO_CONV;
-    static_assert(!FUSED || COLS == VDIM, "conv fusion needs whole-head tiles");
+    static_assert(FUSE == NO_CONV || COLS == VDIM, "conv fusion needs whole-head tiles");
     extern __shared__ __align__(16) unsigned char ring_smem[];
     __shared__ __align__(16) float4 srow[KDIM];  // alpha, kn, alpha*kn, alpha*qn of each key row
     __shared__ __align__(16) float red[2][R::WARPS][R::COLS];
@@ -1299,10 +1286,10 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
     __shared__ float skq;
     // CONV: after the stages, one head's taps (ShortConv::TAP_BYTES), refilled one tile ahead.
     constexpr int TAPS_OFF = STAGES * R::BYTES;
-    if (dynamic_smem_bytes() < (unsigned)(TAPS_OFF + (FUSED ? ShortConv::TAP_BYTES : 0))) __trap();
+    if (dynamic_smem_bytes() < (unsigned)(TAPS_OFF + (FUSE == CONV ? ShortConv::TAP_BYTES : 0))) __trap();
     // CONV: the grid is a multiple of H, so every tile of a CTA is the same head h of another
     // stream and its weights are read once (the launcher sizes the grid so).
-    if (FUSED && gridDim.x % H != 0) __trap();
+    if (FUSE == CONV && gridDim.x % H != 0) __trap();
     TL_ENTER(S);
     TL_MARK(0);
     TL_SM();
@@ -1340,13 +1327,13 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
     // q, k, g and the v slice whole. Thread 0 arms the stage's barrier with the stage's byte count
     // (the transaction count may go negative first: the phase cannot complete before the arrive).
     // CONV adds one barrier after the stages' for the taps.
-    __shared__ __align__(8) unsigned long long full_bar[STAGES + FUSED];
+    __shared__ __align__(8) unsigned long long full_bar[STAGES + (FUSE == CONV)];
     const unsigned bar0 = smem_addr(full_bar);
-    static_assert(!FUSED || LOADER == BULK, "the taps come by bulk copy");
+    static_assert(FUSE == NO_CONV || LOADER == BULK, "the taps come by bulk copy");
     if constexpr (LOADER == BULK) {
         if (tid == 0) {
 #pragma unroll
-            for (int s = 0; s < STAGES + FUSED; ++s) mbar_init(bar0 + 8 * s, 1);
+            for (int s = 0; s < STAGES + (FUSE == CONV); ++s) mbar_init(bar0 + 8 * s, 1);
             asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         }
         __syncthreads();
@@ -1388,16 +1375,13 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
         issue_vectors(stage, t);
         if constexpr (LOADER != BULK) cp_async_commit();  // one group per issue slot, empty or not (see refill)
     };
-    // Fused: tile t's taps, 3 runs of 768 bytes (one per tensor), by one thread on the taps barrier.
+    // CONV: tile t's taps, 3 runs of 768 bytes (one per tensor), by thread 0 on the taps barrier.
     // The taps, like the state, are written only by this layer's own launch one step earlier, so
-    // the first tile's may be copied before the PDL wait. CONV_BULK_STORE's issuer is in warp 4,
-    // idle while warps 0-3 compute the norms, because it first waits for the bulk store's read.
+    // the first tile's may be copied before the PDL wait.
     const unsigned taps_bar = bar0 + 8 * STAGES, taps_dst = ring_base + TAPS_OFF;
-    constexpr int TAPS_TID = FUSE == CONV_BULK_STORE ? KDIM : 0;
-    static_assert(THREADS > TAPS_TID, "the taps issuer exists");
     auto issue_taps = [&](int tt) {
-        if constexpr (FUSED) {
-            if (tid == TAPS_TID && tt < ntiles) {
+        if constexpr (FUSE == CONV) {
+            if (tid == 0 && tt < ntiles) {
                 mbar_expect_tx(taps_bar, ShortConv::TAP_BYTES);
                 const bf16* src = conv + ShortConv::taps_at(tt, H, 0);
 #pragma unroll
@@ -1407,8 +1391,8 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
             }
         }
     };
-    uint2 conv_wt[3];  // fused: this CTA's head's weights for channel tid (read once; never written)
-    if constexpr (FUSED) {
+    uint2 conv_wt[3];  // CONV: this CTA's head's weights for channel tid (read once; never written)
+    if constexpr (FUSE == CONV) {
         if (tid < KDIM) {
 #pragma unroll
             for (int x = 0; x < 3; ++x) conv_wt[x] = ShortConv::weights(conv_w, x, (size_t)(blockIdx.x % H) * KDIM + tid, H);
@@ -1485,38 +1469,20 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
         // which come after the next barrier; vj is read before it for that reason).
         float* const qkv = &red[0][0][0];
         float vj_conv = 0.f;
-        if constexpr (FUSED) {
-            bf16* const staged = reinterpret_cast<bf16*>(ring_smem + TAPS_OFF);
+        if constexpr (FUSE == CONV) {
             if (tid < KDIM) {
                 mbar_wait(taps_bar, taps_parity);  // landed during the previous tile
-                const bf16* xq = reinterpret_cast<const bf16*>(st + R::OFF_Q);
-                const bf16* xk = reinterpret_cast<const bf16*>(st + R::OFF_K);
-                const bf16* xv = reinterpret_cast<const bf16*>(st + R::OFF_V);
-                if constexpr (FUSE == CONV) {
-                    ShortConv::step(staged, conv_wt, xq, xk, xv, tid, qkv, conv + ShortConv::taps_at(mh, H, tid),
-                                    ShortConv::tensor_stride(H));
-                } else {
-                    ShortConv::step(staged, conv_wt, xq, xk, xv, tid, qkv, staged + tid * 3, KDIM * 3);
-                    fence_async_smem();
-                }
+                ShortConv::step(reinterpret_cast<const bf16*>(ring_smem + TAPS_OFF), conv_wt,
+                                reinterpret_cast<const bf16*>(st + R::OFF_Q),
+                                reinterpret_cast<const bf16*>(st + R::OFF_K),
+                                reinterpret_cast<const bf16*>(st + R::OFF_V), conv, mh, H, tid, qkv);
             }
             taps_parity ^= 1u;
             __syncthreads();
-            if constexpr (FUSE == CONV_BULK_STORE) {
-                if (tid == TAPS_TID) {
-                    const bf16* dst = conv + ShortConv::taps_at(mh, H, 0);
-#pragma unroll
-                    for (int x = 0; x < 3; ++x)
-                        bulk_store(const_cast<bf16*>(dst + x * ShortConv::tensor_stride(H)),
-                                   taps_dst + x * (ShortConv::TAP_BYTES / 3), ShortConv::TAP_BYTES / 3);
-                    bulk_commit();
-                    bulk_wait_read();  // the buffer is refilled next
-                }
-            }
             issue_taps(t + stride);  // nothing reads the taps buffer any more this tile
         }
         if (tid < KDIM) {  // warps 0-3: norms (each warp, no barrier), then one key row each
-            if constexpr (FUSED) {
+            if constexpr (FUSE == CONV) {
                 const Norms n = warp_norms(qkv, qkv + KDIM, eps, scale);
                 const float a = __expf(reinterpret_cast<const float*>(st + R::OFF_G)[tid]);
                 const float kn = n.rk * qkv[KDIM + tid], qn = n.rq * qkv[tid];
@@ -1541,7 +1507,7 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
         float held[HOLDS ? R::RPT : 1][R::VEC];  // faded rows (HOLD, HOLD_EARLY)
         float knr[HOLDS ? R::RPT : 1];
         // v is read here, before the column-partials barrier, so HOLD_EARLY may refill after it.
-        const float vj = FUSED ? vj_conv
+        const float vj = FUSE == CONV ? vj_conv
                        : tid < R::COLS ? bf2f(reinterpret_cast<const bf16*>(st + R::OFF_V)[tid]) : 0.f;
 #pragma unroll
         for (int i = 0; i < R::RPT; ++i) {
@@ -1613,9 +1579,6 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
         if (++stage == STAGES) { stage = 0; parity ^= 1u; }
     }
     if constexpr (LOADER != BULK) cp_async_wait<0>();  // only empty groups remain; drain them
-    if constexpr (FUSE == CONV_BULK_STORE) {
-        if (tid == TAPS_TID) bulk_wait_all();  // the last tile's taps written before the CTA exits
-    }
     TL_MARK(1);
 }
 
@@ -1724,5 +1687,3 @@ DEFINE_RING(bulk32k_early_pdl, f32, float, 64, 256, 3, HOLD_EARLY, BULK, PDL)
     }
 DEFINE_RING_CONV(fused_conv_bulk_early_pdl, bf16, bf16, 128, 256, 3, HOLD_EARLY, BULK, PDL, CONV)
 DEFINE_RING_CONV(fused_conv_bulk_early_pdl, f32, float, 128, 256, 3, HOLD_EARLY, BULK, PDL, CONV)
-DEFINE_RING_CONV(fused_conv_bulkstore_early_pdl, bf16, bf16, 128, 256, 3, HOLD_EARLY, BULK, PDL, CONV_BULK_STORE)
-DEFINE_RING_CONV(fused_conv_bulkstore_early_pdl, f32, float, 128, 256, 3, HOLD_EARLY, BULK, PDL, CONV_BULK_STORE)
