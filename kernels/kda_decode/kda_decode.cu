@@ -1669,6 +1669,10 @@ DEFINE_RING(ring32k_reread_pdl, bf16, bf16, 128, 128, 2, REREAD, CPASYNC, PDL)
 DEFINE_RING(ring32k_reread_pdl, f32, float, 64, 128, 2, REREAD, CPASYNC, PDL)
 DEFINE_RING(bulk32k_early_pdl, bf16, bf16, 128, 256, 3, HOLD_EARLY, BULK, PDL)
 DEFINE_RING(bulk32k_early_pdl, f32, float, 64, 256, 3, HOLD_EARLY, BULK, PDL)
+// Whole-head tiles in both dtypes (FP32: 64 KiB, 3 stages = 196 KiB, one CTA per SM): the shape the
+// fused convolution below must use, measured without it to separate the two costs.
+DEFINE_RING(bulk_head_early_pdl, bf16, bf16, 128, 256, 3, HOLD_EARLY, BULK, PDL)
+DEFINE_RING(bulk_head_early_pdl, f32, float, 128, 256, 3, HOLD_EARLY, BULK, PDL)
 
 // The ring with the short convolution fused (FUSE = CONV): the kda_decode_conv component. Whole-head
 // tiles in both dtypes (see the static_assert in ring): BF16 is bulk32k_early_pdl's shape; FP32 has

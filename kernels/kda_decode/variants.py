@@ -48,21 +48,25 @@ class _Design:
     pdl: bool = False
 
 
-# ring<T, COLS, THREADS, STAGES, KEEP, LOADER, OVERLAP> in the .cu: (tile bytes, threads, stages,
-# keep, loader, overlap) per variant, the same for both dtypes (a 32 KiB tile is 128 BF16 or 64
-# FP32 columns). tests/test_kda_component checks this table against the DEFINE_RING lines of the .cu.
-RING_CONFIGS: dict[str, tuple[int, int, int, str, str, str]] = {
+# ring<T, COLS, THREADS, STAGES, KEEP, LOADER, OVERLAP> in the .cu: (tile, threads, stages, keep,
+# loader, overlap) per variant, the same for both dtypes. The tile is in bytes (a 32 KiB tile is 128
+# BF16 or 64 FP32 columns) or WHOLE_HEAD (128 columns in both). tests/test_kda_component checks this
+# table against the DEFINE_RING lines of the .cu.
+WHOLE_HEAD = "head"
+RING_CONFIGS: dict[str, tuple[int | str, int, int, str, str, str]] = {
     "ring32k_reread": (32768, 128, 2, "REREAD", "CPASYNC", "SOLO"),
     "bulk32k_hold": (32768, 256, 3, "HOLD", "BULK", "SOLO"),
     "bulk32k_early": (32768, 256, 3, "HOLD_EARLY", "BULK", "SOLO"),
     "bulk32k_reread": (32768, 128, 2, "REREAD", "BULK", "SOLO"),
     "ring32k_reread_pdl": (32768, 128, 2, "REREAD", "CPASYNC", "PDL"),
     "bulk32k_early_pdl": (32768, 256, 3, "HOLD_EARLY", "BULK", "PDL"),
+    "bulk_head_early_pdl": (WHOLE_HEAD, 256, 3, "HOLD_EARLY", "BULK", "PDL"),
 }
 
 
 def ring_cols(name: str, dtype: str) -> int:
-    return RING_CONFIGS[name][0] // (_KV * _itemsize(dtype))
+    tile = RING_CONFIGS[name][0]
+    return _KV if tile == WHOLE_HEAD else tile // (_KV * _itemsize(dtype))
 
 
 def _stage_bytes(tile_bytes: int, cols: int) -> int:
@@ -72,10 +76,11 @@ def _stage_bytes(tile_bytes: int, cols: int) -> int:
 
 
 def _ring_design(name: str) -> _Design:
-    tile_bytes, threads, stages, _, _, overlap = RING_CONFIGS[name]
+    _, threads, stages, _, _, overlap = RING_CONFIGS[name]
     return _Design(lazy=False, threads=threads, persistent=True, pdl=overlap == "PDL",
                    tiles_per_head=lambda d: _KV // ring_cols(name, d),
-                   smem=lambda d: stages * _stage_bytes(tile_bytes, ring_cols(name, d)))
+                   smem=lambda d: stages * _stage_bytes(_KV * ring_cols(name, d) * _itemsize(d),
+                                                        ring_cols(name, d)))
 
 
 def _itemsize(dtype: str) -> int:
@@ -143,6 +148,9 @@ _WHY = {
                           "overlap the previous tail); a single launch is ring32k_reread",
     "bulk32k_early_pdl": "bulk32k_early with the same programmatic dependent launch as "
                          "ring32k_reread_pdl (three state tiles in flight before the wait)",
+    "bulk_head_early_pdl": "bulk32k_early_pdl with whole-head tiles in both dtypes: BF16 is the same "
+                           "tile, FP32 a 64 KiB one with one CTA of 256 threads per SM; the tile the "
+                           "fused short convolution needs (kda_decode_conv), without the convolution",
 }
 
 
