@@ -3,8 +3,6 @@ convolution; ``conv_spec.py`` has the op).
 
 - ``fused_conv_bulk_early_pdl``: ONE launch, the ring of ``bulk32k_early_pdl`` with the convolution
   in its per-tile prologue (``ring<..., CONV>`` in kda_decode.cu).
-- ``fused_conv_cpasync_early_pdl``: the same, the taps copied by cp.async instead of the bulk
-  engine (``ring<..., CONV_TAPS_CPASYNC>``).
 - ``conv_then_bulk32k_early_pdl``: ours unfused, TWO launches: ``kda_conv_update`` writes q, k, v
   in BF16, then ``bulk32k_early_pdl`` reads them, as its programmatic dependent.
 - ``fla_conv_then_recurrent`` (peer): fla's Triton ``causal_conv1d_update`` once per tensor, as
@@ -36,7 +34,7 @@ _TAP_BYTES = 3 * _KV * 3 * 2          # ShortConv::TAP_BYTES: one head's taps, a
 _UNFUSED_STEP = "bulk32k_early_pdl"   # the kda_decode design the unfused path runs second
 # The fused rings and their ConvFusion mode (DEFINE_RING_CONV in the .cu; a test checks). Built on
 # ring<>, so an -DKDA_TIMELINE build records them too (tools/kda_timeline.py).
-FUSED_CONFIGS = {"fused_conv_bulk_early_pdl": "CONV", "fused_conv_cpasync_early_pdl": "CONV_TAPS_CPASYNC"}
+FUSED_CONFIGS = {"fused_conv_bulk_early_pdl": "CONV"}
 PROBED = tuple(FUSED_CONFIGS)
 
 
@@ -201,10 +199,6 @@ _WHY = {
         "prologue (taps copied one tile ahead by the bulk engine, weights read once per CTA, taps "
         "shifted in place, q/k/v kept in float); whole-head tiles in both dtypes so one CTA owns a "
         "head's taps (64 KiB FP32 tiles, 1 CTA/SM)",
-    "fused_conv_cpasync_early_pdl":
-        "fused_conv_bulk_early_pdl with the taps copied by 16-byte cp.async from 144 threads onto the "
-        "same barrier instead of by the bulk engine, so they do not queue behind its state copies; "
-        "the first tile's taps go before the state copies",
     "conv_then_bulk32k_early_pdl":
         "ours unfused: kda_conv_update (one thread per channel, q/k/v written in BF16), then "
         "bulk32k_early_pdl as its programmatic dependent; what the fusion saves is this minus the "

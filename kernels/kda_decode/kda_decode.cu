@@ -911,12 +911,12 @@ __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;"
 // Measured and dropped (reports/2026-11-29-kda_decode_conv-h200-154537, code in git at 5dfb0c6):
 // the shifted taps written back into the staged buffer and stored by the bulk engine from warp 4
 // instead of 9 two-byte stores a thread: 15% slower with BF16 at M = 32 (busy per tile 4.00 us
-// against 3.82), the same with FP32. The stores were not what lengthens the fused tile.
-// CONV: the taps come by bulk copy, issued by thread 0 after the stages' copies (in the prologue)
-// and after the tile's convolution (in the loop). CONV_TAPS_CPASYNC: by 16-byte cp.async from the
-// 144 threads that own a chunk, completing on the same barrier (cp.async.mbarrier.arrive), so they
-// do not queue behind the bulk engine's state copies; in the prologue they go first.
-enum ConvFusion { NO_CONV = 0, CONV = 1, CONV_TAPS_CPASYNC = 2 };
+// against 3.82), the same with FP32: moving those stores off the 4 warps did not shorten the tile.
+// Also measured and dropped (reports/2026-11-29-kda_decode_conv-h200-155935, code in git at
+// 7512b0c): the taps copied by 16-byte cp.async from 144 threads onto the taps barrier instead of
+// by the bulk engine (and ahead of the state copies in the prologue): within 0.8% of this design at
+// every point, so the taps do not wait behind the bulk engine's state copies.
+enum ConvFusion { NO_CONV = 0, CONV = 1 };
 
 struct ShortConv {
     static constexpr int TAP_BYTES = 3 * KDIM * 3 * 2;  // one head's taps, 3 tensors: 2304 bytes
@@ -1234,11 +1234,6 @@ struct RingTile {
 __device__ __forceinline__ void cp_async16_s(unsigned saddr, const void* gmem) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(saddr), "l"(gmem) : "memory");
 }
-// Arrive on an mbarrier once this thread's earlier cp.async copies have landed (.noinc: the
-// barrier's expected count already includes this arrival).
-__device__ __forceinline__ void cp_async_mbar_arrive(unsigned bar) {
-    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
-}
 
 // Bulk (TMA engine) copies completing on an mbarrier, plain sm_90 PTX. One instruction moves a
 // whole row segment; the copy engine, not the SM's load/store unit, tracks the bytes in flight.
@@ -1287,8 +1282,7 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
     static_assert(STAGES >= 2, "one stage computing, at least one loading");
     // One CTA must own a head's whole conv state: with two column slices in two CTAs, one could
     // read the taps after the other had shifted them.
-    constexpr bool FUSED = FUSE != NO_CONV;
-    static_assert(!FUSED || COLS == VDIM, "conv fusion needs whole-head tiles");
+    static_assert(FUSE == NO_CONV || COLS == VDIM, "conv fusion needs whole-head tiles");
     extern __shared__ __align__(16) unsigned char ring_smem[];
     __shared__ __align__(16) float4 srow[KDIM];  // alpha, kn, alpha*kn, alpha*qn of each key row
     __shared__ __align__(16) float red[2][R::WARPS][R::COLS];
@@ -1296,11 +1290,10 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
     __shared__ float skq;
     // CONV: after the stages, one head's taps (ShortConv::TAP_BYTES), refilled one tile ahead.
     constexpr int TAPS_OFF = STAGES * R::BYTES;
-    constexpr int TAP_CHUNKS = ShortConv::TAP_BYTES / 16;  // CONV_TAPS_CPASYNC: 144 copying threads
-    if (dynamic_smem_bytes() < (unsigned)(TAPS_OFF + (FUSED ? ShortConv::TAP_BYTES : 0))) __trap();
+    if (dynamic_smem_bytes() < (unsigned)(TAPS_OFF + (FUSE == CONV ? ShortConv::TAP_BYTES : 0))) __trap();
     // CONV: the grid is a multiple of H, so every tile of a CTA is the same head h of another
     // stream and its weights are read once (the launcher sizes the grid so).
-    if (FUSED && gridDim.x % H != 0) __trap();
+    if (FUSE == CONV && gridDim.x % H != 0) __trap();
     TL_ENTER(S);
     TL_MARK(0);
     TL_SM();
@@ -1338,15 +1331,13 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
     // q, k, g and the v slice whole. Thread 0 arms the stage's barrier with the stage's byte count
     // (the transaction count may go negative first: the phase cannot complete before the arrive).
     // CONV adds one barrier after the stages' for the taps.
-    __shared__ __align__(8) unsigned long long full_bar[STAGES + FUSED];
+    __shared__ __align__(8) unsigned long long full_bar[STAGES + (FUSE == CONV)];
     const unsigned bar0 = smem_addr(full_bar);
-    static_assert(!FUSED || LOADER == BULK, "the fused ring is a bulk ring");
+    static_assert(FUSE == NO_CONV || LOADER == BULK, "the taps come by bulk copy");
     if constexpr (LOADER == BULK) {
         if (tid == 0) {
 #pragma unroll
-            for (int s = 0; s < STAGES; ++s) mbar_init(bar0 + 8 * s, 1);
-            // the taps barrier: one expect_tx arrive (bulk), or one arrive per copying thread
-            if constexpr (FUSED) mbar_init(bar0 + 8 * STAGES, FUSE == CONV ? 1 : TAP_CHUNKS);
+            for (int s = 0; s < STAGES + (FUSE == CONV); ++s) mbar_init(bar0 + 8 * s, 1);
             asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         }
         __syncthreads();
@@ -1393,16 +1384,6 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
     // the first tile's may be copied before the PDL wait.
     const unsigned taps_bar = bar0 + 8 * STAGES, taps_dst = ring_base + TAPS_OFF;
     auto issue_taps = [&](int tt) {
-        if constexpr (FUSE == CONV_TAPS_CPASYNC) {
-            if (tid < TAP_CHUNKS && tt < ntiles) {  // chunk tid: tensor tid / 48, 16 bytes of its run
-                constexpr int RUN = ShortConv::TAP_BYTES / 3, PER_RUN = RUN / 16;
-                const int x = tid / PER_RUN, at = (tid % PER_RUN) * 16;
-                const unsigned char* src = reinterpret_cast<const unsigned char*>(
-                    conv + ShortConv::taps_at(tt, H, 0) + x * ShortConv::tensor_stride(H));
-                cp_async16_s(taps_dst + x * RUN + at, src + at);
-                cp_async_mbar_arrive(taps_bar);
-            }
-        }
         if constexpr (FUSE == CONV) {
             if (tid == 0 && tt < ntiles) {
                 mbar_expect_tx(taps_bar, ShortConv::TAP_BYTES);
@@ -1414,8 +1395,8 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
             }
         }
     };
-    uint2 conv_wt[3];  // fused: this CTA's head's weights for channel tid (read once; never written)
-    if constexpr (FUSED) {
+    uint2 conv_wt[3];  // CONV: this CTA's head's weights for channel tid (read once; never written)
+    if constexpr (FUSE == CONV) {
         if (tid < KDIM) {
 #pragma unroll
             for (int x = 0; x < 3; ++x) conv_wt[x] = ShortConv::weights(conv_w, x, (size_t)(blockIdx.x % H) * KDIM + tid, H);
@@ -1440,13 +1421,12 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
     if constexpr (OVERLAP == PDL) {
         // State first, then wait for the previous kernel, then its inputs; cp.async puts all the
         // prologue's vectors in one extra group, so the first tile waits for every group.
-        if constexpr (FUSE == CONV_TAPS_CPASYNC) issue_taps(t);  // ahead of the state copies
 #pragma unroll
         for (int s = 0; s < PROLOGUE; ++s) {
             if (t + s * stride < ntiles) issue_state(s, t + s * stride);
             if constexpr (LOADER != BULK) cp_async_commit();
         }
-        if constexpr (FUSE == CONV) issue_taps(t);
+        issue_taps(t);
         pdl_wait();
 #pragma unroll
         for (int s = 0; s < PROLOGUE; ++s)
@@ -1457,12 +1437,11 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
         }
     } else {
 #pragma unroll
-        if constexpr (FUSE == CONV_TAPS_CPASYNC) issue_taps(t);
         for (int s = 0; s < PROLOGUE; ++s) {
             if (t + s * stride < ntiles) issue(s, t + s * stride);
             else if constexpr (LOADER != BULK) cp_async_commit();
         }
-        if constexpr (FUSE == CONV) issue_taps(t);
+        issue_taps(t);
     }
 
     // Where column tid's partial sits in red[][warp][]: chunk-major within each 4-float group so
@@ -1494,7 +1473,7 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
         // which come after the next barrier; vj is read before it for that reason).
         float* const qkv = &red[0][0][0];
         float vj_conv = 0.f;
-        if constexpr (FUSED) {
+        if constexpr (FUSE == CONV) {
             if (tid < KDIM) {
                 mbar_wait(taps_bar, taps_parity);  // landed during the previous tile
                 ShortConv::step(reinterpret_cast<const bf16*>(ring_smem + TAPS_OFF), conv_wt,
@@ -1507,7 +1486,7 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
             issue_taps(t + stride);  // nothing reads the taps buffer any more this tile
         }
         if (tid < KDIM) {  // warps 0-3: norms (each warp, no barrier), then one key row each
-            if constexpr (FUSED) {
+            if constexpr (FUSE == CONV) {
                 const Norms n = warp_norms(qkv, qkv + KDIM, eps, scale);
                 const float a = __expf(reinterpret_cast<const float*>(st + R::OFF_G)[tid]);
                 const float kn = n.rk * qkv[KDIM + tid], qn = n.rq * qkv[tid];
@@ -1532,7 +1511,7 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
         float held[HOLDS ? R::RPT : 1][R::VEC];  // faded rows (HOLD, HOLD_EARLY)
         float knr[HOLDS ? R::RPT : 1];
         // v is read here, before the column-partials barrier, so HOLD_EARLY may refill after it.
-        const float vj = FUSED ? vj_conv
+        const float vj = FUSE == CONV ? vj_conv
                        : tid < R::COLS ? bf2f(reinterpret_cast<const bf16*>(st + R::OFF_V)[tid]) : 0.f;
 #pragma unroll
         for (int i = 0; i < R::RPT; ++i) {
@@ -1716,5 +1695,3 @@ DEFINE_RING(bulk_head_early_pdl, f32, float, 128, 256, 3, HOLD_EARLY, BULK, PDL)
     }
 DEFINE_RING_CONV(fused_conv_bulk_early_pdl, bf16, bf16, 128, 256, 3, HOLD_EARLY, BULK, PDL, CONV)
 DEFINE_RING_CONV(fused_conv_bulk_early_pdl, f32, float, 128, 256, 3, HOLD_EARLY, BULK, PDL, CONV)
-DEFINE_RING_CONV(fused_conv_cpasync_early_pdl, bf16, bf16, 128, 256, 3, HOLD_EARLY, BULK, PDL, CONV_TAPS_CPASYNC)
-DEFINE_RING_CONV(fused_conv_cpasync_early_pdl, f32, float, 128, 256, 3, HOLD_EARLY, BULK, PDL, CONV_TAPS_CPASYNC)
