@@ -10,7 +10,7 @@
 #   SWEEP_ARGS_<experiment>="..." (overrides for that experiment only, after SWEEP_ARGS),
 #   SWEEP_TIMEOUT=<seconds> (stop each sweep after that long: the jobs that finished are packed),
 #   PROFILE="<command>" (run last, e.g. ncu on tools/profile_variants.py; output in
-#   $OUT/profile.txt)
+#   $OUT/profile.txt). The GPU tests' full output is $OUT/pytest.txt.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT="${OUT:-/tmp/attnbench-out}"
@@ -22,7 +22,13 @@ commit_note="commit ${ATTNBENCH_COMMIT:-unknown}"; echo "$commit_note"
 {
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv
   python3 -c "import torch, cupy; print('torch', torch.__version__, 'cupy', cupy.__version__, torch.cuda.get_device_name())"
-  if [ -z "${SKIP_TESTS:-}" ]; then python3 -m pytest -q -rs tests/test_gpu_*.py tests/test_kda_cuda.py ${PYTEST_K:+-k "$PYTEST_K"} 2>&1 | tail -25; fi
+  # the whole pytest output goes to $OUT/pytest.txt; the log keeps every FAILED/ERROR line and the
+  # tally (a plain tail lost the names of failing tests when a traceback was long)
+  if [ -z "${SKIP_TESTS:-}" ]; then
+    python3 -m pytest -q -rsfE tests/test_gpu_*.py tests/test_kda_cuda.py ${PYTEST_K:+-k "$PYTEST_K"} > "$OUT/pytest.txt" 2>&1
+    grep -E "^(FAILED|ERROR) " "$OUT/pytest.txt" | head -60
+    tail -1 "$OUT/pytest.txt"
+  fi
   for e in ${experiments[@]}; do
     own="SWEEP_ARGS_${e}"
     # report only a sweep that ran: after a refused sweep "latest" would be an older one
