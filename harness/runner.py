@@ -19,7 +19,7 @@ import numpy as np
 from harness import backends, provenance, registry, store, timing
 from harness.config import ConfigError, point_of, validate
 from harness.fuel import REPO_ROOT, Geometry, load_fuel
-from harness.verify import compare
+from harness.verify import compare_all
 
 log = logging.getLogger("attnbench")
 
@@ -165,7 +165,7 @@ def measure(comp, variant, point: dict[str, Any], geometry: Geometry, backend, t
         missing = sorted(set(ref) - set(out))
         if missing:
             raise RuntimeError(f"variant returned no output {missing}")
-        comparisons = [compare(name, out[name], ref[name], comp.tolerance(point, name)) for name in ref]
+        comparisons = compare_all(out, ref, lambda name: comp.tolerance(point, name))
         row["rel_err"] = max(c.rel_err for c in comparisons)
         row["tolerance"] = max(c.tolerance for c in comparisons)
         row["errors"] = "; ".join(f"{c.name}={c.rel_err:.3e}" for c in comparisons)
@@ -244,8 +244,7 @@ def check_replay(comp, point, group: Sequence, step: Callable[[], None], ref: di
     step()
     for i in sorted({0, min(1, len(group) - 1), len(group) - 1}):
         out = group[i].outputs()
-        bad = [c for c in (compare(name, out[name], ref[name], comp.tolerance(point, name)) for name in ref)
-               if not c.ok]
+        bad = [c for c in compare_all(out, ref, lambda name: comp.tolerance(point, name)) if not c.ok]
         if bad:
             raise RuntimeError(f"timed replay, launch {i + 1} of {len(group)}: "
                                + "; ".join(c.describe() for c in bad))

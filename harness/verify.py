@@ -83,6 +83,12 @@ def compare(name: str, out: np.ndarray, ref: np.ndarray, tolerance: float, first
     return Comparison(name, tolerance, rel, max_abs, n_off, n_unwritten, idx)
 
 
+def compare_all(out: dict, ref: dict, tolerance) -> list[Comparison]:
+    """``compare`` for every output the reference has, ``tolerance(name)`` each; in ``ref``'s order.
+    A name missing from ``out`` raises KeyError (callers check what a launch returned first)."""
+    return [compare(name, out[name], ref[name], tolerance(name)) for name in ref]
+
+
 def _first_true(mask, first: int) -> tuple[tuple[int, ...], ...]:
     """Indices of the first ``first`` true elements, scanning in chunks: a mask that is true
     everywhere (an output never written) must not materialise every index."""

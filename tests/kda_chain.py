@@ -9,7 +9,7 @@ from typing import Callable
 import numpy as np
 
 from harness.runner import replay
-from harness.verify import compare
+from harness.verify import compare_all
 from kernels.kda_decode import spec
 from kernels.kda_decode.reference import float_to_bf16
 
@@ -36,6 +36,6 @@ def check_dependent_chain(launches: list, backend, inputs: dict, use_graph: bool
         out = launch.outputs()
         assert np.isfinite(out["o"]).all(), f"layer {i}: o has NaN (read its input before the layer ahead wrote it?)"
         ref = reference(geometry, point, {**inputs, linked: fed})
-        bad = [c.describe() for c in (compare(n, out[n], ref[n], tolerance(n)) for n in ref) if not c.ok]
+        bad = [c.describe() for c in compare_all(out, ref, tolerance) if not c.ok]
         assert not bad, f"layer {i}: " + "; ".join(bad)
         fed = float_to_bf16(out["o"])  # exactly the bf16 words the next layer reads

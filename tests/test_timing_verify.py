@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from harness import timing
-from harness.verify import compare
+from harness.verify import compare, compare_all
 
 
 def conf(**over):
@@ -136,3 +136,10 @@ def test_compare_names_the_first_bad_elements_in_order_across_scan_chunks():
     mask = torch.zeros((2, edge), dtype=torch.bool)
     mask[1, 0] = mask[0, edge - 1] = True
     assert _first_true(mask, 3) == ((0, edge - 1), (1, 0))
+
+
+def test_compare_all_uses_each_outputs_own_tolerance():
+    ref = {"o": np.ones(8), "state": np.ones(8)}
+    out = {"o": np.ones(8) * 1.01, "state": np.ones(8) * 1.01, "extra": np.zeros(1)}
+    got = compare_all(out, ref, {"o": 2e-2, "state": 1e-3}.__getitem__)
+    assert [c.name for c in got] == ["o", "state"] and [c.ok for c in got] == [True, False]
