@@ -23,10 +23,10 @@ import numpy as np
 from harness.registry import Variant
 
 from . import conv_spec
-from .reference import bf16_to_float, materialize, ref_lazy_step, ref_short_conv
-from .variants import (_DESIGNS, _KV, _STATE_DTYPES, _SYMBOL_SUFFIX, _FlaLaunch, _check_inputs,
-                       _decode_state, _dims, _fla_forward, _stage_bytes, get_kernel,
-                       kernel_launch_shape, persistent_grid, supports_cuda, supports_fla)
+from .reference import bf16_to_float, ref_short_conv
+from .variants import (_DESIGNS, _KV, _STATE_DTYPES, _SYMBOL_SUFFIX, _CpuLazyLaunch, _FlaLaunch,
+                       _check_inputs, _decode_state, _dims, _fla_forward, _stage_bytes, get_kernel,
+                       kernel_launch_shape, persistent_grid, step_scalars, supports_cuda, supports_fla)
 
 _CONV_THREADS = 256            # kda_conv_update's block
 _FUSED_THREADS, _FUSED_STAGES = 256, 3  # DEFINE_RING_CONV(fused_conv_bulk_early_pdl, ...)
@@ -128,10 +128,6 @@ def _device_buffers(backend, inputs: dict, M: int, H: int, V: int) -> tuple[dict
     return dev, initial
 
 
-def _step_scalars(M: int, H: int, eps: float, scale: float) -> tuple:
-    return (np.int32(M), np.int32(H), np.float32(eps), np.float32(scale))
-
-
 def _make_fused_build(name: str) -> Callable[..., _ConvLaunch]:
     def build(geometry, point, inputs, backend) -> _ConvLaunch:
         return build_fused(name, geometry, point, inputs, backend)
@@ -154,7 +150,7 @@ def build_fused(name: str, geometry, point, inputs, backend) -> _ConvLaunch:
     grid -= grid % H
     if grid == 0:
         raise RuntimeError(f"{name}: fewer resident CTAs than the {H} heads")
-    scalars = _step_scalars(M, H, eps, scale)
+    scalars = step_scalars(M, H, eps, scale)
     kernels = [_Kernel(fn, grid, _FUSED_THREADS, smem, lambda d: (
         d["x_q"], d["x_k"], d["x_v"], d["conv_state"], d["conv_weight"], d["g"], d["beta"],
         d["state"], d["o"]) + scalars)]
@@ -172,7 +168,7 @@ def build_unfused(geometry, point, inputs, backend) -> _ConvLaunch:
     threads_total = M * geometry.kda.conv_tensors * conv_spec.channels(geometry)
     step_fn, step_smem, step_grid = kernel_launch_shape(backend, _UNFUSED_STEP, _DESIGNS[_UNFUSED_STEP],
                                                         dtype, M * H)
-    scalars = _step_scalars(M, H, eps, scale)
+    scalars = step_scalars(M, H, eps, scale)
     kernels = [
         _Kernel(conv_fn, -(-threads_total // _CONV_THREADS), _CONV_THREADS, 0, lambda d: (
             d["x_q"], d["x_k"], d["x_v"], d["conv_state"], d["conv_weight"], d["q"], d["k"], d["v"],
@@ -216,37 +212,35 @@ CUDA_VARIANTS: tuple[Variant, ...] = (
 
 # -- CPU reference backend ------------------------------------------------------------------------
 
-class _CpuConvLazyLaunch:
-    """``ref_short_conv`` per tensor, then ``ref_lazy_step``, in float64 on the host."""
+class _CpuConvLazyLaunch(_CpuLazyLaunch):
+    """``ref_short_conv`` per tensor, then the lazy-form step of ``_CpuLazyLaunch`` on its q, k, v,
+    in float64 on the host; the taps are one more in-place state."""
 
     def __init__(self, geometry, point, inputs):
-        self.M, self.H = int(point["M"]), geometry.kda.heads
-        _, _, _, self.scale, self.eps = _dims(geometry)
         x = conv_spec.spec.decoded(inputs)
-        self.x = {name: x[name].astype(np.float64) for name in (*conv_spec.PROJECTIONS, "g", "beta")}
+        self.projections = [x[name].astype(np.float64) for name in conv_spec.PROJECTIONS]
         self.weight = x["conv_weight"].astype(np.float64)
-        self.taps0, self.state0 = x["conv_state"].astype(np.float64), _decode_state(inputs["state"])
-        self.poison()
+        self.taps0 = x["conv_state"].astype(np.float64)
+        # q, k, v are set from the convolution at every call; the projections stand in until then.
+        super().__init__(geometry, point, {**inputs, "q": inputs["x_q"], "k": inputs["x_k"], "v": inputs["x_v"]})
 
     def poison(self) -> None:
-        self.taps, self.state = self.taps0.copy(), self.state0.copy()
-        self.kprev = np.zeros(self.x["x_q"].shape)
-        self.dprev = np.zeros(self.x["x_v"].shape)
-        self.o = np.full(self.x["x_v"].shape, np.nan)
+        super().poison()
+        self.taps = self.taps0.copy()
 
     def __call__(self) -> None:
+        M = self.shape_v[0]
         qkv, taps = [], []
-        for i, name in enumerate(conv_spec.PROJECTIONS):
-            y, t = ref_short_conv(self.x[name].reshape(self.M, -1), self.taps[:, i], self.weight[i])
-            qkv.append(y.reshape(self.x[name].shape))
+        for i, x in enumerate(self.projections):
+            y, t = ref_short_conv(x.reshape(M, -1), self.taps[:, i], self.weight[i])
+            qkv.append(y.reshape(x.shape))
             taps.append(t)
         self.taps = np.stack(taps, axis=1)
-        self.o, self.state, self.kprev, self.dprev = ref_lazy_step(
-            *qkv, self.x["g"], self.x["beta"], self.state, self.kprev, self.dprev, self.eps, self.scale)
+        self.q, self.k, self.v = qkv
+        super().__call__()
 
     def outputs(self) -> dict[str, np.ndarray]:
-        return {"o": self.o.copy(), "state": materialize(self.state, self.kprev, self.dprev),
-                "conv_state": self.taps.copy()}
+        return {**super().outputs(), "conv_state": self.taps.copy()}
 
 
 def build_cpu_conv_lazy(geometry, point, inputs, backend) -> _CpuConvLazyLaunch:

@@ -216,6 +216,11 @@ def _ctas_per_sm(kernel, props: dict, threads: int, dyn_smem: int) -> int:
     return max(1, min(by_regs, by_smem, by_threads, by_blocks))
 
 
+def step_scalars(M: int, H: int, eps: float, scale: float) -> tuple:
+    """The trailing ``M, H, eps, scale`` arguments of every step kernel, typed as the .cu takes them."""
+    return (np.int32(M), np.int32(H), np.float32(eps), np.float32(scale))
+
+
 class _CudaLaunch:
     """One step of one of our kernels on ``backend.stream``.
 
@@ -231,7 +236,7 @@ class _CudaLaunch:
         self.backend, self.design, self.kernel = backend, design, kernel
         self.grid, self.dyn_smem, self.dev, self.state0 = grid, dyn_smem, dev, state0
         self.M, self.H = M, H
-        self._scalars = (np.int32(M), np.int32(H), np.float32(eps), np.float32(scale))
+        self._scalars = step_scalars(M, H, eps, scale)
         self._parity = 0
 
     def _args(self) -> tuple:
