@@ -131,3 +131,28 @@ def test_cuda_source_declares_what_the_launchers_call():
                                                           conv_variants._FUSED_STAGES), (name, sfx)
     assert re.search(r"__launch_bounds__\(%d\)\nkda_conv_update\(" % conv_variants._CONV_THREADS, source)
     assert re.search(r"TAP_BYTES = 3 \* KDIM \* 3 \* 2;", source) and conv_variants._TAP_BYTES == 3 * 128 * 3 * 2
+
+
+@pytest.mark.parametrize("state_dtype", ["bf16", "fp32"])
+def test_fla_tensors_carry_our_inputs(geometry, state_dtype):
+    """What the fla peer is handed, built on the CPU: the same values in fla's shapes, the state in
+    its own dtype, and fla's 4-slot caches holding our 3 taps after a slot it shifts out unread."""
+    from kernels.kda_decode import variants
+    from kernels.kda_decode.reference import bf16_to_float
+
+    point = {"M": 2, "state_dtype": state_dtype}
+    x = conv_spec.make_inputs(geometry, point, np.random.default_rng(2))
+    M, H, K, V = 2, 64, 128, 128
+    t, state0 = variants.fla_step_tensors(x, M, H, K, V, "cpu")
+    assert t["g"].shape == (M, 1, H, K) and t["beta"].shape == (M, 1, H) and t["o"].shape == (M, 1, H, V)
+    assert t["o"].dtype == torch.bfloat16 and t["g"].dtype == torch.float32
+    assert state0.dtype == (torch.bfloat16 if state_dtype == "bf16" else torch.float32)
+    np.testing.assert_array_equal(state0.to(torch.float64).numpy(), spec.decoded(x)["state"])
+    np.testing.assert_array_equal(t["g"].numpy().reshape(M, H, K), x["g"])
+    xq = variants.torch_on(x["x_q"], (M, H * K), "cpu")
+    np.testing.assert_array_equal(xq.to(torch.float32).numpy(), bf16_to_float(x["x_q"]).reshape(M, -1))
+    caches = conv_variants.fla_caches(variants.torch_on(x["conv_state"], x["conv_state"].shape, "cpu"))
+    assert len(caches) == 3 and caches[0].shape == (M, H * K, 4) and caches[0].is_contiguous()
+    for i, cache in enumerate(caches):
+        np.testing.assert_array_equal(cache[..., 1:].to(torch.float32).numpy(), bf16_to_float(x["conv_state"][:, i]))
+        assert (cache[..., 0] == 0).all()

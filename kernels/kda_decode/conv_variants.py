@@ -25,8 +25,9 @@ from harness.registry import Variant
 from . import conv_spec
 from .reference import bf16_to_float, ref_short_conv
 from .variants import (_DESIGNS, _KV, _STATE_DTYPES, _SYMBOL_SUFFIX, _CpuLazyLaunch, _FlaLaunch,
-                       _check_inputs, _decode_state, _dims, _fla_forward, _stage_bytes, get_kernel,
-                       kernel_launch_shape, persistent_grid, step_scalars, supports_cuda, supports_fla)
+                       _check_inputs, _decode_state, _dims, _fla_forward, _stage_bytes, fla_ready,
+                       fla_step_tensors, get_kernel, kernel_launch_shape, persistent_grid, step_scalars,
+                       supports_cuda, supports_fla, torch_on)
 
 _CONV_THREADS = 256            # kda_conv_update's block
 _FUSED_THREADS, _FUSED_STAGES = 256, 3  # DEFINE_RING_CONV(fused_conv_bulk_early_pdl, ...)
@@ -289,9 +290,7 @@ class _FlaConvLaunch(_FlaLaunch):
             y, _ = self.conv_update(x=t[name], cache=t["caches"][i], weight=t["conv_weight"][i],
                                     activation="silu")
             qkv.append(y.view(M, 1, H, K))
-        self.forward(q=qkv[0], k=qkv[1], v=qkv[2], g=t["g"], beta=t["beta"], initial_state=t["state"],
-                     inplace_final_state=True, output_final_state=False, scale=self.scale,
-                     use_qk_l2norm_in_kernel=True, out=t["o"])
+        self._recurrent(*qkv)
 
     def poison(self) -> None:
         super().poison()
@@ -315,38 +314,30 @@ def build_fla_conv(geometry, point, inputs, backend) -> _FlaConvLaunch:
     import torch
 
     forward, conv_update = _fla_forward(), _fla_conv_update()
-    M, H, K, V, dtype = _check_conv_inputs(geometry, point, inputs)
+    M, H, K, V, _ = _check_conv_inputs(geometry, point, inputs)
     _, _, _, scale, _ = _dims(geometry)
     C = conv_spec.channels(geometry)
     device = torch.device("cuda", getattr(backend, "device_id", 0))
     ext = torch.cuda.ExternalStream(backend.stream.ptr)
-
-    def bf16(a: np.ndarray, shape) -> "torch.Tensor":
-        host = torch.from_numpy(np.ascontiguousarray(a).view(np.int16)).view(torch.bfloat16)
-        return host.reshape(shape).to(device)
-
-    def f32(a: np.ndarray, shape) -> "torch.Tensor":
-        return torch.from_numpy(np.ascontiguousarray(a)).reshape(shape).to(device)
-
     with torch.cuda.stream(ext):
-        t = {name: bf16(inputs[name], (M, C)) for name in conv_spec.PROJECTIONS}
-        t["conv_weight"] = bf16(inputs["conv_weight"], inputs["conv_weight"].shape)
-        taps = bf16(inputs["conv_state"], inputs["conv_state"].shape)
-        # fla's cache holds W inputs; slot 0 is shifted out before it is read, so zeros do.
-        caches0 = [torch.cat([torch.zeros_like(taps[:, i, :, :1]), taps[:, i]], dim=-1).contiguous()
-                   for i in range(taps.shape[1])]
+        t, state0 = fla_step_tensors(inputs, M, H, K, V, device)
+        t.update({name: torch_on(inputs[name], (M, C), device) for name in conv_spec.PROJECTIONS})
+        t["conv_weight"] = torch_on(inputs["conv_weight"], inputs["conv_weight"].shape, device)
+        caches0 = fla_caches(torch_on(inputs["conv_state"], inputs["conv_state"].shape, device))
         t["caches"] = [c.clone() for c in caches0]
-        t["g"], t["beta"] = f32(inputs["g"], (M, 1, H, K)), f32(inputs["beta"], (M, 1, H))
-        t["o"] = torch.empty((M, 1, H, V), dtype=torch.bfloat16, device=device)
-        state0 = (bf16(inputs["state"], (M, H, K, V)) if dtype == "bf16"
-                  else f32(inputs["state"], (M, H, K, V)))
         t["state"] = state0.clone()
     backend.stream.synchronize()
-    launch = _FlaConvLaunch(backend, forward, conv_update, t, state0, caches0, scale)
-    launch()  # compiles (and autotunes the convolution, which restores its cache) before any capture
-    launch.poison()
-    backend.stream.synchronize()
-    return launch
+    # the first call also autotunes the convolution (it restores its cache: poison resets it anyway)
+    return fla_ready(_FlaConvLaunch(backend, forward, conv_update, t, state0, caches0, scale), backend)
+
+
+def fla_caches(taps) -> list:
+    """fla's [M, C, W] cache per tensor from our taps [M, 3, C, W - 1]: fla keeps the W inputs
+    including the newest; slot 0 is shifted out before it is read, so zeros do."""
+    import torch
+
+    return [torch.cat([torch.zeros_like(taps[:, i, :, :1]), taps[:, i]], dim=-1).contiguous()
+            for i in range(taps.shape[1])]
 
 
 PEER_VARIANTS: tuple[Variant, ...] = (

@@ -446,8 +446,12 @@ class _FlaLaunch:
         self.ext = torch.cuda.ExternalStream(backend.stream.ptr)
 
     def _step(self) -> None:
+        self._recurrent(self.t["q"], self.t["k"], self.t["v"])
+
+    def _recurrent(self, q, k, v) -> None:
+        """fla's step on q, k, v ([M, 1, H, 128] bf16) and this launch's g, beta, state and o."""
         t = self.t
-        self.forward(q=t["q"], k=t["k"], v=t["v"], g=t["g"], beta=t["beta"],
+        self.forward(q=q, k=k, v=v, g=t["g"], beta=t["beta"],
                      initial_state=t["state"], inplace_final_state=True, output_final_state=False,
                      scale=self.scale, use_qk_l2norm_in_kernel=True, out=t["o"])
 
@@ -490,6 +494,35 @@ class _FlaLaunch:
         return {"o": o.reshape(M, H, -1), "state": state}
 
 
+def torch_on(a: np.ndarray, shape, device) -> "torch.Tensor":
+    """A host input as a torch tensor of ``shape`` on ``device``: uint16 (bf16 bits) as bfloat16,
+    anything else in its own dtype."""
+    import torch
+
+    host = torch.from_numpy(np.ascontiguousarray(a).view(np.int16)).view(torch.bfloat16) \
+        if a.dtype == np.uint16 else torch.from_numpy(np.ascontiguousarray(a))
+    return host.reshape(shape).to(device)
+
+
+def fla_step_tensors(inputs: dict, M: int, H: int, K: int, V: int, device) -> tuple[dict, "torch.Tensor"]:
+    """fla's g, beta and o ([M, 1, H, ...]) and the initial state (its own dtype), on ``device``."""
+    import torch
+
+    t = {"g": torch_on(inputs["g"], (M, 1, H, K), device),
+         "beta": torch_on(inputs["beta"], (M, 1, H), device),
+         "o": torch.empty((M, 1, H, V), dtype=torch.bfloat16, device=device)}
+    return t, torch_on(inputs["state"], (M, H, K, V), device)
+
+
+def fla_ready(launch: "_FlaLaunch", backend) -> "_FlaLaunch":
+    """Run the launch once (Triton compiles, and autotunes where a kernel does, before any capture
+    or timed sample), then restore its inputs."""
+    launch()
+    launch.poison()
+    backend.stream.synchronize()
+    return launch
+
+
 def build_fla(geometry, point, inputs, backend) -> _FlaLaunch:
     reason = supports_fla(geometry, point)
     if reason:
@@ -501,31 +534,12 @@ def build_fla(geometry, point, inputs, backend) -> _FlaLaunch:
     _, _, _, scale, _ = _dims(geometry)
     device = torch.device("cuda", getattr(backend, "device_id", 0))
     ext = torch.cuda.ExternalStream(backend.stream.ptr)
-
-    def bf16(a: np.ndarray, shape) -> "torch.Tensor":
-        host = torch.from_numpy(np.ascontiguousarray(a).view(np.int16)).view(torch.bfloat16)
-        return host.reshape(shape).to(device)
-
     with torch.cuda.stream(ext):
-        t = {
-            "q": bf16(inputs["q"], (M, 1, H, K)),
-            "k": bf16(inputs["k"], (M, 1, H, K)),
-            "v": bf16(inputs["v"], (M, 1, H, V)),
-            "g": torch.from_numpy(np.ascontiguousarray(inputs["g"])).reshape(M, 1, H, K).to(device),
-            "beta": torch.from_numpy(np.ascontiguousarray(inputs["beta"])).reshape(M, 1, H).to(device),
-            "o": torch.empty((M, 1, H, V), dtype=torch.bfloat16, device=device),
-        }
-        if dtype == "bf16":
-            state0 = bf16(inputs["state"], (M, H, K, V))
-        else:
-            state0 = torch.from_numpy(np.ascontiguousarray(inputs["state"])).to(device)
-        t["state"] = state0.clone()
+        t, state0 = fla_step_tensors(inputs, M, H, K, V, device)
+        t.update(q=torch_on(inputs["q"], (M, 1, H, K), device), k=torch_on(inputs["k"], (M, 1, H, K), device),
+                 v=torch_on(inputs["v"], (M, 1, H, V), device), state=state0.clone())
     backend.stream.synchronize()
-    launch = _FlaLaunch(backend, forward, t, state0, scale)
-    launch()  # compiles the Triton kernel now, so no capture or timed sample pays for it
-    launch.poison()
-    backend.stream.synchronize()
-    return launch
+    return fla_ready(_FlaLaunch(backend, forward, t, state0, scale), backend)
 
 
 PEER_VARIANTS: tuple[Variant, ...] = (
