@@ -24,7 +24,7 @@ from harness.registry import Variant
 
 from . import conv_spec
 from .reference import bf16_to_float, ref_short_conv
-from .variants import (_DESIGNS, _KV, _STATE_DTYPES, _SYMBOL_SUFFIX, _CpuLazyLaunch, _FlaLaunch,
+from .variants import (_DESIGNS, _KV, _SYMBOL_SUFFIX, _CpuLazyLaunch, _FlaLaunch,
                        _check_inputs, _decode_state, _dims, _fla_forward, _stage_bytes, fla_ready,
                        fla_step_tensors, get_kernel, kernel_launch_shape, persistent_grid, step_scalars,
                        supports_cuda, supports_fla, torch_on)
@@ -142,8 +142,7 @@ def build_fused(name: str, geometry, point, inputs, backend) -> _ConvLaunch:
         raise ValueError(f"{name}: {reason}")
     M, H, K, V, dtype = _check_conv_inputs(geometry, point, inputs)
     _, _, _, scale, eps = _dims(geometry)
-    itemsize = np.dtype(_STATE_DTYPES[dtype]).itemsize
-    smem = _FUSED_STAGES * _stage_bytes(_KV * _KV * itemsize, _KV) + _TAP_BYTES  # whole-head tiles
+    smem = _FUSED_STAGES * _stage_bytes(_KV, dtype) + _TAP_BYTES  # whole-head tiles
     fn = get_kernel(backend, f"kda_{name}_{_SYMBOL_SUFFIX[dtype]}", smem)
     # A multiple of H: each CTA then meets one head h (of every stream) and reads its weights
     # once; the kernel traps otherwise. At M = 32 the makespan is 8 BF16 tiles either way.

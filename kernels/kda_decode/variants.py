@@ -69,18 +69,18 @@ def ring_cols(name: str, dtype: str) -> int:
     return _KV if tile == WHOLE_HEAD else tile // (_KV * _itemsize(dtype))
 
 
-def _stage_bytes(tile_bytes: int, cols: int) -> int:
-    """One shared-memory stage of the cp.async / bulk rings: the state tile, then q, k (bf16),
-    g (f32) and the tile's slice of v (bf16): Stage<T> and RingTile<...>::BYTES in the .cu."""
-    return tile_bytes + 2 * _KV * 2 + _KV * 4 + cols * 2
+def _stage_bytes(cols: int, dtype: str) -> int:
+    """One shared-memory stage of the cp.async / bulk rings for a tile of ``cols`` state columns:
+    the tile (128 rows), then q, k (bf16), g (f32) and the tile's slice of v (bf16): Stage<T> and
+    RingTile<...>::BYTES in the .cu."""
+    return _KV * cols * _itemsize(dtype) + 2 * _KV * 2 + _KV * 4 + cols * 2
 
 
 def _ring_design(name: str) -> _Design:
     _, threads, stages, _, _, overlap = RING_CONFIGS[name]
     return _Design(lazy=False, threads=threads, persistent=True, pdl=overlap == "PDL",
                    tiles_per_head=lambda d: _KV // ring_cols(name, d),
-                   smem=lambda d: stages * _stage_bytes(_KV * ring_cols(name, d) * _itemsize(d),
-                                                        ring_cols(name, d)))
+                   smem=lambda d: stages * _stage_bytes(ring_cols(name, d), d))
 
 
 def _itemsize(dtype: str) -> int:
@@ -96,7 +96,7 @@ _DESIGNS: dict[str, _Design] = {
     "lazy_v16": _Design(lazy=True, threads=256, blocks_per_head=_KV // _TILE_COLS),
     "pipelined_cpasync": _Design(
         lazy=False, threads=256, persistent=True,
-        smem=lambda d: _PIPE_STAGES[d] * _stage_bytes(_KV * _TILE_COLS * _itemsize(d), _TILE_COLS)),
+        smem=lambda d: _PIPE_STAGES[d] * _stage_bytes(_TILE_COLS, d)),
     # 64-column tiles in both dtypes (TileG<T, 64> in the .cu), persistent: tiles = heads x 2.
     "regs_pipelined": _Design(lazy=False, threads=256, persistent=True),
     # 32 KiB per block: the whole head in BF16 (TileG<bf16, 128>), half a head in FP32.
