@@ -72,10 +72,11 @@ def sweep_roofline(ctx: JobContext, backend, geometry: Geometry, timing_conf) ->
     # Every copy of the roofline family on this backend (ours and peers) at one large size; the
     # fastest verified one is the ceiling, so no GB/s is flattered by a weak copy kernel.
     shared: dict = {}
-    # Plain launches, whatever the sweep's timing says: a copy captured in a CUDA graph becomes a
-    # memcpy node, which is not the copy path the ceiling is about (seen on the H200: torch's copy
-    # fell from 4.25 to 2.7 TB/s as a graph node).
-    timing_conf = _with_graph(timing_conf, False)
+    # One plain launch per sample, whatever the sweep's timing says: a copy captured in a CUDA graph
+    # becomes a memcpy node, which is not the copy path the ceiling is about (seen on the H200:
+    # torch's copy fell from 4.25 to 2.7 TB/s as a graph node), and a chained sweep's chain (34
+    # for roofline_step) would build that many 1 GiB copies for one ceiling (it stalled a sweep).
+    timing_conf = _with_timing(timing_conf, graph=False, chain=1)
     rows = [measure(comp, v, point, geometry, backend, timing_conf, seed=12345, roofline=None, shared=shared)
             for v in comp.variants if v.backend == backend.name]
     ok = [r for r in rows if r["status"] == "ok"]
@@ -276,7 +277,7 @@ def _time(comp, variant, point, geometry, backend, timing_conf, inputs, launch, 
         check_replay(comp, point, groups[0], steps[0], ref)
     if cpu:
         return timing.per_launch(timing.time_host(steps[0], timing_conf), chain), {}, {}, note
-    timing_conf = _with_graph(timing_conf, use_graph)
+    timing_conf = _with_timing(timing_conf, graph=use_graph)
     device = getattr(backend, "device_id", 0)
     before = provenance.clocks(device)
     result = timing.time_cuda(steps, backend, timing_conf, cache)
@@ -284,15 +285,15 @@ def _time(comp, variant, point, geometry, backend, timing_conf, inputs, launch, 
     return timing.per_launch(result, chain), before, after, note
 
 
-def _with_graph(conf, graph: bool):
-    """A copy of a timing config (DictConfig or namespace) with ``graph`` set; the fields come
-    from the schema, so a new timing field is carried along."""
+def _with_timing(conf, **changes):
+    """A copy of a timing config (DictConfig or namespace) with ``changes`` applied; the fields
+    come from the schema, so a new timing field is carried along."""
     from types import SimpleNamespace
 
     from harness.config import TimingConf
 
     values = {f.name: getattr(conf, f.name, f.default) for f in dataclasses.fields(TimingConf)}
-    values["graph"] = graph
+    values.update(changes)
     return SimpleNamespace(**values)
 
 

@@ -231,3 +231,22 @@ def test_selected_variants_keeps_the_listed_order_on_the_backend():
     assert names(runner.selected_variants(comp, "cpu", "all", ["torch_copy", "numpy_copy"])) == ["numpy_copy"]
     assert names(runner.selected_variants(comp, "cpu", "all")) == ["numpy_copy"]
     assert names(runner.selected_variants(comp, "cuda", "copy_v4")) == ["copy_v4"]
+
+
+def test_the_ceiling_copy_is_one_plain_launch_whatever_the_sweeps_timing(geometry, tmp_path, monkeypatch):
+    """A chained, graphed sweep (roofline_step: chain 34) still measures its ceiling as single plain
+    copies: 34 chained 1 GiB copies per sample stalled that sweep on the H200."""
+    seen = []
+    measure = runner.measure
+
+    def spy(*args, **kwargs):
+        row = measure(*args, **kwargs)
+        seen.append((row["chain"], row["graph"], row["status"]))
+        return row
+
+    monkeypatch.setattr(runner, "measure", spy)
+    ctx = runner.JobContext(sweep_dir=tmp_path, job_dir=tmp_path, job="0", overrides=[])
+    chained = SimpleNamespace(**{**vars(QUICK), "chain": 34, "graph": True})
+    roof = runner.sweep_roofline(ctx, backends.CpuBackend(), geometry, chained)
+    assert seen == [(1, False, "ok")]
+    assert roof["gbps"] > 0 and (tmp_path / "roofline.json").is_file()
