@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from harness import store
+from harness.fuel import REPO_ROOT
 
 CPU_QUICK = ("backend=cpu", "timing=quick", "copy_mib=1")
 
@@ -80,3 +81,23 @@ def test_experiment_sweeper_params_sweep(cli, tmp_path):
     df = store.load(root)
     assert sorted(df["copy_mib"].unique().tolist()) == [4, 16, 64]
     assert set(df["sweep"]) == {"quickstart"}
+
+
+EXPERIMENTS = sorted(p.stem for p in (REPO_ROOT / "experiments" / "experiment").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
+def test_every_experiment_runs_on_the_cpu_backend(cli, tmp_path, experiment):
+    """Each committed experiment composes and runs its multirun on the CPU backend, shrunk to M = 1
+    and 1 MiB copies; every job stores rows, each ok or skipped with its reason (an experiment that
+    lists only CUDA variants skips here). Keeps configs that only run on the H200 from rotting."""
+    root = tmp_path / "store"
+    res = cli("-m", f"+experiment={experiment}", "backend=cpu", "timing.warmup=0", "timing.min_reps=1",
+              "timing.max_reps=3", "M=1", "copy_mib=1", f"store.root={root}")
+    assert res.returncode == 0, res.stderr[-2000:]
+    sweep = store.find_sweep(root, experiment)
+    jobs = [p for p in sweep.iterdir() if (p / "meta.json").is_file()]
+    df = store.load_sweep(sweep)
+    assert jobs and len(df) >= len(jobs)
+    assert set(df["status"]) <= {"ok", "skipped"}, df[["variant", "status", "reason"]]
+    assert (df.loc[df["status"] == "skipped", "reason"].str.len() > 0).all()
