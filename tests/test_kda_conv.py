@@ -173,3 +173,22 @@ def test_fused_ring_shared_memory(name, state_dtype):
     assert conv_variants.fused_smem(name, state_dtype) == 3 * stage + 2304
     if name == "fused_conv_bulk32k_early_pdl":
         assert 2 * (conv_variants.fused_smem(name, state_dtype) + 7 * 1024 + 1024) <= 228 * 1024
+
+
+def test_fla_convolution_is_tuned_for_the_streams_being_timed(monkeypatch):
+    """fla's convolution autotunes on (D, W) only and caches the pick on disk; the peer clears the
+    pick when M changes (and only then: a chain's builds at one M tune once) and keeps it in memory."""
+    import sys
+
+    tuner = SimpleNamespace(configs=[1, 2], cache={("8192", 4): "picked at M=1"}, cache_results=True)
+    ops = SimpleNamespace(causal_conv1d_update_kernel=SimpleNamespace(fn=tuner))  # heuristics around it
+    package = SimpleNamespace(ops=ops)
+    for name, module in (("fla", SimpleNamespace()), ("fla.modules", SimpleNamespace()),
+                         ("fla.modules.causal_conv1d", package)):
+        monkeypatch.setitem(sys.modules, name, module)
+    monkeypatch.setitem(conv_variants._FLA_CONV_TUNED_AT, "M", 1)
+    assert conv_variants.retune_fla_conv(1) is tuner and tuner.cache and not tuner.cache_results
+    assert conv_variants.retune_fla_conv(32) is tuner and tuner.cache == {}
+    tuner.cache[("8192", 4)] = "picked at M=32"
+    conv_variants.retune_fla_conv(32)
+    assert tuner.cache == {("8192", 4): "picked at M=32"}

@@ -250,3 +250,20 @@ def test_the_ceiling_copy_is_one_plain_launch_whatever_the_sweeps_timing(geometr
     roof = runner.sweep_roofline(ctx, backends.CpuBackend(), geometry, chained)
     assert seen == [(1, False, "ok")]
     assert roof["gbps"] > 0 and (tmp_path / "roofline.json").is_file()
+
+
+def test_a_launch_note_is_kept_in_the_row(geometry):
+    """A launch that says how it ran (fla's convolution says the config it tuned) has that in the
+    row's reason, next to any timing note."""
+    comp = _comp()
+    real = next(v for v in comp.variants if v.name == "numpy_copy")
+
+    def build(geometry, point, inputs, backend):
+        launch = real.build(geometry, point, inputs, backend)
+        launch.note = "tuned: BD=64"
+        return launch
+
+    noted = dataclasses.replace(real, name="noted_copy", build=build)
+    row = runner.measure(comp, noted, {"copy_mib": 1}, geometry, backends.CpuBackend(), QUICK, seed=1,
+                         roofline=None)
+    assert row["status"] == "ok" and "tuned: BD=64" in row["reason"].split("; ")

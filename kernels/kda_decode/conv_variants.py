@@ -281,6 +281,33 @@ def _fla_conv_update():
     return causal_conv1d_update
 
 
+def _autotuner(kernel):
+    """The Triton autotuner inside ``kernel``'s decorators (fla wraps it in heuristics)."""
+    while not (hasattr(kernel, "configs") and hasattr(kernel, "cache")):
+        kernel = kernel.fn
+    return kernel
+
+
+_FLA_CONV_TUNED_AT: dict[str, int | None] = {"M": None}
+
+
+def retune_fla_conv(M: int):
+    """Make fla's convolution autotune again at its next call when the streams changed since the
+    last tuning, in memory only, and return its autotuner. fla keys that tuning on (D, W) alone,
+    not on the streams, and by default caches the pick on disk: without this every M of a sweep
+    (and every later sweep on the machine) ran the config picked at the first M, seen on the H200
+    as 125 µs at FP32 M = 32 in one sweep and 87 µs in another. The peer is timed at the config fla
+    picks for the shape being timed; a chain's 34 builds at one M tune once."""
+    from fla.modules.causal_conv1d import ops
+
+    tuner = _autotuner(ops.causal_conv1d_update_kernel)
+    tuner.cache_results = False
+    if _FLA_CONV_TUNED_AT["M"] != M:
+        tuner.cache.clear()
+        _FLA_CONV_TUNED_AT["M"] = M
+    return tuner
+
+
 def supports_fla_conv(geometry, point) -> str | None:
     try:
         _fla_conv_update()
@@ -297,6 +324,7 @@ class _FlaConvLaunch(_FlaLaunch):
     def __init__(self, backend, forward, conv_update, tensors: dict, state0, caches0, scale: float):
         super().__init__(backend, forward, tensors, state0, scale)
         self.conv_update, self.caches0 = conv_update, caches0
+        self.note = ""  # the convolution's tuned config, once built (the row's reason carries it)
 
     def _step(self) -> None:
         t = self.t
@@ -343,8 +371,12 @@ def build_fla_conv(geometry, point, inputs, backend) -> _FlaConvLaunch:
         t["caches"] = [c.clone() for c in caches0]
         t["state"] = state0.clone()
     backend.stream.synchronize()
-    # the first call also autotunes the convolution (it restores its cache: poison resets it anyway)
-    return fla_ready(_FlaConvLaunch(backend, forward, conv_update, t, state0, caches0, scale), backend)
+    # the first call autotunes the convolution at this shape (it restores its cache; poison resets
+    # it anyway)
+    tuner = retune_fla_conv(M)
+    launch = fla_ready(_FlaConvLaunch(backend, forward, conv_update, t, state0, caches0, scale), backend)
+    launch.note = f"fla causal_conv1d_update tuned at M = {M}: {tuner.best_config}"
+    return launch
 
 
 def fla_caches(taps) -> list:
