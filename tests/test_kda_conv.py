@@ -175,20 +175,26 @@ def test_fused_ring_shared_memory(name, state_dtype):
         assert 2 * (conv_variants.fused_smem(name, state_dtype) + 7 * 1024 + 1024) <= 228 * 1024
 
 
-def test_fla_convolution_is_tuned_for_the_streams_being_timed(monkeypatch):
-    """fla's convolution autotunes on (D, W) only and caches the pick on disk; the peer clears the
-    pick when M changes (and only then: a chain's builds at one M tune once) and keeps it in memory."""
+def test_fla_convolution_runs_the_pinned_config(monkeypatch):
+    """fla's convolution autotunes on (D, W) only, on a warm-cache call, and caches the pick on
+    disk; the peer replaces its candidates with FLA_CONV_CONFIG alone (so nothing is tuned or
+    cached) and drops an earlier pick, once: a chain's later builds keep the pinned entry."""
     import sys
 
-    tuner = SimpleNamespace(configs=[1, 2], cache={("8192", 4): "picked at M=1"}, cache_results=True)
+    class Config:
+        def __init__(self, kwargs, num_warps):
+            self.kwargs, self.num_warps = kwargs, num_warps
+
+    tuner = SimpleNamespace(configs=[Config({"BD": 8}, 16), Config({"BD": 128}, 4)],
+                            cache={("8192", 4): "picked at M=1"}, cache_results=True)
     ops = SimpleNamespace(causal_conv1d_update_kernel=SimpleNamespace(fn=tuner))  # heuristics around it
-    package = SimpleNamespace(ops=ops)
     for name, module in (("fla", SimpleNamespace()), ("fla.modules", SimpleNamespace()),
-                         ("fla.modules.causal_conv1d", package)):
+                         ("fla.modules.causal_conv1d", SimpleNamespace(ops=ops)),
+                         ("triton", SimpleNamespace(Config=Config))):
         monkeypatch.setitem(sys.modules, name, module)
-    monkeypatch.setitem(conv_variants._FLA_CONV_TUNED_AT, "M", 1)
-    assert conv_variants.retune_fla_conv(1) is tuner and tuner.cache and not tuner.cache_results
-    assert conv_variants.retune_fla_conv(32) is tuner and tuner.cache == {}
-    tuner.cache[("8192", 4)] = "picked at M=32"
-    conv_variants.retune_fla_conv(32)
-    assert tuner.cache == {("8192", 4): "picked at M=32"}
+    assert conv_variants.pin_fla_conv() is tuner
+    assert [(c.kwargs, c.num_warps) for c in tuner.configs] == [({"BD": 128}, 4)]
+    assert tuner.cache == {} and not tuner.cache_results
+    tuner.cache[("8192", 4)] = tuner.configs[0]
+    conv_variants.pin_fla_conv()
+    assert tuner.cache == {("8192", 4): tuner.configs[0]}

@@ -288,23 +288,27 @@ def _autotuner(kernel):
     return kernel
 
 
-_FLA_CONV_TUNED_AT: dict[str, int | None] = {"M": None}
+# fla's convolution config for every M: the one fla's own autotuner picked when it tuned at M = 1
+# and at M = 16 on the H200 (BD = 128 channels per program, 4 warps). Its autotuner keys on (D, W)
+# only, not on the streams, tunes on an isolated warm-cache call and caches the pick on disk; left
+# to it, the pick depended on the M it first saw and on the run (reports/
+# 2026-11-29-kda_decode_conv-h200-170451: tuned at each M it chose BD 8 / 16 / 64 with 4-16 warps at
+# M = 8 / 32 / 64, and fla's layer took 64.9 µs at BF16 M = 8 against 38.6 at M = 16).
+FLA_CONV_CONFIG = {"BD": 128, "num_warps": 4}
 
 
-def retune_fla_conv(M: int):
-    """Make fla's convolution autotune again at its next call when the streams changed since the
-    last tuning, in memory only, and return its autotuner. fla keys that tuning on (D, W) alone,
-    not on the streams, and by default caches the pick on disk: without this every M of a sweep
-    (and every later sweep on the machine) ran the config picked at the first M, seen on the H200
-    as 125 µs at FP32 M = 32 in one sweep and 87 µs in another. The peer is timed at the config fla
-    picks for the shape being timed; a chain's 34 builds at one M tune once."""
+def pin_fla_conv():
+    """Pin fla's convolution to FLA_CONV_CONFIG (no tuning, nothing cached on disk) and return its
+    autotuner, whose best_config then names what ran."""
+    import triton
     from fla.modules.causal_conv1d import ops
 
     tuner = _autotuner(ops.causal_conv1d_update_kernel)
-    tuner.cache_results = False
-    if _FLA_CONV_TUNED_AT["M"] != M:
+    cfg = FLA_CONV_CONFIG
+    if [(c.kwargs, c.num_warps) for c in tuner.configs] != [({"BD": cfg["BD"]}, cfg["num_warps"])]:
+        tuner.configs = [triton.Config({"BD": cfg["BD"]}, num_warps=cfg["num_warps"])]
         tuner.cache.clear()
-        _FLA_CONV_TUNED_AT["M"] = M
+    tuner.cache_results = False
     return tuner
 
 
@@ -371,11 +375,9 @@ def build_fla_conv(geometry, point, inputs, backend) -> _FlaConvLaunch:
         t["caches"] = [c.clone() for c in caches0]
         t["state"] = state0.clone()
     backend.stream.synchronize()
-    # the first call autotunes the convolution at this shape (it restores its cache; poison resets
-    # it anyway)
-    tuner = retune_fla_conv(M)
+    tuner = pin_fla_conv()
     launch = fla_ready(_FlaConvLaunch(backend, forward, conv_update, t, state0, caches0, scale), backend)
-    launch.note = f"fla causal_conv1d_update tuned at M = {M}: {tuner.best_config}"
+    launch.note = f"fla causal_conv1d_update pinned (conv_variants.FLA_CONV_CONFIG): {tuner.best_config}"
     return launch
 
 
