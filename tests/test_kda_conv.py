@@ -13,7 +13,7 @@ import torch
 
 from harness import accounting, backends, registry, runner
 from harness.fuel import REPO_ROOT, load_fuel
-from kernels.kda_decode import conv_spec, conv_variants, spec, variants
+from kernels.kda_decode import conv_spec, conv_variants, spec
 from kernels.kda_decode.reference import ref_short_conv
 
 QUICK = SimpleNamespace(warmup=1, min_reps=3, max_reps=10, min_time_ms=0.0, max_noise=1.0,
@@ -125,11 +125,9 @@ def test_cuda_source_declares_what_the_launchers_call():
     fused = re.findall(r"^DEFINE_RING_CONV\((\w+), (\w+), \w+, (\d+), (\d+), (\d+), \w+, \w+, \w+, (\w+)\)",
                        source, re.M)
     assert sorted((name, sfx, mode) for name, sfx, _, _, _, mode in fused) == sorted(
-        (name, sfx, mode) for name, (_, mode) in conv_variants.FUSED_CONFIGS.items() for sfx in ("bf16", "f32"))
+        (name, sfx, mode) for name, mode in conv_variants.FUSED_CONFIGS.items() for sfx in ("bf16", "f32"))
     for name, sfx, cols, threads, stages, _ in fused:
-        dtype = {"bf16": "bf16", "f32": "fp32"}[sfx]
-        want_cols = variants.tile_cols(conv_variants.FUSED_CONFIGS[name][0], dtype)
-        assert (int(cols), int(threads), int(stages)) == (want_cols, conv_variants._FUSED_THREADS,
+        assert (int(cols), int(threads), int(stages)) == (128, conv_variants._FUSED_THREADS,
                                                           conv_variants._FUSED_STAGES), (name, sfx)
     assert re.search(r"__launch_bounds__\(%d\)\nkda_conv_update\(" % conv_variants._CONV_THREADS, source)
     assert re.search(r"TAP_BYTES = 3 \* KDIM \* 3 \* 2;", source) and conv_variants._TAP_BYTES == 3 * 128 * 3 * 2
@@ -158,21 +156,6 @@ def test_fla_tensors_carry_our_inputs(geometry, state_dtype):
     for i, cache in enumerate(caches):
         np.testing.assert_array_equal(cache[..., 1:].to(torch.float32).numpy(), bf16_to_float(x["conv_state"][:, i]))
         assert (cache[..., 0] == 0).all()
-
-
-@pytest.mark.parametrize("name", ["fused_conv_bulk_early_pdl", "fused_conv_bulk32k_early_pdl"])
-@pytest.mark.parametrize("state_dtype", ["bf16", "fp32"])
-def test_fused_ring_shared_memory(name, state_dtype):
-    """Each fused stage holds the tile, q, k, g and the head's WHOLE x_v (RingTile<..., VCOLS = VDIM>:
-    a head's first tile convolves every v channel), then one head's 2304 bytes of taps. With 32 KiB
-    tiles two CTAs fit in the H200's 228 KiB per SM (the kernel's ~7 KiB of static shared memory
-    and 1 KiB reserved per CTA included), as for the plain bulk32k ring."""
-    item = {"bf16": 2, "fp32": 4}[state_dtype]
-    cols = 128 if name == "fused_conv_bulk_early_pdl" else 32768 // (128 * item)
-    stage = 128 * cols * item + 2 * 128 * 2 + 128 * 4 + 128 * 2
-    assert conv_variants.fused_smem(name, state_dtype) == 3 * stage + 2304
-    if name == "fused_conv_bulk32k_early_pdl":
-        assert 2 * (conv_variants.fused_smem(name, state_dtype) + 7 * 1024 + 1024) <= 228 * 1024
 
 
 def test_fla_convolution_runs_the_pinned_config(monkeypatch):

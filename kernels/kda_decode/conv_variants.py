@@ -24,29 +24,18 @@ from harness.registry import Variant
 
 from . import conv_spec
 from .reference import bf16_to_float, ref_short_conv
-from .variants import (_DESIGNS, _KV, _SYMBOL_SUFFIX, WHOLE_HEAD, _CpuLazyLaunch, _FlaLaunch,
+from .variants import (_DESIGNS, _KV, _SYMBOL_SUFFIX, _CpuLazyLaunch, _FlaLaunch,
                        _check_inputs, _decode_state, _dims, _fla_forward, _stage_bytes, fla_ready,
                        fla_step_tensors, get_kernel, kernel_launch_shape, persistent_grid, step_scalars,
-                       supports_cuda, supports_fla, tile_cols, torch_on)
+                       supports_cuda, supports_fla, torch_on)
 
 _CONV_THREADS = 256            # kda_conv_update's block
 _FUSED_THREADS, _FUSED_STAGES = 256, 3  # DEFINE_RING_CONV(fused_conv_bulk_early_pdl, ...)
 _TAP_BYTES = 3 * _KV * 3 * 2          # ShortConv::TAP_BYTES: one head's taps, after the stages
 _UNFUSED_STEP = "bulk32k_early_pdl"   # the kda_decode design the unfused path runs second
-# The fused rings: (tile, ConvFusion mode) per variant, the tile in bytes or WHOLE_HEAD as in
-# variants.RING_CONFIGS (DEFINE_RING_CONV in the .cu; a test checks). Built on ring<>, so an
-# -DKDA_TIMELINE build records them too (tools/kda_timeline.py).
-FUSED_CONFIGS: dict[str, tuple[int | str, str]] = {
-    "fused_conv_bulk_early_pdl": (WHOLE_HEAD, "CONV"),
-    "fused_conv_bulk32k_early_pdl": (32768, "CONV"),
-}
-
-
-def fused_smem(name: str, dtype: str) -> int:
-    """Dynamic shared memory of a fused ring: its stages, each with the head's whole x_v (the
-    head's first tile convolves every channel), then one head's taps."""
-    cols = tile_cols(FUSED_CONFIGS[name][0], dtype)
-    return _FUSED_STAGES * _stage_bytes(cols, dtype, v_cols=_KV) + _TAP_BYTES
+# The fused rings and their ConvFusion mode (DEFINE_RING_CONV in the .cu; a test checks). Built on
+# ring<>, so an -DKDA_TIMELINE build records them too (tools/kda_timeline.py).
+FUSED_CONFIGS = {"fused_conv_bulk_early_pdl": "CONV"}
 PROBED = tuple(FUSED_CONFIGS)
 
 
@@ -153,11 +142,10 @@ def build_fused(name: str, geometry, point, inputs, backend) -> _ConvLaunch:
         raise ValueError(f"{name}: {reason}")
     M, H, K, V, dtype = _check_conv_inputs(geometry, point, inputs)
     _, _, _, scale, eps = _dims(geometry)
-    smem = fused_smem(name, dtype)
+    smem = _FUSED_STAGES * _stage_bytes(_KV, dtype) + _TAP_BYTES  # whole-head tiles
     fn = get_kernel(backend, f"kda_{name}_{_SYMBOL_SUFFIX[dtype]}", smem)
     # A multiple of H: each CTA then meets one head h (of every stream) and reads its weights
-    # once; the kernel traps otherwise. A CTA takes whole heads (all their tiles in a row), so no
-    # more CTAs than heads. At M = 32 the makespan is 8 heads either way.
+    # once; the kernel traps otherwise. At M = 32 the makespan is 8 BF16 tiles either way.
     grid = persistent_grid(backend, fn, _FUSED_THREADS, smem, M * H)
     grid -= grid % H
     if grid == 0:
@@ -207,11 +195,6 @@ _WHY = {
         "prologue (taps copied one tile ahead by the bulk engine, weights read once per CTA, taps "
         "shifted in place, q/k/v kept in float); whole-head tiles in both dtypes so one CTA owns a "
         "head's taps (64 KiB FP32 tiles, 1 CTA/SM)",
-    "fused_conv_bulk32k_early_pdl":
-        "fused_conv_bulk_early_pdl with bulk32k_early_pdl's 32 KiB tiles in both dtypes: the same "
-        "kernel with BF16; with FP32 a head is two 64-column tiles that one CTA takes in a row, "
-        "convolving at the first and keeping q, k and v for the second, so two CTAs fit per SM "
-        "as in the plain ring",
     "conv_then_bulk32k_early_pdl":
         "ours unfused: kda_conv_update (one thread per channel, q/k/v written in BF16), then "
         "bulk32k_early_pdl as its programmatic dependent; what the fusion saves is this minus the "

@@ -917,6 +917,12 @@ __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;"
 // by the bulk engine (and ahead of the state copies in the prologue): within 0.5% of this design
 // from M = 8 up (2.1% faster at M = 1 with FP32), so the taps do not wait behind the bulk engine's
 // state copies.
+// Also measured and dropped (reports/2026-11-29-kda_decode_conv-h200-165758 and -170451, code in
+// git at 2bd41fb): 32 KiB tiles with FP32 (a head as two 64-column tiles that one CTA takes in a
+// row, convolving at the first; two CTAs per SM as in bulk32k_early_pdl). Back to back it was
+// 1.7-3.3% faster than the whole-head tile from M = 8 up (79.97 against 82.13 us at M = 32) and
+// 16% slower at M = 1, still 8% behind the two launches (73.90 us): the FP32 fused ring's cost over
+// the two launches is mostly not its tile shape.
 enum ConvFusion { NO_CONV = 0, CONV = 1 };
 
 struct ShortConv {
@@ -1207,13 +1213,10 @@ __device__ __forceinline__ void regs_wide(const bf16* __restrict__ q, const bf16
 // a 3-stage REREAD ring, a 2-stage HOLD_EARLY ring, HOLD_EARLY with cp.async, tiles taken from a
 // global counter instead of a fixed stride, and the tile written back by bulk-engine stores.
 
-// VCOLS_: the v entries staged with a tile, its own COLS columns; the fused convolution stages the
-// head's whole x_v (VDIM), since a head's first tile convolves every channel.
-template <typename T, int COLS_, int THREADS_, int VCOLS_ = COLS_>
+template <typename T, int COLS_, int THREADS_>
 struct RingTile {
     static constexpr int THREADS = THREADS_;
     static constexpr int COLS = COLS_;
-    static constexpr int VCOLS = VCOLS_;
     static constexpr int SLICES = VDIM / COLS;
     static constexpr int VEC = 16 / (int)sizeof(T);   // columns per 16-byte chunk
     static constexpr int CV = COLS / VEC;             // chunks per tile row
@@ -1225,9 +1228,9 @@ struct RingTile {
     static constexpr int OFF_Q = TILE;                // 128 bf16
     static constexpr int OFF_K = OFF_Q + KDIM * 2;    // 128 bf16
     static constexpr int OFF_G = OFF_K + KDIM * 2;    // 128 float
-    static constexpr int OFF_V = OFF_G + KDIM * 4;    // VCOLS bf16
-    static constexpr int BYTES = OFF_V + VCOLS * 2;
-    static constexpr int VCHUNKS = (OFF_V - OFF_Q + VCOLS * 2) / 16;  // 16-byte chunks of q, k, g, v
+    static constexpr int OFF_V = OFF_G + KDIM * 4;    // COLS bf16
+    static constexpr int BYTES = OFF_V + COLS * 2;
+    static constexpr int VCHUNKS = (OFF_V - OFF_Q + COLS * 2) / 16;  // 16-byte chunks of q, k, g, v
     // 8 consecutive lanes (one 16-byte shared-memory phase) read one contiguous 128-byte row
     // segment: conflict-free without padding, and coalesced in global memory.
     static_assert(CV >= 8 && 32 % CV == 0, "a row segment of at least 128 bytes per 8 lanes");
@@ -1281,21 +1284,17 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
                                      bf16* __restrict__ o, int M, int H, float eps, float scale,
                                      bf16* __restrict__ conv = nullptr,
                                      const bf16* __restrict__ conv_w = nullptr) {
-    using R = RingTile<T, COLS, THREADS, FUSE == CONV ? VDIM : COLS>;
+    using R = RingTile<T, COLS, THREADS>;
     using C = Cols<T, R::VEC>;
     static_assert(STAGES >= 2, "one stage computing, at least one loading");
-    // CONV: one CTA must own a head's whole conv state (with two column slices in two CTAs, one
-    // could read the taps after the other had shifted them), so a CTA takes a head's SLICES tiles
-    // one after another (see next_tile) and convolves at the head's first.
-    static_assert(FUSE == NO_CONV || LOADER == BULK, "the taps and the whole x_v come by bulk copy");
+    // One CTA must own a head's whole conv state: with two column slices in two CTAs, one could
+    // read the taps after the other had shifted them.
+    static_assert(FUSE == NO_CONV || COLS == VDIM, "conv fusion needs whole-head tiles");
     extern __shared__ __align__(16) unsigned char ring_smem[];
     __shared__ __align__(16) float4 srow[KDIM];  // alpha, kn, alpha*kn, alpha*qn of each key row
     __shared__ __align__(16) float red[2][R::WARPS][R::COLS];
     __shared__ __align__(16) float su[R::COLS];
     __shared__ float skq;
-    // CONV with a head in several tiles: v after the convolution, from the head's first tile to its
-    // last (only that tile convolves).
-    __shared__ float vconv[FUSE == CONV && R::SLICES > 1 ? VDIM : 1];
     // CONV: after the stages, one head's taps (ShortConv::TAP_BYTES), refilled one tile ahead.
     constexpr int TAPS_OFF = STAGES * R::BYTES;
     if (dynamic_smem_bytes() < (unsigned)(TAPS_OFF + (FUSE == CONV ? ShortConv::TAP_BYTES : 0))) __trap();
@@ -1311,17 +1310,6 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
     const int cv = tid % R::CV, rg = tid / R::CV;
     const int ntiles = M * H * R::SLICES;
     const int stride = gridDim.x;
-    // The tile n places after tile t in this CTA's order. Plain: t, t + grid, ... (a CTA keeps one
-    // column slice). CONV: head-major, the head's SLICES tiles in a row, then the head grid further
-    // on; the same order when a tile is a whole head.
-    auto next_tile = [&](int t, int n) {
-        if constexpr (FUSE == CONV) {
-            const int p = t % R::SLICES + n;
-            return (t / R::SLICES + (p / R::SLICES) * stride) * R::SLICES + p % R::SLICES;
-        } else {
-            return t + n * stride;
-        }
-    };
     constexpr size_t HEAD_BYTES = (size_t)KDIM * VDIM * sizeof(T);
     constexpr size_t ROW_STEP_G = (size_t)R::NRG * VDIM * sizeof(T);  // global bytes between own rows
     constexpr int ROW_STEP_S = R::NRG * R::ROW;                         // stage bytes between own rows
@@ -1367,7 +1355,7 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
                                : tid == 2 ? reinterpret_cast<const unsigned char*>(g)
                                           : reinterpret_cast<const unsigned char*>(v);
     const unsigned b_vdst = tid == 0 ? R::OFF_Q : tid == 1 ? R::OFF_K : tid == 2 ? R::OFF_G : R::OFF_V;
-    const unsigned b_vbytes = tid == 2 ? KDIM * 4 : tid == 3 ? R::VCOLS * 2 : KDIM * 2;
+    const unsigned b_vbytes = tid == 2 ? KDIM * 4 : tid == 3 ? R::COLS * 2 : KDIM * 2;
     const unsigned b_vhead = tid == 2 ? KDIM * 4 : tid == 3 ? VDIM * 2 : KDIM * 2;
 
     // A tile's copies: the state part, then q, k, g and the v slice (PDL splits them at the wait).
@@ -1388,7 +1376,7 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
         const int mh = t / R::SLICES, sl = t % R::SLICES;
         const unsigned dst = ring_base + stage * R::BYTES;
         if constexpr (LOADER == BULK) {
-            if (tid < 4) bulk_copy(dst + b_vdst, b_vec + (size_t)mh * b_vhead + (tid == 3 && R::VCOLS == R::COLS ? sl * R::COLS * 2 : 0), b_vbytes, bar0 + 8 * stage);
+            if (tid < 4) bulk_copy(dst + b_vdst, b_vec + (size_t)mh * b_vhead + (tid == 3 ? sl * R::COLS * 2 : 0), b_vbytes, bar0 + 8 * stage);
         } else {
             if (vsrc) cp_async16_s(dst + vdst, vsrc + (size_t)mh * vhead + sl * vslice);
         }
@@ -1398,15 +1386,15 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
         issue_vectors(stage, t);
         if constexpr (LOADER != BULK) cp_async_commit();  // one group per issue slot, empty or not (see refill)
     };
-    // CONV: head mh's taps, 3 runs of 768 bytes (one per tensor), by thread 0 on the taps barrier.
+    // CONV: tile t's taps, 3 runs of 768 bytes (one per tensor), by thread 0 on the taps barrier.
     // The taps, like the state, are written only by this layer's own launch one step earlier, so
-    // the first head's may be copied before the PDL wait.
+    // the first tile's may be copied before the PDL wait.
     const unsigned taps_bar = bar0 + 8 * STAGES, taps_dst = ring_base + TAPS_OFF;
-    auto issue_taps = [&](int mh) {
+    auto issue_taps = [&](int tt) {
         if constexpr (FUSE == CONV) {
-            if (tid == 0 && mh < M * H) {
+            if (tid == 0 && tt < ntiles) {
                 mbar_expect_tx(taps_bar, ShortConv::TAP_BYTES);
-                const bf16* src = conv + ShortConv::taps_at(mh, H, 0);
+                const bf16* src = conv + ShortConv::taps_at(tt, H, 0);
 #pragma unroll
                 for (int x = 0; x < 3; ++x)
                     bulk_copy(taps_dst + x * (ShortConv::TAP_BYTES / 3), src + x * ShortConv::tensor_stride(H),
@@ -1427,7 +1415,7 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
     // when); HOLD_EARLY refills tile n's own stage with tile n + STAGES once tile n is in registers.
     constexpr bool HOLDS = KEEP != REREAD;
     auto refill = [&](int stage, int t) {
-        const int ahead = next_tile(t, KEEP == HOLD_EARLY ? STAGES : STAGES - 1);
+        const int ahead = t + (KEEP == HOLD_EARLY ? STAGES : STAGES - 1) * stride;
         const int into = KEEP == HOLD_EARLY ? stage : (stage + STAGES - 1) % STAGES;
         if (ahead < ntiles) issue(into, ahead);
         else if constexpr (LOADER != BULK) cp_async_commit();  // keep the group count in step
@@ -1436,20 +1424,20 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
     // Prologue: STAGES-1 tiles in flight (HOLD_EARLY: all STAGES); with cp.async, empty groups are
     // committed too, so the group count always says which tile has landed.
     constexpr int PROLOGUE = KEEP == HOLD_EARLY ? STAGES : STAGES - 1;
-    int t = FUSE == CONV ? blockIdx.x * R::SLICES : blockIdx.x;  // the CTA's first tile
+    int t = blockIdx.x;
     if constexpr (OVERLAP == PDL) {
         // State first, then wait for the previous kernel, then its inputs; cp.async puts all the
         // prologue's vectors in one extra group, so the first tile waits for every group.
 #pragma unroll
         for (int s = 0; s < PROLOGUE; ++s) {
-            if (next_tile(t, s) < ntiles) issue_state(s, next_tile(t, s));
+            if (t + s * stride < ntiles) issue_state(s, t + s * stride);
             if constexpr (LOADER != BULK) cp_async_commit();
         }
-        issue_taps(t / R::SLICES);
+        issue_taps(t);
         pdl_wait();
 #pragma unroll
         for (int s = 0; s < PROLOGUE; ++s)
-            if (next_tile(t, s) < ntiles) issue_vectors(s, next_tile(t, s));
+            if (t + s * stride < ntiles) issue_vectors(s, t + s * stride);
         if constexpr (LOADER != BULK) {
             cp_async_commit();
             cp_async_wait<0>();
@@ -1457,10 +1445,10 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
     } else {
 #pragma unroll
         for (int s = 0; s < PROLOGUE; ++s) {
-            if (next_tile(t, s) < ntiles) issue(s, next_tile(t, s));
+            if (t + s * stride < ntiles) issue(s, t + s * stride);
             else if constexpr (LOADER != BULK) cp_async_commit();
         }
-        issue_taps(t / R::SLICES);
+        issue_taps(t);
     }
 
     // Where column tid's partial sits in red[][warp][]: chunk-major within each 4-float group so
@@ -1470,7 +1458,7 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
     int stage = 0;
     unsigned parity = 0;  // BULK: phase of the current stage's barrier
     int local = 0;  // this CTA's tile count (timeline probes)
-    for (; t < ntiles; t = next_tile(t, 1)) {
+    for (; t < ntiles; t += stride) {
         const int mh = t / R::SLICES, sl = t % R::SLICES;
         const float b = tid < R::COLS ? beta[mh] : 0.f;  // latency hidden behind the wait
         if constexpr (KEEP == HOLD) refill(stage, t);
@@ -1489,40 +1477,29 @@ __device__ __forceinline__ void ring(const bf16* __restrict__ q, const bf16* __r
         const unsigned char* st = ring_smem + stage * R::BYTES;
 
         // CONV: q, k, v after the convolution, as floats in red[0] (free until the column partials,
-        // which come after the next barrier; vj is read before it for that reason). Only a head's
-        // first tile (sl == 0) convolves and sets the key rows (srow, skq); the head's other tiles,
-        // next in this CTA's order, keep them.
+        // which come after the next barrier; vj is read before it for that reason).
         float* const qkv = &red[0][0][0];
         float vj_conv = 0.f;
         if constexpr (FUSE == CONV) {
-            if (sl == 0) {
-                if (tid < KDIM) {
-                    mbar_wait(taps_bar, taps_parity);  // landed during the previous head
-                    ShortConv::step(reinterpret_cast<const bf16*>(ring_smem + TAPS_OFF), conv_wt,
-                                    reinterpret_cast<const bf16*>(st + R::OFF_Q),
-                                    reinterpret_cast<const bf16*>(st + R::OFF_K),
-                                    reinterpret_cast<const bf16*>(st + R::OFF_V), conv, mh, H, tid, qkv);
-                }
-                taps_parity ^= 1u;
-                __syncthreads();
-                issue_taps(mh + stride);  // nothing reads the taps buffer any more this head
+            if (tid < KDIM) {
+                mbar_wait(taps_bar, taps_parity);  // landed during the previous tile
+                ShortConv::step(reinterpret_cast<const bf16*>(ring_smem + TAPS_OFF), conv_wt,
+                                reinterpret_cast<const bf16*>(st + R::OFF_Q),
+                                reinterpret_cast<const bf16*>(st + R::OFF_K),
+                                reinterpret_cast<const bf16*>(st + R::OFF_V), conv, mh, H, tid, qkv);
             }
+            taps_parity ^= 1u;
+            __syncthreads();
+            issue_taps(t + stride);  // nothing reads the taps buffer any more this tile
         }
         if (tid < KDIM) {  // warps 0-3: norms (each warp, no barrier), then one key row each
             if constexpr (FUSE == CONV) {
-                if (sl == 0) {
-                    const Norms n = warp_norms(qkv, qkv + KDIM, eps, scale);
-                    const float a = __expf(reinterpret_cast<const float*>(st + R::OFF_G)[tid]);
-                    const float kn = n.rk * qkv[KDIM + tid], qn = n.rq * qkv[tid];
-                    srow[tid] = make_float4(a, kn, a * kn, a * qn);
-                    if (tid == 0) skq = n.kq;
-                }
-                if constexpr (R::SLICES == 1) {
-                    vj_conv = qkv[2 * KDIM + tid];
-                } else {
-                    if (sl == 0) vconv[tid] = qkv[2 * KDIM + tid];  // read back by thread tid only this tile
-                    vj_conv = tid < R::COLS ? vconv[sl * R::COLS + tid] : 0.f;
-                }
+                const Norms n = warp_norms(qkv, qkv + KDIM, eps, scale);
+                const float a = __expf(reinterpret_cast<const float*>(st + R::OFF_G)[tid]);
+                const float kn = n.rk * qkv[KDIM + tid], qn = n.rq * qkv[tid];
+                srow[tid] = make_float4(a, kn, a * kn, a * qn);
+                if (tid == 0) skq = n.kq;
+                vj_conv = qkv[2 * KDIM + tid];  // COLS == KDIM
             } else {
                 const bf16* sq = reinterpret_cast<const bf16*>(st + R::OFF_Q);
                 const bf16* sk = reinterpret_cast<const bf16*>(st + R::OFF_K);
@@ -1725,5 +1702,3 @@ DEFINE_RING(bulk_head_early_pdl, f32, float, 128, 256, 3, HOLD_EARLY, BULK, PDL)
     }
 DEFINE_RING_CONV(fused_conv_bulk_early_pdl, bf16, bf16, 128, 256, 3, HOLD_EARLY, BULK, PDL, CONV)
 DEFINE_RING_CONV(fused_conv_bulk_early_pdl, f32, float, 128, 256, 3, HOLD_EARLY, BULK, PDL, CONV)
-DEFINE_RING_CONV(fused_conv_bulk32k_early_pdl, bf16, bf16, 128, 256, 3, HOLD_EARLY, BULK, PDL, CONV)
-DEFINE_RING_CONV(fused_conv_bulk32k_early_pdl, f32, float, 64, 256, 3, HOLD_EARLY, BULK, PDL, CONV)

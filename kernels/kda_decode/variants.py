@@ -64,21 +64,16 @@ RING_CONFIGS: dict[str, tuple[int | str, int, int, str, str, str]] = {
 }
 
 
-def tile_cols(tile: int | str, dtype: str) -> int:
-    """State columns of a ring tile given in bytes or as WHOLE_HEAD, for a state of ``dtype``."""
+def ring_cols(name: str, dtype: str) -> int:
+    tile = RING_CONFIGS[name][0]
     return _KV if tile == WHOLE_HEAD else tile // (_KV * _itemsize(dtype))
 
 
-def ring_cols(name: str, dtype: str) -> int:
-    return tile_cols(RING_CONFIGS[name][0], dtype)
-
-
-def _stage_bytes(cols: int, dtype: str, v_cols: int | None = None) -> int:
+def _stage_bytes(cols: int, dtype: str) -> int:
     """One shared-memory stage of the cp.async / bulk rings for a tile of ``cols`` state columns:
-    the tile (128 rows), then q, k (bf16), g (f32) and ``v_cols`` entries of v (bf16; the tile's own
-    columns unless given, the whole head for the fused convolution): Stage<T> and
+    the tile (128 rows), then q, k (bf16), g (f32) and the tile's slice of v (bf16): Stage<T> and
     RingTile<...>::BYTES in the .cu."""
-    return _KV * cols * _itemsize(dtype) + 2 * _KV * 2 + _KV * 4 + (cols if v_cols is None else v_cols) * 2
+    return _KV * cols * _itemsize(dtype) + 2 * _KV * 2 + _KV * 4 + cols * 2
 
 
 def _ring_design(name: str) -> _Design:
