@@ -377,6 +377,7 @@ PEER_VARIANTS: tuple[Variant, ...] = (
     Variant("fla_conv_then_recurrent", "cuda", build_fla_conv,
             why="fla 0.6: Triton causal_conv1d_update with SiLU once per tensor (fla's KDA layer "
                 "has three ShortConvolution modules), q/k/v in BF16, then fused_recurrent_kda_fwd "
-                "with the state updated in place; four launches",
+                "with the state updated in place; four launches; the convolution at one pinned "
+                "config (FLA_CONV_CONFIG, not fla's shape-blind autotuner)",
             supports=supports_fla_conv, peer=True),
 )
