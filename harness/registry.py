@@ -29,7 +29,7 @@ class Launch(Protocol):
     ``runner.replay``): ``run_many(launches) -> step`` enqueues them back to back (default: their
     plain calls in order), and the harness captures that step as one CUDA graph;
     ``capture_many(launches) -> replay`` replaces that capture (fla records through torch).
-    An optional ``note`` string says how the launch ran (a peer's autotuned config): the row's
+    An optional ``note`` string says how the launch ran (the config a peer ran): the row's
     ``reason`` carries it.
     """
 

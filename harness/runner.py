@@ -197,7 +197,7 @@ def measure(comp, variant, point: dict[str, Any], geometry: Geometry, backend, t
     if roofline:
         row["roofline_gbps"] = roofline["gbps"]
         row["roofline_fraction"] = row["gbps"] / roofline["gbps"]
-    # a launch may say how it ran (a peer's tuned config, say): kept with the row
+    # a launch may say how it ran (the config a peer ran, say): kept with the row
     reasons = [r for r in (note, getattr(launch, "note", "")) if r]
     if result.noisy and result.n < timing_conf.min_reps:
         reasons.append(f"noisy: only {result.n} repetitions < min_reps {timing_conf.min_reps} ({result.stop_reason})")

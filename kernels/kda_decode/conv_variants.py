@@ -311,7 +311,7 @@ class _FlaConvLaunch(_FlaLaunch):
     def __init__(self, backend, forward, conv_update, tensors: dict, state0, caches0, scale: float):
         super().__init__(backend, forward, tensors, state0, scale)
         self.conv_update, self.caches0 = conv_update, caches0
-        self.note = ""  # the convolution's tuned config, once built (the row's reason carries it)
+        self.note = ""  # the convolution's config, once built (the row's reason carries it)
 
     def _step(self) -> None:
         t = self.t

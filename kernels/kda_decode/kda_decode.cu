@@ -921,8 +921,8 @@ __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;"
 // git at 2bd41fb): 32 KiB tiles with FP32 (a head as two 64-column tiles that one CTA takes in a
 // row, convolving at the first; two CTAs per SM as in bulk32k_early_pdl). Back to back it was
 // 1.7-3.3% faster than the whole-head tile from M = 8 up (79.97 against 82.13 us at M = 32) and
-// 16% slower at M = 1, still 8% behind the two launches (73.90 us): the FP32 fused ring's cost over
-// the two launches is mostly not its tile shape.
+// 16% slower at M = 1, and still 1.4-14.3% behind the two launches from M = 8 (73.90 us at M = 32):
+// the FP32 fused ring's cost over the two launches is mostly not its tile shape.
 enum ConvFusion { NO_CONV = 0, CONV = 1 };
 
 struct ShortConv {
