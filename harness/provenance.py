@@ -90,6 +90,25 @@ def _version(module: str) -> str | None:
         return None
 
 
+# Installed distributions whose code runs as a peer (fla's Triton kernels) or compiles it: a peer
+# row is only as reproducible as these versions. Read from package metadata, never imported (fla
+# pulls in torch.cuda and Triton).
+PEER_DISTRIBUTIONS = ("fla-core", "triton")
+
+
+def peer_versions() -> dict[str, str | None]:
+    """Version of each PEER_DISTRIBUTIONS entry, None where it is not installed."""
+    from importlib import metadata
+
+    out: dict[str, str | None] = {}
+    for dist in PEER_DISTRIBUTIONS:
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = None
+    return out
+
+
 def _nvml_handle(device: int):
     """NVML handle of the GPU CuPy calls ``device``: matched by PCI bus id, because NVML's index
     order ignores CUDA_VISIBLE_DEVICES and CUDA's fastest-first ordering."""
@@ -190,6 +209,7 @@ def capture(backend, geometry: Geometry) -> dict[str, Any]:
         "torch": _version("torch"),
         "cupy": _version("cupy") if backend.name == "cuda" else None,
         "hydra": _version("hydra"),
+        "peer_versions": peer_versions(),
         "fuel_path": os.path.relpath(geometry.path, REPO_ROOT),
         "fuel_sha256": geometry.sha256,
         "kernel_sources": kernel_source_hashes(),

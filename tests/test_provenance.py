@@ -70,6 +70,20 @@ def test_capture_on_cpu(geometry):
     assert prov["backend"] == "cpu" and "CPU reference backend" in prov["device"]
     assert prov["fuel_sha256"] == geometry.sha256
     assert any(k.endswith(".cu") for k in prov["kernel_sources"])
+    assert set(prov["peer_versions"]) == {"fla-core", "triton"}
+
+
+def test_peer_versions_come_from_package_metadata(monkeypatch):
+    """A peer row needs the versions of the code that ran it; an absent package says None."""
+    from importlib import metadata
+
+    def version(dist):
+        if dist == "triton":
+            raise metadata.PackageNotFoundError(dist)
+        return {"fla-core": "0.6.0"}[dist]
+
+    monkeypatch.setattr(metadata, "version", version)
+    assert provenance.peer_versions() == {"fla-core": "0.6.0", "triton": None}
 
 
 def test_clocks_without_nvml_says_why():
