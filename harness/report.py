@@ -173,6 +173,19 @@ def problems_table(df: pd.DataFrame) -> str:
     return md_table(["component", "variant", *axes, "status", "reason"], rows)
 
 
+def notes_table(df: pd.DataFrame) -> str:
+    """Ok rows that say how they ran (a launch's ``note``, such as the config a peer's autotuned
+    kernel was pinned to) and that the problems table does not already list, or ""."""
+    said = df["reason"].fillna("").astype(str).str.len() > 0
+    noted = df[(df["status"] == "ok") & (df["noisy"] != True) & ~graph_fallbacks(df) & said]  # noqa: E712
+    if noted.empty:
+        return ""
+    axes = component_axes(noted)
+    rows = [[r["component"], r["variant"], *[fmt(r[a]) for a in axes], str(r["reason"])]
+            for _, r in noted.iterrows()]
+    return md_table(["component", "variant", *axes, "how it ran"], rows)
+
+
 TIMELINE_DIR = "timeline"  # a tool's per-CTA timeline kept beside a report (tools/kda_timeline.py)
 
 
@@ -341,7 +354,7 @@ def render_sweep(sweep_dir: pathlib.Path, out_root: pathlib.Path, template: str 
         generated.append("roofline.json")
     text = _env().get_template(template).render(
         sweep=sweep, prov=prov, roof=roof, cpu=cpu, sections=sections, claim=claim,
-        problems=problems_table(df), n_jobs=len(metas), n_rows=len(df),
+        problems=problems_table(df), notes=notes_table(df), n_jobs=len(metas), n_rows=len(df),
         timeline=timeline_table(out), timeline_dir=TIMELINE_DIR,
         timeline_plot=(out / TIMELINE_DIR / "timeline.png").is_file(),
         chains=chain_lengths(df), graphs=sorted({bool(g) for g in df.loc[df["status"] == "ok", "graph"]}),

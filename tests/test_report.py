@@ -134,6 +134,25 @@ def test_rows_whose_graph_capture_failed_are_flagged_not_hidden():
     assert list(report.graph_fallbacks(failed_everywhere)) == [False, False, True]
 
 
+def test_a_rows_note_on_how_it_ran_is_shown_once():
+    """An ok row whose launch said how it ran (fla's pinned convolution config) is listed under
+    its own heading; noisy and failed rows stay in the problems table only; silent rows in neither."""
+    from harness import report
+
+    base = {"component": "kda_decode_conv", "status": "ok", "noisy": False, "reason": "", "M": 32,
+            "graph": True, "peer": False}
+    df = pd.DataFrame([{**base, "variant": "ours"},
+                       {**base, "variant": "fla", "peer": True, "reason": "pinned: BD: 128, num_warps: 4"},
+                       {**base, "variant": "slow", "noisy": True, "reason": "noisy: spread 9.0% > 5%"},
+                       {**base, "variant": "broken", "status": "failed", "reason": "RuntimeError: boom"}])
+    notes = report.notes_table(df)
+    assert "| kda_decode_conv | fla | 32 | pinned: BD: 128, num_warps: 4 |" in notes
+    assert "| ours |" not in notes and "| slow |" not in notes and "| broken |" not in notes
+    problems = report.problems_table(df)
+    assert "| slow |" in problems and "| broken |" in problems and "| fla |" not in problems
+    assert report.notes_table(df[df["variant"] == "ours"]) == ""
+
+
 def test_compare_puts_two_sweeps_shared_rows_side_by_side(cli, tmp_path):
     root = tmp_path / "store"
     for sweep, extra in (("one", []), ("two", ["timing.chain=2"])):
