@@ -158,9 +158,14 @@ def graph_fallbacks(df: pd.DataFrame) -> pd.Series:
     return ok & ~graph & (bool((ok & graph).any()) | said)
 
 
+def _problems(df: pd.DataFrame) -> pd.Series:
+    """Rows the problems table lists: not ok, noisy, or timed without the graph they asked for."""
+    return (df["status"] != "ok") | (df["noisy"] == True) | graph_fallbacks(df)  # noqa: E712 (pandas mask)
+
+
 def problems_table(df: pd.DataFrame) -> str:
     fallback = graph_fallbacks(df)
-    bad = df[(df["status"] != "ok") | (df["noisy"] == True) | fallback]  # noqa: E712 (pandas mask)
+    bad = df[_problems(df)]
     if bad.empty:
         return ""
     axes = component_axes(bad)
@@ -177,7 +182,7 @@ def notes_table(df: pd.DataFrame) -> str:
     """Ok rows that say how they ran (a launch's ``note``, such as the config a peer's autotuned
     kernel was pinned to) and that the problems table does not already list, or ""."""
     said = df["reason"].fillna("").astype(str).str.len() > 0
-    noted = df[(df["status"] == "ok") & (df["noisy"] != True) & ~graph_fallbacks(df) & said]  # noqa: E712
+    noted = df[~_problems(df) & said]
     if noted.empty:
         return ""
     axes = component_axes(noted)

@@ -530,7 +530,7 @@ def build_fla(geometry, point, inputs, backend) -> _FlaLaunch:
     import torch
 
     forward = _fla_forward()
-    M, H, K, V, dtype = _check_inputs(geometry, point, inputs)
+    M, H, K, V, _ = _check_inputs(geometry, point, inputs)
     _, _, _, scale, _ = _dims(geometry)
     device = torch.device("cuda", getattr(backend, "device_id", 0))
     ext = torch.cuda.ExternalStream(backend.stream.ptr)
