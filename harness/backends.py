@@ -13,7 +13,6 @@ backend produces carries ``backend=cpu`` and is labelled "CPU reference backend"
 from __future__ import annotations
 
 import functools
-import hashlib
 import pathlib
 from typing import Any, Callable
 
@@ -101,11 +100,19 @@ class CudaBackend:
 
     # -- kernels ---------------------------------------------------------------------------
     def module(self, source: pathlib.Path, options: tuple[str, ...] = ()):
-        """Compile ``source`` with NVRTC for this device (cached by content and options)."""
-        code = pathlib.Path(source).read_text()
-        key = (hashlib.sha256(code.encode()).hexdigest(), tuple(options))
+        """Compile ``source`` with NVRTC for this device, with its folder on the include path
+        (cached by the content of every file it compiles, and the options)."""
+        from harness.sources import sources_sha
+
+        source = pathlib.Path(source)
+        code = source.read_text()
+        sha = sources_sha([source], length=64)
+        key = (sha, tuple(options))
         if key not in self._modules:
-            opts = ("-std=c++17", "--use_fast_math", f"-arch={self.arch()}", *options)
+            # CuPy's on-disk kernel cache keys on the code string and the options only, not on
+            # the headers NVRTC reads: the hash of every compiled file, as a macro, is in the key.
+            opts = ("-std=c++17", "--use_fast_math", f"-arch={self.arch()}",
+                    f"-I{source.resolve().parent}", f"-DATTNBENCH_SOURCES_SHA={sha[:16]}", *options)
             # Keep exactly one arch flag: CuPy adds its own unless one is given.
             self._modules[key] = self.cp.RawModule(code=code, options=opts, backend="nvrtc")
         return self._modules[key]

@@ -115,14 +115,11 @@ def _case(comp, geometry: Geometry, point: dict[str, Any], seed: int, shared: di
 
 
 def _source_sha(comp, variant) -> str:
-    """Short hash of the files a variant declares as its sources (its .cu), '' if none."""
-    import hashlib
+    """Short hash of what a variant compiles: its declared sources and the headers they include
+    (harness.sources), '' if it declares none."""
+    from harness.sources import sources_sha
 
-    h = hashlib.sha256()
-    for name in variant.sources:
-        path = pathlib.Path(comp.folder) / name
-        h.update(path.read_bytes() if path.is_file() else b"missing:" + name.encode())
-    return h.hexdigest()[:16] if variant.sources else ""
+    return sources_sha([pathlib.Path(comp.folder) / name for name in variant.sources])
 
 
 def _base_row(comp, variant, point, geometry: Geometry, backend) -> dict[str, Any]:
