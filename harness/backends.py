@@ -46,6 +46,7 @@ class CpuBackend:
     label = "CPU reference backend"
     xp = np
     stream = None
+    device_id = 0
 
     def synchronize(self) -> None:
         pass

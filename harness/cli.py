@@ -16,7 +16,7 @@ import sys
 from typing import Any
 
 from harness import backends, registry
-from harness.config import AXIS_KEYS, ConfigError, register_schema, validate
+from harness.config import ConfigError, register_schema, validate
 from harness.fuel import REPO_ROOT, FuelError, load_fuel
 
 EXPERIMENTS_DIR = REPO_ROOT / "experiments"
@@ -59,6 +59,8 @@ def _split_args(argv: list[str]) -> tuple[list[str], bool, bool]:
 
 
 def _group_options(group: str) -> list[str]:
+    if group == "component":  # one option per registered component (harness.config.register_schema)
+        return sorted(registry.components())
     folder = EXPERIMENTS_DIR / group
     return sorted(p.stem for p in folder.glob("*.yaml") if p.stem != "schema")
 
@@ -162,7 +164,7 @@ def preflight(argv: list[str]) -> int:
             per_sweep["fuel"].add(fuel_path)
             per_sweep["store.root"].add(str(cfg.store.root))
             comp = registry.get(cfg.component.name)
-            for key in swept & set(AXIS_KEYS) - set(comp.axes):
+            for key in swept & set(registry.axes()) - set(comp.axis_names):
                 unread.setdefault(key, set()).add(comp.name)
     # One sweep = one backend, device, fuel and store: its provenance and roofline are captured
     # once and would be wrong for jobs on another (CUDA rows divided by a CPU roofline, say).
@@ -284,9 +286,13 @@ def _cmd_list(args: list[str]) -> None:
     from harness import registry
 
     for name, comp in sorted(registry.components().items()):
-        print(f"{name}: {comp.summary} (axes: {', '.join(comp.axes)})")
+        print(f"{name}: {comp.summary} (axes: {', '.join(comp.axis_names)})")
         for v in comp.variants:
             print(f"  {v.backend:4s} {v.name:22s} {'[peer] ' if v.peer else ''}{v.why}")
+    print("axes:")
+    for axis in registry.axes().values():
+        default = "from the fuel" if axis.default is None else repr(axis.default)
+        print(f"  {axis.name:12s} {axis.allowed():28s} default {default}: {axis.doc}")
 
 
 SUBCOMMANDS = {"report": _cmd_report, "compare": _cmd_compare, "accounting": _cmd_accounting,

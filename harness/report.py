@@ -8,10 +8,8 @@ component. Every figure in the text comes from those rows; CPU figures are label
 
 from __future__ import annotations
 
-import json
 import math
 import pathlib
-import shutil
 from typing import Any, Iterable, Sequence
 
 import jinja2
@@ -23,7 +21,6 @@ from harness import store
 from harness.fuel import REPO_ROOT, Geometry
 
 TEMPLATES = REPO_ROOT / "reports" / "templates"
-AXIS_ORDER = ("M", "context", "copy_mib", "state_dtype", "key_dtype", "selection", "pooling", "topk")
 
 
 # -- small formatting helpers (used by templates through filters) ------------------------------------
@@ -64,8 +61,8 @@ def _env() -> jinja2.Environment:
 
 # -- tables -----------------------------------------------------------------------------------------
 def component_axes(df: pd.DataFrame) -> list[str]:
-    """Point axes present in these rows, in a stable reading order."""
-    return [a for a in AXIS_ORDER if a in df.columns and df[a].notna().any()]
+    """Point axes these rows hold a value for, in the order their components declare them."""
+    return [a for a in store.point_axes(df) if df[a].notna().any()]
 
 
 def results_table(df: pd.DataFrame, cpu: bool) -> str:
@@ -329,14 +326,16 @@ def report_dir_name(prov: dict[str, Any], sweep: str) -> str:
 
 def render_sweep(sweep_dir: pathlib.Path, out_root: pathlib.Path, template: str = "sweep.md.j2") -> pathlib.Path:
     sweep_dir = pathlib.Path(sweep_dir)
-    prov = json.loads((sweep_dir / "provenance.json").read_text())
-    roof = json.loads((sweep_dir / "roofline.json").read_text()) if (sweep_dir / "roofline.json").is_file() else None
+    prov = store.read_provenance(sweep_dir)
+    if prov is None:
+        raise FileNotFoundError(f"sweep: {sweep_dir} has no provenance (not a sweep folder)")
+    roof = store.read_roofline(sweep_dir)
     df = store.load_sweep(sweep_dir)
     if df.empty:
         raise FileNotFoundError(f"sweep: {sweep_dir} has no stored rows")
     sweep = str(df["sweep"].iloc[0])
-    metas = [json.loads(p.read_text()) for p in sorted(sweep_dir.glob("*/meta.json"))]
-    claim = _claim(sweep_dir)
+    metas = store.job_metas(sweep_dir)
+    claim = store.sweep_claim(sweep_dir)
     out = _report_folder(out_root, report_dir_name(prov, sweep), sweep_dir, prov)
     out.mkdir(parents=True, exist_ok=True)
     generated: list[str] = ["README.md", "rows.csv", "provenance.json"]
@@ -353,9 +352,9 @@ def render_sweep(sweep_dir: pathlib.Path, out_root: pathlib.Path, template: str 
         if has_plot:
             generated.append(plot_name)
     df.to_csv(out / "rows.csv", index=False)
-    shutil.copyfile(sweep_dir / "provenance.json", out / "provenance.json")
+    _write_json(out / "provenance.json", prov)
     if roof:
-        shutil.copyfile(sweep_dir / "roofline.json", out / "roofline.json")
+        _write_json(out / "roofline.json", roof)
         generated.append("roofline.json")
     text = _env().get_template(template).render(
         sweep=sweep, prov=prov, roof=roof, cpu=cpu, sections=sections, claim=claim,
@@ -398,11 +397,6 @@ def _record_generated(out: pathlib.Path, generated: list[str], sweep_dir: pathli
     (out / _SOURCE).write_text(sweep_dir.resolve().name + "\n")
 
 
-def _claim(sweep_dir: pathlib.Path) -> str:
-    """The experiment's claim, from the first job's Hydra config."""
-    import yaml
-
-    for cfg_path in sorted(sweep_dir.glob("*/.hydra/config.yaml")):
-        cfg = yaml.safe_load(cfg_path.read_text()) or {}
-        return str(cfg.get("claim") or "")
-    return ""
+def _write_json(path: pathlib.Path, obj: dict[str, Any]) -> None:
+    """A report's copy of a stored record, as the store writes it (sorted keys, indented)."""
+    store.atomic_write_json(path, obj)

@@ -19,7 +19,7 @@ import numpy as np
 from harness import backends, provenance, registry, store, timing
 from harness.config import ConfigError, point_of, validate
 from harness.fuel import REPO_ROOT, Geometry, load_fuel
-from harness.verify import compare_all
+from harness.verify import as_check, compare_all
 
 log = logging.getLogger("attnbench")
 
@@ -43,11 +43,8 @@ def _fuel_path(path: str) -> pathlib.Path:
 
 def sweep_provenance(ctx: JobContext, backend, geometry: Geometry) -> dict[str, Any]:
     """Captured by the first job of a sweep and reused by the others."""
-    path = ctx.sweep_dir / "provenance.json"
-    if path.is_file():
-        import json
-
-        prov = json.loads(path.read_text())
+    prov = store.read_provenance(ctx.sweep_dir)
+    if prov is not None:
         mine = (backend.name, getattr(backend, "device_id", 0), geometry.sha256)
         theirs = (prov.get("backend"), prov.get("device_index", 0), prov.get("fuel_sha256"))
         if mine != theirs:
@@ -56,17 +53,15 @@ def sweep_provenance(ctx: JobContext, backend, geometry: Geometry) -> dict[str, 
                               f"allowed: one backend, device and fuel per sweep")
         return prov
     prov = provenance.capture(backend, geometry)
-    store.atomic_write_json(path, prov)
+    store.write_provenance(ctx.sweep_dir, prov)
     return prov
 
 
 def sweep_roofline(ctx: JobContext, backend, geometry: Geometry, timing_conf) -> dict[str, Any]:
     """The measured copy bandwidth for this sweep (bytes read + written per second)."""
-    import json
-
-    path = ctx.sweep_dir / "roofline.json"
-    if path.is_file():
-        return json.loads(path.read_text())
+    roof = store.read_roofline(ctx.sweep_dir)
+    if roof is not None:
+        return roof
     comp = registry.get(ROOFLINE_COMPONENT)
     point = {"copy_mib": ROOFLINE_MIB[backend.name]}
     # Every copy of the roofline family on this backend (ours and peers) at one large size; the
@@ -91,7 +86,7 @@ def sweep_roofline(ctx: JobContext, backend, geometry: Geometry, timing_conf) ->
                      + ("host caches not flushed (CPU reference backend)" if backend.name == "cpu"
                         else "L2 flushed between repetitions, plain launches")),
     }
-    store.atomic_write_json(path, roof)
+    store.write_roofline(ctx.sweep_dir, roof)
     log.info("roofline: %s %d MiB copy %.1f GB/s (%s); candidates %s", best["variant"], point["copy_mib"],
              roof["gbps"], backend.label, roof["candidates"])
     return roof
@@ -101,17 +96,60 @@ def _point_seed(seed: int, point: dict[str, Any]) -> int:
     return (seed * 1_000_003 + zlib.crc32(repr(sorted(point.items())).encode())) % (1 << 32)
 
 
-def _case(comp, geometry: Geometry, point: dict[str, Any], seed: int, shared: dict | None):
-    """Fresh random inputs for this point and their float64 reference, drawn once per job and
-    shared by its variants (every variant is checked on the same inputs; a new job, seed or point
-    draws new ones). ``shared`` is the job's cache; None draws a private case."""
+def build_resident(comp, geometry: Geometry, point: dict[str, Any], backend, seed: int) -> dict[str, Any]:
+    """The component's resident inputs, built on the backend's device (generated there), each
+    checked against its declared size."""
+    resident = {}
+    for i, spec in enumerate(comp.resident):
+        arr = spec.build(geometry, point, backend, (seed + 7919 * (i + 1)) % (1 << 32))
+        want = int(spec.nbytes(geometry, point))
+        if int(arr.nbytes) != want:
+            raise RuntimeError(f"resident input {spec.name!r}: built {int(arr.nbytes)} bytes, declared {want}")
+        resident[spec.name] = arr
+    return resident
+
+
+def _case(comp, geometry: Geometry, point: dict[str, Any], seed: int, shared: dict | None, backend=None):
+    """Fresh random inputs for this point (host arrays, and the resident ones built on the
+    backend) and their float64 reference, drawn once per job and shared by its variants (every
+    variant is checked on the same inputs; a new job, seed or point draws new ones). ``shared``
+    is the job's cache; None draws a private case."""
     if shared is not None and "inputs" in shared:
         return shared["inputs"], shared["ref"]
-    inputs = comp.make_inputs(geometry, point, np.random.default_rng(_point_seed(seed, point)))
+    point_seed = _point_seed(seed, point)
+    host = comp.make_inputs(geometry, point, np.random.default_rng(point_seed))
+    resident = build_resident(comp, geometry, point, backend, point_seed) if comp.resident else {}
+    inputs = registry.Inputs(host, resident, backend if resident else None)
     ref = comp.reference(geometry, point, inputs)
     if shared is not None:
         shared.update(inputs=inputs, ref=ref)
     return inputs, ref
+
+
+def reference_streams(comp, geometry: Geometry, point: dict[str, Any]):
+    """The stream indices the reference covers (a sorted int array), or None for all of them."""
+    streams = comp.reference_streams(geometry, point)
+    return None if streams is None else np.asarray(sorted(set(int(i) for i in streams)), dtype=np.int64)
+
+
+def describe_sample(streams, point: dict[str, Any]) -> str:
+    """What a row says of the reference's coverage: ``all`` or ``streams 0, 9, 31 of 32``."""
+    if streams is None:
+        return "all"
+    total = f" of {point['M']}" if "M" in point else ""
+    return f"streams {', '.join(str(int(i)) for i in streams)}{total}"
+
+
+def checked(comp, point: dict[str, Any], out: dict, ref: dict, streams) -> list:
+    """Every output the component declares a check for, against the reference (only the sampled
+    streams' rows when the reference covers a sample)."""
+    checks = comp.checks(point)
+    missing = sorted(set(checks) - set(out))
+    if missing:
+        raise RuntimeError(f"variant returned no output {missing}")
+    if streams is not None:
+        out = {name: np.asarray(out[name])[streams] for name in checks}
+    return compare_all({n: out[n] for n in checks}, {n: ref[n] for n in checks}, checks.__getitem__)
 
 
 def _source_sha(comp, variant) -> str:
@@ -134,6 +172,8 @@ def _base_row(comp, variant, point, geometry: Geometry, backend) -> dict[str, An
         "layers": int(comp.layers(geometry)), "ms_all_layers": np.nan,
         "source_sha": _source_sha(comp, variant),
         "rel_err": np.nan, "tolerance": np.nan, "errors": "",
+        "checks": "; ".join(f"{name}: {as_check(c).describe()}" for name, c in comp.checks(point).items()),
+        "ref_sample": "all", "point_axes": ",".join(point),
         "clock": "", "cache": "", "graph": False, "chain": 1,
         "sm_clock_mhz_before": None, "sm_clock_mhz_after": None,
         "mem_clock_mhz_before": None, "mem_clock_mhz_after": None,
@@ -147,23 +187,25 @@ def measure(comp, variant, point: dict[str, Any], geometry: Geometry, backend, t
     """Verify then time one variant at one point; always returns a row (ok / skipped / failed)."""
     row = _base_row(comp, variant, point, geometry, backend)
     row["chain"] = chain_length(timing_conf, comp, geometry)
+    streams = reference_streams(comp, geometry, point)
+    row["ref_sample"] = describe_sample(streams, point)
     reason = variant.supports(geometry, point)
-    if reason is None and backend.name == "cpu" and row["bytes"] > comp.cpu_max_bytes:
-        reason = (f"CPU reference backend runs points up to {comp.cpu_max_bytes >> 20} MiB moved; "
-                  f"this one moves {row['bytes'] >> 20} MiB")
+    resident_bytes = sum(int(r.nbytes(geometry, point)) for r in comp.resident)
+    if reason is None and backend.name == "cpu" and row["bytes"] + resident_bytes > comp.cpu_max_bytes:
+        reason = (f"CPU reference backend runs points up to {comp.cpu_max_bytes >> 20} MiB moved or resident; "
+                  f"this one needs {(row['bytes'] + resident_bytes) >> 20} MiB")
     if reason:
         row.update(status="skipped", reason=reason)
         return row
     try:
-        inputs, ref = _case(comp, geometry, point, seed, shared)
+        inputs, ref = _case(comp, geometry, point, seed, shared, backend)
         launch = variant.build(geometry, point, inputs, backend)
+        if not isinstance(launch, registry.Launch):
+            raise TypeError(f"{variant.name}: build returned {type(launch).__name__}, not a harness.registry.Launch")
         launch.poison()
         launch()
         out = launch.outputs()
-        missing = sorted(set(ref) - set(out))
-        if missing:
-            raise RuntimeError(f"variant returned no output {missing}")
-        comparisons = compare_all(out, ref, lambda name: comp.tolerance(point, name))
+        comparisons = checked(comp, point, out, ref, streams)
         row["rel_err"] = max(c.rel_err for c in comparisons)
         row["tolerance"] = max(c.tolerance for c in comparisons)
         row["errors"] = "; ".join(f"{c.name}={c.rel_err:.3e}" for c in comparisons)
@@ -173,7 +215,7 @@ def measure(comp, variant, point: dict[str, Any], geometry: Geometry, backend, t
             return row
         del out
         result, clocks_before, clocks_after, note = _time(comp, variant, point, geometry, backend, timing_conf,
-                                                          inputs, launch, ref, row["chain"])
+                                                          inputs, launch, ref, row["chain"], streams)
     except Exception as exc:  # a broken variant is a failed row, never a crashed sweep
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         row.update(status="failed", reason=f"{type(exc).__name__}: {first}"[:500])
@@ -195,7 +237,7 @@ def measure(comp, variant, point: dict[str, Any], geometry: Geometry, backend, t
         row["roofline_gbps"] = roofline["gbps"]
         row["roofline_fraction"] = row["gbps"] / roofline["gbps"]
     # a launch may say how it ran (the config a peer ran, say): kept with the row
-    reasons = [r for r in (note, getattr(launch, "note", "")) if r]
+    reasons = [r for r in (note, launch.note) if r]
     if result.noisy and result.n < timing_conf.min_reps:
         reasons.append(f"noisy: only {result.n} repetitions < min_reps {timing_conf.min_reps} ({result.stop_reason})")
     elif result.noisy:
@@ -210,31 +252,21 @@ def chain_length(timing_conf, comp, geometry: Geometry) -> int:
     return int(comp.layers(geometry)) if n == 0 else n
 
 
-def _in_order(launches: Sequence) -> Callable[[], None]:
-    def step() -> None:
-        for ln in launches:
-            ln()
-    return step
-
-
 def replay(launches: Sequence, backend, use_graph: bool) -> Callable[[], None]:
     """One timed sample: ``launches`` (one variant, each on its own buffers) enqueued back to back.
 
     With ``use_graph`` they become ONE CUDA graph, so a chain pays graph-internal launch gaps, as a
-    decode step captured whole does, not one host launch each. A launch class may capture itself
-    (``capture_many``: fla records through torch's graph API); otherwise the backend captures the
-    plain calls."""
+    decode step captured whole does, not one host launch each. A launch class that captures itself
+    (``Launch.captures_itself``: fla records through torch's graph API) does so; otherwise the
+    backend captures the class's ``run_many`` step."""
     kind = type(launches[0])
-    if use_graph and getattr(kind, "capture_many", None) is not None:
+    if use_graph and kind.captures_itself:
         return kind.capture_many(launches)
-    if getattr(kind, "run_many", None) is not None:  # e.g. programmatic launches after the first
-        run = kind.run_many(launches)
-    else:
-        run = launches[0] if len(launches) == 1 else _in_order(launches)
+    run = kind.run_many(launches)
     return backend.capture(run) if use_graph else run
 
 
-def check_replay(comp, point, group: Sequence, step: Callable[[], None], ref: dict) -> None:
+def check_replay(comp, point, group: Sequence, step: Callable[[], None], ref: dict, streams=None) -> None:
     """What is timed must be correct too: reset every launch of ``group``, run the timed ``step``
     once, and compare the first, second and last launch's outputs with the reference (each must
     have advanced exactly one step on its own buffers). Raises on a mismatch."""
@@ -242,14 +274,13 @@ def check_replay(comp, point, group: Sequence, step: Callable[[], None], ref: di
         ln.poison()
     step()
     for i in sorted({0, min(1, len(group) - 1), len(group) - 1}):
-        out = group[i].outputs()
-        bad = [c for c in compare_all(out, ref, lambda name: comp.tolerance(point, name)) if not c.ok]
+        bad = [c for c in checked(comp, point, group[i].outputs(), ref, streams) if not c.ok]
         if bad:
             raise RuntimeError(f"timed replay, launch {i + 1} of {len(group)}: "
                                + "; ".join(c.describe() for c in bad))
 
 
-def _time(comp, variant, point, geometry, backend, timing_conf, inputs, launch, ref, chain: int):
+def _time(comp, variant, point, geometry, backend, timing_conf, inputs, launch, ref, chain: int, streams=None):
     """Time one verified launch; returns (result, clocks before, clocks after, note).
 
     With a chain of N > 1, N - 1 more launches are built from the same inputs (each with its own
@@ -272,7 +303,7 @@ def _time(comp, variant, point, geometry, backend, timing_conf, inputs, launch, 
         use_graph = False
         steps = [replay(group, backend, False) for group in groups]
     if use_graph or chain > 1:
-        check_replay(comp, point, groups[0], steps[0], ref)
+        check_replay(comp, point, groups[0], steps[0], ref, streams)
     if cpu:
         return timing.per_launch(timing.time_host(steps[0], timing_conf), chain), {}, {}, note
     timing_conf = _with_timing(timing_conf, graph=use_graph)
@@ -315,7 +346,7 @@ def run_job(cfg, ctx: JobContext) -> list[dict[str, Any]]:
     backend = backends.get(cfg.backend.name, cfg.backend.device)
     prov = sweep_provenance(ctx, backend, geometry)
     roof = sweep_roofline(ctx, backend, geometry, cfg.timing)
-    point = point_of(cfg, comp.axes, geometry)
+    point = point_of(cfg, comp, geometry)
     wanted = list(getattr(cfg, "variants", None) or [])
     chosen = selected_variants(comp, backend.name, cfg.variant, wanted)
     rows = []
@@ -335,7 +366,7 @@ def run_job(cfg, ctx: JobContext) -> list[dict[str, Any]]:
     meta = {
         "sweep": cfg.sweep, "job": ctx.job, "overrides": ctx.overrides, "point": point,
         "component": comp.name, "backend": backend.name, "seconds": round(time.perf_counter() - started, 3),
-        "provenance": prov, "roofline": roof,
+        "provenance": prov, "roofline": roof, "claim": str(getattr(cfg, "claim", "") or ""),
     }
     store.write_job(ctx.job_dir, rows, meta)
     return rows

@@ -1,5 +1,8 @@
 """The results store: one folder per sweep, one per job; rows as parquet plus a metadata file.
 
+This module is the one owner of every stored file: the runner writes through it and the report,
+compare and publish steps read through it; nothing else opens a store's files by name.
+
 Layout (the Hydra output directories, see experiments/hydra/output/store.yaml)::
 
     <root>/<YYYY-mm-dd_HH-MM-SS>_<sweep>/      a sweep
@@ -22,12 +25,17 @@ from typing import Any, Iterable
 
 import pandas as pd
 
-# Columns every row has, in this order; component axes follow them.
+# The rows' layout: 1 (unversioned, until 2026-11-29) had no schema_version, point_axes, ref_sample
+# or checks columns; 2 adds them (a loaded version-1 row gets point_axes from its job's meta.json,
+# ref_sample "all", checks "").
+SCHEMA_VERSION = 2
+
+# Columns every row has, in this order; component axes follow them (named in ``point_axes``).
 ROW_COLUMNS = [
-    "sweep", "job", "component", "variant", "peer", "backend", "device", "status", "reason",
+    "schema_version", "sweep", "job", "component", "variant", "peer", "backend", "device", "status", "reason",
     "ms_p50", "ms_p20", "ms_p80", "ms_min", "n", "spread", "noisy", "stop_reason",
     "bytes", "flops", "gbps", "gflops", "roofline_gbps", "roofline_fraction",
-    "layers", "ms_all_layers", "rel_err", "tolerance", "errors",
+    "layers", "ms_all_layers", "rel_err", "tolerance", "errors", "checks", "ref_sample", "point_axes",
     "clock", "cache", "graph",
     "sm_clock_mhz_before", "sm_clock_mhz_after", "mem_clock_mhz_before", "mem_clock_mhz_after",
     "throttle_before", "throttle_after",
@@ -60,7 +68,7 @@ def atomic_write_json(path: pathlib.Path, obj: Any) -> None:
 
 
 def rows_frame(rows: Iterable[dict[str, Any]]) -> pd.DataFrame:
-    rows = list(rows)
+    rows = [{**r, "schema_version": SCHEMA_VERSION} for r in rows]
     for r in rows:
         missing = [c for c in ROW_COLUMNS if c not in r]
         if missing:
@@ -81,12 +89,65 @@ def write_job(job_dir: pathlib.Path, rows: list[dict[str, Any]], meta: dict[str,
     os.close(fd)
     try:
         df.to_parquet(tmp, index=False)
-        os.replace(tmp, job_dir / "rows.parquet")
+        os.replace(tmp, job_dir / ROWS)
     except BaseException:
         pathlib.Path(tmp).unlink(missing_ok=True)
         raise
-    atomic_write_json(job_dir / "meta.json", meta)
-    return job_dir / "rows.parquet"
+    atomic_write_json(job_dir / META, meta)
+    return job_dir / ROWS
+
+
+PROVENANCE = "provenance.json"
+ROOFLINE = "roofline.json"
+META = "meta.json"
+ROWS = "rows.parquet"
+
+
+def _read_json(path: pathlib.Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+
+
+def write_provenance(sweep_dir: pathlib.Path, prov: dict[str, Any]) -> None:
+    atomic_write_json(pathlib.Path(sweep_dir) / PROVENANCE, prov)
+
+
+def read_provenance(sweep_dir: pathlib.Path) -> dict[str, Any] | None:
+    """The sweep's provenance, or None before its first job captured it."""
+    path = pathlib.Path(sweep_dir) / PROVENANCE
+    return _read_json(path) if path.is_file() else None
+
+
+def write_roofline(sweep_dir: pathlib.Path, roof: dict[str, Any]) -> None:
+    atomic_write_json(pathlib.Path(sweep_dir) / ROOFLINE, roof)
+
+
+def read_roofline(sweep_dir: pathlib.Path) -> dict[str, Any] | None:
+    """The sweep's measured copy ceiling, or None where none was measured."""
+    path = pathlib.Path(sweep_dir) / ROOFLINE
+    return _read_json(path) if path.is_file() else None
+
+
+def job_metas(sweep_dir: pathlib.Path) -> list[dict[str, Any]]:
+    """Every stored job's metadata, in job order."""
+    paths = sorted(pathlib.Path(sweep_dir).glob(f"*/{META}"), key=lambda p: _job_key(p.parent.name))
+    return [_read_json(p) for p in paths]
+
+
+def sweep_claim(sweep_dir: pathlib.Path) -> str:
+    """The experiment's claim: stored in every job's meta.json; stores written before it was
+    read it from the first job's Hydra config dump."""
+    for meta in job_metas(sweep_dir):
+        if "claim" in meta:
+            return str(meta["claim"] or "")
+    import yaml
+
+    for cfg_path in sorted(pathlib.Path(sweep_dir).glob("*/.hydra/config.yaml")):
+        cfg = yaml.safe_load(cfg_path.read_text()) or {}
+        return str(cfg.get("claim") or "")
+    return ""
 
 
 def sweep_dirs(root: str | pathlib.Path) -> list[pathlib.Path]:
@@ -96,13 +157,13 @@ def sweep_dirs(root: str | pathlib.Path) -> list[pathlib.Path]:
     if not root.is_dir():
         return []
     return sorted(p for p in root.iterdir()
-                  if p.is_dir() and (p / "provenance.json").is_file() and any(p.glob("*/rows.parquet")))
+                  if p.is_dir() and (p / PROVENANCE).is_file() and any(p.glob(f"*/{ROWS}")))
 
 
 def find_sweep(root: str | pathlib.Path, name: str) -> pathlib.Path:
     """A sweep by path, folder name, ``latest``, or the newest sweep whose name ends in ``_<name>``."""
     as_path = pathlib.Path(name)
-    if (as_path / "provenance.json").is_file():
+    if (as_path / PROVENANCE).is_file():
         return as_path
     sweeps = sweep_dirs(root)
     if not sweeps:
@@ -117,14 +178,21 @@ def find_sweep(root: str | pathlib.Path, name: str) -> pathlib.Path:
 
 
 def load_sweep(sweep_dir: pathlib.Path) -> pd.DataFrame:
-    """All rows of one sweep with the sweep's provenance columns."""
-    prov = json.loads((sweep_dir / "provenance.json").read_text())
+    """All rows of one sweep with the sweep's provenance columns (older rows brought to the
+    current schema's columns)."""
+    sweep_dir = pathlib.Path(sweep_dir)
+    prov = read_provenance(sweep_dir) or {}
     frames = []
-    for rows_path in sorted(sweep_dir.glob("*/rows.parquet"), key=lambda p: _job_key(p.parent.name)):
+    for rows_path in sorted(sweep_dir.glob(f"*/{ROWS}"), key=lambda p: _job_key(p.parent.name)):
         df = pd.read_parquet(rows_path)
-        meta_path = rows_path.parent / "meta.json"
-        meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+        meta_path = rows_path.parent / META
+        meta = _read_json(meta_path) if meta_path.is_file() else {}
         df["overrides"] = " ".join(meta.get("overrides", []))
+        if "schema_version" not in df.columns:  # version 1
+            df["schema_version"] = 1
+            df["point_axes"] = ",".join(meta.get("point", {}))
+            df["ref_sample"] = "all"
+            df["checks"] = ""
         frames.append(df)
     if not frames:
         return pd.DataFrame(columns=ROW_COLUMNS)
@@ -140,6 +208,18 @@ def load(root: str | pathlib.Path = "results") -> pd.DataFrame:
     frames = [load_sweep(s) for s in sweep_dirs(root)]
     frames = [f for f in frames if len(f)]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=ROW_COLUMNS)
+
+
+def point_axes(df: pd.DataFrame) -> list[str]:
+    """The point axes these rows name (``point_axes``), in first-seen order."""
+    if "point_axes" not in df.columns:
+        return []
+    seen: list[str] = []
+    for value in df["point_axes"].dropna().unique():
+        for name in str(value).split(","):
+            if name and name not in seen and name in df.columns:
+                seen.append(name)
+    return seen
 
 
 def _job_key(name: str) -> tuple[int, str]:

@@ -101,3 +101,14 @@ def _first_true(mask, first: int) -> tuple[tuple[int, ...], ...]:
         if len(found) >= first:
             break
     return tuple(tuple(int(x) for x in np.unravel_index(i, tuple(mask.shape))) for i in found)
+
+
+class _Tolerance(float):
+    """Interim: a float tolerance as a check (0 byte-exact), until the check kinds land."""
+
+    def describe(self) -> str:
+        return "byte-exact" if self == 0 else f"relative error <= {float(self):.0e}"
+
+
+def as_check(value):
+    return value if hasattr(value, "describe") else _Tolerance(value)

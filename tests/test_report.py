@@ -65,6 +65,7 @@ def test_scaling_fit_recovers_rate_and_fixed_cost():
             nbytes = M * 4.3e6
             seconds = fixed + nbytes / rate if M > 1 else 40e-6  # M=1: latency-bound, off the line
             rows.append({"component": "kda_decode", "variant": "v", "M": M, "state_dtype": dtype,
+                         "point_axes": "M,state_dtype",
                          "bytes": nbytes, "ms_p50": seconds * 1e3, "status": "ok", "peer": False})
     fits = {f["others"]["state_dtype"]: f for f in report.scaling_fits(pd.DataFrame(rows))}
     assert set(fits) == {"bf16", "fp32"}
@@ -116,7 +117,7 @@ def test_a_chained_sweep_says_its_times_are_per_launch_of_back_to_back_layers(cl
 def test_rows_whose_graph_capture_failed_are_flagged_not_hidden():
     from harness import report
 
-    base = {"component": "kda_decode", "status": "ok", "noisy": False, "reason": "", "M": 32,
+    base = {"component": "kda_decode", "status": "ok", "noisy": False, "reason": "", "M": 32, "point_axes": "M",
             "ms_p50": 1e-3, "ms_p20": 1e-3, "ms_p80": 1e-3, "gbps": 1.0, "roofline_fraction": 0.5,
             "layers": 34, "ms_all_layers": 0.034, "rel_err": 1e-3, "n": 10, "peer": False}
     df = pd.DataFrame([{**base, "variant": "a", "graph": True},
@@ -139,7 +140,7 @@ def test_a_rows_note_on_how_it_ran_is_shown_once():
     its own heading; noisy and failed rows stay in the problems table only; silent rows in neither."""
     from harness import report
 
-    base = {"component": "kda_decode_conv", "status": "ok", "noisy": False, "reason": "", "M": 32,
+    base = {"component": "kda_decode_conv", "status": "ok", "noisy": False, "reason": "", "M": 32, "point_axes": "M",
             "graph": True, "peer": False}
     df = pd.DataFrame([{**base, "variant": "ours"},
                        {**base, "variant": "fla", "peer": True, "reason": "pinned: BD: 128, num_warps: 4"},

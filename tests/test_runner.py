@@ -13,7 +13,7 @@ QUICK = SimpleNamespace(warmup=1, min_reps=5, max_reps=20, min_time_ms=0.0, max_
                         timeout_s=5.0, cache="auto", graph=False)
 
 
-class _Lazy:
+class _Lazy(registry.Launch):
     """A CPU launch that forgets to write the second half of its output."""
 
     def __init__(self, inputs):
@@ -100,7 +100,7 @@ def test_fresh_inputs_per_seed(geometry):
     assert not np.array_equal(a, b) and np.all(a != 0)
 
 
-class _Sleeper:
+class _Sleeper(registry.Launch):
     """A CPU launch that copies exactly, takes a known time and logs which launch ran."""
 
     SECONDS = 0.002
@@ -156,7 +156,16 @@ def test_chain_zero_is_the_components_layers_per_step(geometry):
 
 def test_replay_without_graph_runs_launches_in_order():
     order: list = []
-    launches = [lambda i=i: order.append(i) for i in range(4)]
+
+    class Logged(registry.Launch):
+        def __init__(self, i):
+            self.i = i
+
+        def poison(self): ...
+        def outputs(self): return {}
+        def __call__(self): order.append(self.i)
+
+    launches = [Logged(i) for i in range(4)]
     step = runner.replay(launches, backends.CpuBackend(), use_graph=False)
     step()
     step()
@@ -198,9 +207,17 @@ def test_a_chain_whose_later_launches_are_wrong_fails_before_timing(geometry):
 def test_replay_uses_a_launch_class_own_chaining():
     log: list = []
 
-    class Chained:
+    class Chained(registry.Launch):
+        captures_itself = True
+
         def __init__(self, i):
             self.i = i
+
+        def poison(self):
+            pass
+
+        def outputs(self):
+            return {}
 
         def __call__(self, programmatic=False):
             log.append((self.i, programmatic))
@@ -267,3 +284,36 @@ def test_a_launch_note_is_kept_in_the_row(geometry):
     row = runner.measure(comp, noted, {"copy_mib": 1}, geometry, backends.CpuBackend(), QUICK, seed=1,
                          roofline=None)
     assert row["status"] == "ok" and "tuned: BD=64" in row["reason"].split("; ")
+
+
+def test_a_build_that_returns_no_launch_is_a_failed_row(geometry):
+    """The Launch contract is a base class, not duck typing: an object that merely looks like a
+    launch is refused with a reason naming it."""
+    class Lookalike:
+        def poison(self): ...
+        def __call__(self): ...
+        def outputs(self): return {}
+
+    comp = _comp()
+    odd = registry.Variant("lookalike", "cpu", lambda g, p, i, b: Lookalike(), why="test")
+    row = runner.measure(comp, odd, {"copy_mib": 1}, geometry, backends.CpuBackend(), QUICK, 1, None)
+    assert row["status"] == "failed" and "not a harness.registry.Launch" in row["reason"]
+
+
+def test_replay_does_not_let_a_class_capture_itself_unless_it_says_so():
+    """Only a class with captures_itself records its own graph; any other is captured by the
+    backend from its run_many step."""
+    captured = []
+
+    class Plain(registry.Launch):
+        def poison(self): ...
+        def outputs(self): return {}
+        def __call__(self): captured.append("call")
+
+        @classmethod
+        def capture_many(cls, launches):  # must not be used: captures_itself is False
+            raise AssertionError("capture_many called")
+
+    backend = SimpleNamespace(capture=lambda run: (lambda: (captured.append("graph"), run())))
+    runner.replay([Plain(), Plain()], backend, use_graph=True)()
+    assert captured == ["graph", "call", "call"]

@@ -26,7 +26,7 @@ COMPONENT = register(Component(
     bytes_moved=spec.bytes_moved,
     footprint=spec.footprint,
     flops=spec.flops,
-    tolerance=spec.tolerance,
+    checks=spec.checks,
     variants=CUDA_VARIANTS + PEER_VARIANTS + CPU_VARIANTS,
     summary="one KDA decode step: state read + written in place, q/k/v/g/beta in, o out",
     # float64 references on the host: M up to 16 with a BF16 state (8 with FP32) per job.
@@ -43,7 +43,7 @@ CONV_COMPONENT = register(Component(
     bytes_moved=conv_spec.bytes_moved,
     footprint=conv_spec.footprint,
     flops=conv_spec.flops,
-    tolerance=conv_spec.tolerance,
+    checks=conv_spec.checks,
     variants=conv_variants.CUDA_VARIANTS + conv_variants.PEER_VARIANTS + conv_variants.CPU_VARIANTS,
     summary="the short convolution (3 x 8192 channels, kernel 4, SiLU, taps in place) and the KDA "
             "decode step after it",

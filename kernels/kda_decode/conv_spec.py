@@ -95,5 +95,8 @@ def flops(geometry, point) -> int:
     return spec.flops(geometry, point) + M * geometry.kda.conv_tensors * channels(geometry) * per_channel
 
 
-def tolerance(point, name: str) -> float:
-    return TOLERANCE[(point["state_dtype"], name)]
+OUTPUTS = (*spec.OUTPUTS, "conv_state")
+
+
+def checks(point) -> dict:
+    return {name: TOLERANCE[(point["state_dtype"], name)] for name in OUTPUTS}

@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from harness.registry import Variant
+from harness.registry import Launch, Variant
 
 from . import conv_spec
 from .reference import bf16_to_float, ref_short_conv
@@ -77,7 +77,7 @@ class _Kernel:
     args: Callable[[dict], tuple]
 
 
-class _ConvLaunch:
+class _ConvLaunch(Launch):
     """One step of ours: one kernel (fused) or two (the convolution, then the step as its
     programmatic dependent). Every kernel of ours here waits (griddepcontrol.wait) before it reads
     what an earlier launch wrote, so in a chain each step but the first is launched as a

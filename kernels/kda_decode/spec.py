@@ -17,10 +17,14 @@ from __future__ import annotations
 import numpy as np
 
 from harness.accounting import dtype_bytes, kda_state_bytes_per_layer
+from harness.axes import Axis
+from harness.fuel import DTYPES
+from kernels.axes import M
 
 from .reference import bf16_to_float, float_to_bf16, ref_step
 
-AXES = ("M", "state_dtype")
+STATE_DTYPE = Axis("state_dtype", str, "bf16", "dtype of the KDA recurrent state (in place)", choices=DTYPES)
+AXES = (M, STATE_DTYPE)
 
 # ||out - ref|| / ||ref|| against float64. o is stored in BF16 (8 mantissa bits: unit roundoff
 # 2^-9, RMS error of one rounding about 1.1e-3); a BF16 state adds one more rounding of every
@@ -93,5 +97,8 @@ def flops(geometry, point) -> int:
     return M * H * 7 * K * V
 
 
-def tolerance(point, name: str) -> float:
-    return TOLERANCE[(point["state_dtype"], name)]
+OUTPUTS = ("o", "state")
+
+
+def checks(point) -> dict:
+    return {name: TOLERANCE[(point["state_dtype"], name)] for name in OUTPUTS}

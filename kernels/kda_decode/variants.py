@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from harness.registry import Variant
+from harness.registry import Launch, Variant
 
 from .reference import bf16_to_float, materialize, ref_lazy_step
 
@@ -221,7 +221,7 @@ def step_scalars(M: int, H: int, eps: float, scale: float) -> tuple:
     return (np.int32(M), np.int32(H), np.float32(eps), np.float32(scale))
 
 
-class _CudaLaunch:
+class _CudaLaunch(Launch):
     """One step of one of our kernels on ``backend.stream``.
 
     Lazy designs ping-pong two (kn, d) buffer pairs: step i reads pair p and writes pair 1-p, so the
@@ -354,7 +354,7 @@ CUDA_VARIANTS: tuple[Variant, ...] = tuple(
 
 # -- CPU reference backend ------------------------------------------------------------------------
 
-class _CpuLazyLaunch:
+class _CpuLazyLaunch(Launch):
     """``ref_lazy_step`` in float64 on the host; ``outputs`` materialises the true state."""
 
     def __init__(self, geometry, point, inputs):
@@ -435,8 +435,11 @@ def supports_fla(geometry, point) -> str | None:
     return None
 
 
-class _FlaLaunch:
-    """fla's Triton fused_recurrent KDA kernel at T=1, sharing ``backend.stream``."""
+class _FlaLaunch(Launch):
+    """fla's Triton fused_recurrent KDA kernel at T=1, sharing ``backend.stream``; it records its
+    own graphs through torch (``capture_many``)."""
+
+    captures_itself = True
 
     def __init__(self, backend, forward, tensors: dict, state0, scale: float):
         import torch

@@ -11,7 +11,8 @@ import pathlib
 
 import numpy as np
 
-from harness.registry import Component, Variant, register
+from harness.axes import Axis
+from harness.registry import Component, Launch, Variant, register
 
 FOLDER = pathlib.Path(__file__).parent
 SOURCE = FOLDER / "copy.cu"
@@ -20,6 +21,7 @@ THREADS = 256
 UNROLL = 8          # matches UNROLL in copy.cu: words each thread has in flight
 RESIDENT_BLOCKS_PER_SM = 2048 // THREADS   # threads per SM / threads per block
 XOR_PATTERN = 0x5A5A5A5A
+COPY_MIB = Axis("copy_mib", int, 1024, "MiB copied (read, and written again)", low=1, high=65536)
 
 
 def _size_bytes(point) -> int:
@@ -50,7 +52,7 @@ def _grid(backend, words: int) -> int:
     return max(1, min(need, backend.props["multiProcessorCount"] * RESIDENT_BLOCKS_PER_SM))
 
 
-class _CudaMove:
+class _CudaMove(Launch):
     """Launch for the CUDA copy / rmw kernels; poison fills the destination with 0xFF bytes."""
 
     def __init__(self, backend, kernel_name: str, inputs, word_bytes: int, in_place: bool):
@@ -83,7 +85,7 @@ class _CudaMove:
         return {"x" if self.in_place else "dst": self.backend.to_host(self.dst)}
 
 
-class _HostMove:
+class _HostMove(Launch):
     """CPU reference backend: NumPy copy / in-place XOR."""
 
     def __init__(self, inputs, in_place: bool):
@@ -111,7 +113,7 @@ def _needs_16_byte_words(geometry, point) -> str | None:
     return None if _size_bytes(point) % 16 == 0 else "copy size must be a multiple of 16 bytes"
 
 
-class _TorchCopy:
+class _TorchCopy(Launch):
     """Peer: torch's device copy (``Tensor.copy_``) on our stream, over the same CuPy buffers."""
 
     def __init__(self, backend, inputs):
@@ -177,18 +179,19 @@ RMW_VARIANTS = (
 )
 
 _common = dict(
-    axes=("copy_mib",),
+    axes=(COPY_MIB,),
     layers=lambda geometry: 1,
     make_inputs=make_inputs,
     bytes_moved=bytes_moved,
     flops=lambda geometry, point: 0,
-    tolerance=lambda point, name: 0.0,  # byte-exact
     cpu_max_bytes=1 << 30,
     folder=str(FOLDER),
 )
 
-register(Component(name="roofline", reference=ref_copy, variants=COPY_VARIANTS,
+register(Component(name="roofline", reference=ref_copy, checks=lambda point: {"dst": 0.0},  # byte-exact
+                   variants=COPY_VARIANTS,
                    summary="device copy, bytes read + written", **_common))
-register(Component(name="roofline_rmw", reference=ref_rmw, variants=RMW_VARIANTS,
+register(Component(name="roofline_rmw", reference=ref_rmw, checks=lambda point: {"x": 0.0},  # byte-exact
+                   variants=RMW_VARIANTS,
                    footprint=lambda geometry, point: _size_bytes(point),  # one buffer, in place
                    summary="in-place read-modify-write, bytes read + written", **_common))
