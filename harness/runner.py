@@ -19,7 +19,7 @@ import numpy as np
 from harness import backends, provenance, registry, store, timing
 from harness.config import ConfigError, point_of, validate
 from harness.fuel import REPO_ROOT, Geometry, load_fuel
-from harness.verify import compare_all
+from harness.verify import as_check, compare_all
 
 log = logging.getLogger("attnbench")
 
@@ -163,9 +163,10 @@ def measure(comp, variant, point: dict[str, Any], geometry: Geometry, backend, t
         missing = sorted(set(ref) - set(out))
         if missing:
             raise RuntimeError(f"variant returned no output {missing}")
-        comparisons = compare_all(out, ref, lambda name: comp.tolerance(point, name))
+        checks = _checks(comp, point, ref)
+        comparisons = compare_all(out, ref, checks)
         row["rel_err"] = max(c.rel_err for c in comparisons)
-        row["tolerance"] = max(c.tolerance for c in comparisons)
+        row["tolerance"] = max(getattr(checks[c.name], "tolerance", 0.0) for c in comparisons)
         row["errors"] = "; ".join(f"{c.name}={c.rel_err:.3e}" for c in comparisons)
         bad = [c for c in comparisons if not c.ok]
         if bad:
@@ -202,6 +203,12 @@ def measure(comp, variant, point: dict[str, Any], geometry: Geometry, backend, t
         reasons.append(f"noisy: spread {result.spread:.1%} > {timing_conf.max_noise:.0%} ({result.stop_reason})")
     row["reason"] = "; ".join(reasons)
     return row
+
+
+def _checks(comp, point, ref: dict) -> dict:
+    """Every reference output with the check its float tolerance stands for (verify.as_check:
+    0.0 is Exact, else RelErr): the components still declare floats."""
+    return {name: as_check(comp.tolerance(point, name)) for name in ref}
 
 
 def chain_length(timing_conf, comp, geometry: Geometry) -> int:
@@ -243,7 +250,7 @@ def check_replay(comp, point, group: Sequence, step: Callable[[], None], ref: di
     step()
     for i in sorted({0, min(1, len(group) - 1), len(group) - 1}):
         out = group[i].outputs()
-        bad = [c for c in compare_all(out, ref, lambda name: comp.tolerance(point, name)) if not c.ok]
+        bad = [c for c in compare_all(out, ref, _checks(comp, point, ref)) if not c.ok]
         if bad:
             raise RuntimeError(f"timed replay, launch {i + 1} of {len(group)}: "
                                + "; ".join(c.describe() for c in bad))

@@ -9,7 +9,7 @@ import pytest
 from harness.backends import gpu_visible
 from harness.fuel import load_fuel
 from harness.runner import replay
-from harness.verify import compare_all
+from harness.verify import as_check, compare_all
 from kda_chain import check_dependent_chain
 from kernels.kda_decode import conv_spec
 from kernels.kda_decode.reference import float_to_bf16
@@ -38,8 +38,8 @@ def reference_steps(point: dict, inputs: dict, steps: int) -> dict:
 
 
 def assert_matches(point: dict, out: dict, ref: dict, what: str) -> None:
-    bad = [c.describe() for c in compare_all(out, ref, lambda name: conv_spec.tolerance(point, name))
-           if not c.ok]
+    checks = {name: as_check(conv_spec.tolerance(point, name)) for name in ref}
+    bad = [c.describe() for c in compare_all(out, ref, checks) if not c.ok]
     assert not bad, f"{what}: " + "; ".join(bad)
 
 
