@@ -28,8 +28,8 @@ Every check kind is a small frozen dataclass with ``describe()``, one line stati
     in-place state (left at plausible initial values) could pass at large M.
 
 ``IndexSet(scores, tie, masked=-1, masked_positions=True, candidates=None)``
-    ``out`` and the reference are signed-integer arrays ``[rows..., width]``; each row is one
-    selection. ``ref_outputs[scores]`` is a reference array ``[rows..., n_scores]`` holding every
+    ``out`` and the reference are signed-integer arrays ``[rows..., width]`` (any signed dtype;
+    an ``out`` of another kind fails every row); each row is one selection. ``ref_outputs[scores]`` is a reference array ``[rows..., n_scores]`` holding every
     candidate's score (an auxiliary reference array, not an output: ``compare_all`` compares only
     the names it is given). The valid index range is ``[0, n)`` with ``n = candidates`` (default
     ``n_scores``; at most ``n_scores``). ``masked`` (negative; -1 by default) marks an empty slot.
@@ -44,10 +44,11 @@ Every check kind is a small frozen dataclass with ``describe()``, one line stati
       as many as the reference has (``masked_positions=False``);
     - the members (the slots that are not ``masked``) agree under ``tie``:
 
-      ``"lower_index"``: the same set of indices as the reference. The reference's rule, which no
-      kernel's order can change: rank by score, and among equal scores the lower index wins
-      (what a stable sort of ``-scores`` keeps). A kernel that took another candidate of equal
-      score at the k-th boundary fails.
+      ``"lower_index"``: the same set of indices as the reference, which is built by a rule that
+      depends on no kernel: rank by score, and among equal scores the lower index wins (what a
+      stable sort of ``-scores`` keeps; the component's reference must follow it, compare cannot
+      tell which candidates were eligible). A kernel that took another candidate of equal score
+      at the k-th boundary fails.
       ``"equal_scores"``: the sorted vector of the members' scores (``ref_outputs[scores]`` at
       the members' indices, row by row) equals the reference members' sorted scores exactly. A
       kernel that took another candidate of the same score at the k-th boundary passes; any
@@ -74,9 +75,11 @@ field           Exact                        RelErr                       IndexS
                                                                           fails
 ==============  ===========================  ===========================  ======================
 
-``shape_ok`` is False when ``out``'s shape differs from the reference's (then every element, or
-row, counts as a mismatch). ``ok`` is the verdict; ``check`` is the check's ``describe()``;
-``describe()`` is one line with all of the above.
+Exact's rel_err is 0/inf as the tolerance-0 path always reported it, so a byte-exact output's
+``rel_err`` column reads as before. ``shape_ok`` is False when ``out``'s shape differs from the
+reference's (then every element, or row, counts as a mismatch and ``detail`` gives both shapes).
+``ok`` is the verdict; ``check`` is the check's ``describe()``; ``unit`` says what
+``mismatches`` counts (``"elements"`` or ``"rows"``); ``describe()`` is one line with all of it.
 """
 
 from __future__ import annotations
