@@ -19,7 +19,7 @@ import numpy as np
 from harness import backends, provenance, registry, store, timing
 from harness.config import ConfigError, point_of, validate
 from harness.fuel import REPO_ROOT, Geometry, load_fuel
-from harness.verify import as_check, compare_all
+from harness.verify import RelErr, as_check, compare_all
 
 log = logging.getLogger("attnbench")
 
@@ -140,16 +140,21 @@ def describe_sample(streams, point: dict[str, Any]) -> str:
     return f"streams {', '.join(str(int(i)) for i in streams)}{total}"
 
 
+def output_checks(comp, point: dict[str, Any]) -> dict:
+    """The component's check per output (a float tolerance read as verify.as_check does)."""
+    return {name: as_check(c) for name, c in comp.checks(point).items()}
+
+
 def checked(comp, point: dict[str, Any], out: dict, ref: dict, streams) -> list:
     """Every output the component declares a check for, against the reference (only the sampled
     streams' rows when the reference covers a sample)."""
-    checks = comp.checks(point)
+    checks = output_checks(comp, point)
     missing = sorted(set(checks) - set(out))
     if missing:
         raise RuntimeError(f"variant returned no output {missing}")
     if streams is not None:
         out = {name: np.asarray(out[name])[streams] for name in checks}
-    return compare_all({n: out[n] for n in checks}, {n: ref[n] for n in checks}, checks.__getitem__)
+    return compare_all(out, ref, checks)
 
 
 def _source_sha(comp, variant) -> str:
@@ -172,7 +177,7 @@ def _base_row(comp, variant, point, geometry: Geometry, backend) -> dict[str, An
         "layers": int(comp.layers(geometry)), "ms_all_layers": np.nan,
         "source_sha": _source_sha(comp, variant),
         "rel_err": np.nan, "tolerance": np.nan, "errors": "",
-        "checks": "; ".join(f"{name}: {as_check(c).describe()}" for name, c in comp.checks(point).items()),
+        "checks": "; ".join(f"{name}: {c.describe()}" for name, c in output_checks(comp, point).items()),
         "ref_sample": "all", "point_axes": ",".join(point),
         "clock": "", "cache": "", "graph": False, "chain": 1,
         "sm_clock_mhz_before": None, "sm_clock_mhz_after": None,
@@ -206,9 +211,13 @@ def measure(comp, variant, point: dict[str, Any], geometry: Geometry, backend, t
         launch()
         out = launch.outputs()
         comparisons = checked(comp, point, out, ref, streams)
-        row["rel_err"] = max(c.rel_err for c in comparisons)
-        row["tolerance"] = max(c.tolerance for c in comparisons)
-        row["errors"] = "; ".join(f"{c.name}={c.rel_err:.3e}" for c in comparisons)
+        # rel_err / tolerance summarise the relative-error checks (an index set has neither)
+        rel = [c.rel_err for c in comparisons if c.rel_err == c.rel_err]
+        row["rel_err"] = max(rel) if rel else np.nan
+        row["tolerance"] = max((c.tolerance for c in output_checks(comp, point).values() if isinstance(c, RelErr)),
+                               default=0.0)
+        row["errors"] = "; ".join(f"{c.name}={c.rel_err:.3e}" if c.rel_err == c.rel_err else
+                                  f"{c.name}={c.mismatches} {c.unit} off" for c in comparisons)
         bad = [c for c in comparisons if not c.ok]
         if bad:
             row.update(status="failed", reason="; ".join(c.describe() for c in bad))

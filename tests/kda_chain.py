@@ -14,18 +14,14 @@ from kernels.kda_decode import spec
 from kernels.kda_decode.reference import float_to_bf16
 
 
-def rel(a: np.ndarray, b: np.ndarray) -> float:
-    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
-
-
 def check_dependent_chain(launches: list, backend, inputs: dict, use_graph: bool, geometry, point: dict,
-                          tolerance: Callable[[str], float], linked: str = "v",
+                          checks: dict, linked: str = "v",
                           reference: Callable = spec.reference) -> None:
     """Layer i's input ``linked`` (``v``; ``x_v`` when the convolution is fused in front) is layer
     i-1's o (both [M, H, 128] bf16); every o starts poisoned (NaN). One chain (``runner.replay``, as
     timed) must leave each layer one step ahead of its own initial states, computed by
-    ``reference`` (the component's) from what layer i-1 actually wrote; ``tolerance(name)`` per
-    output."""
+    ``reference`` (the component's) from what layer i-1 actually wrote, judged by ``checks`` (the
+    component's, ``spec.checks(point)``)."""
     for before, after in zip(launches, launches[1:]):
         after.dev[linked] = before.dev["o"]
     for launch in launches:
@@ -36,6 +32,6 @@ def check_dependent_chain(launches: list, backend, inputs: dict, use_graph: bool
         out = launch.outputs()
         assert np.isfinite(out["o"]).all(), f"layer {i}: o has NaN (read its input before the layer ahead wrote it?)"
         ref = reference(geometry, point, {**inputs, linked: fed})
-        bad = [c.describe() for c in compare_all(out, ref, tolerance) if not c.ok]
+        bad = [c.describe() for c in compare_all(out, ref, checks) if not c.ok]
         assert not bad, f"layer {i}: " + "; ".join(bad)
         fed = float_to_bf16(out["o"])  # exactly the bf16 words the next layer reads

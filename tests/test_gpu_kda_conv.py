@@ -38,8 +38,7 @@ def reference_steps(point: dict, inputs: dict, steps: int) -> dict:
 
 
 def assert_matches(point: dict, out: dict, ref: dict, what: str) -> None:
-    bad = [c.describe() for c in compare_all(out, ref, lambda name: conv_spec.tolerance(point, name))
-           if not c.ok]
+    bad = [c.describe() for c in compare_all(out, ref, conv_spec.checks(point)) if not c.ok]
     assert not bad, f"{what}: " + "; ".join(bad)
 
 
@@ -96,5 +95,5 @@ def test_conv_pdl_layer_reads_its_input_after_the_layer_before(variant, backend,
     inputs = conv_spec.make_inputs(GEOMETRY, point, np.random.default_rng(92))
     launches = [variant.build(GEOMETRY, point, inputs, backend) for _ in range(4)]
     check_dependent_chain(launches, backend, inputs, use_graph, GEOMETRY, point,
-                          lambda name: conv_spec.tolerance(point, name), linked="x_v",
+                          conv_spec.checks(point), linked="x_v",
                           reference=conv_spec.reference)

@@ -11,7 +11,9 @@ import pytest
 from harness.backends import gpu_visible
 from harness.fuel import load_fuel
 from harness.runner import replay
-from kda_chain import check_dependent_chain, rel
+from harness.verify import compare_all
+from kda_chain import check_dependent_chain
+from kernels.kda_decode import spec
 from kernels.kda_decode.reference import bf16_to_float, float_to_bf16, ref_step
 from kernels.kda_decode.variants import CUDA_VARIANTS, PEER_VARIANTS
 
@@ -20,15 +22,13 @@ pytestmark = pytest.mark.skipif(not gpu_visible(), reason="no GPU visible (cupy 
 # The real geometry, from the fuel (64 heads x 128 x 128, q scale 1/sqrt(128), eps 1e-6).
 GEOMETRY = load_fuel()
 
-# Tolerances on ||out - ref|| / ||ref||.
-# o is stored as bf16: round-to-nearest-even to an 8-bit significand errs by at most 2^-8 = 3.9e-3
-# relative per element, hence at most that norm-wise; float32 arithmetic adds ~1e-6. 5e-3 is that
-# bound with margin, independent of the state dtype (the reference sees the same decoded inputs).
-# A bf16 state is rounded once per step the same way (<= 3.9e-3 per step, growing slowly over the
-# 3-step case), so 1e-2. An fp32 state only carries float32 rounding (~1e-6 over 128-term sums and
-# fast-math exp/rsqrt), so 1e-4 there catches real mistakes that a bf16-sized bound would hide.
-TOL_O = 5e-3
-TOL_STATE = {"bf16": 1e-2, "fp32": 1e-4}
+
+
+def assert_checked(point: dict, out: dict, o_ref, s_ref, what: str = "") -> None:
+    """The outputs against the reference by the component's own checks (spec.checks: the same
+    rule the sweep's verification applies)."""
+    bad = [c.describe() for c in compare_all(out, {"o": o_ref, "state": s_ref}, spec.checks(point)) if not c.ok]
+    assert not bad, f"{what}{'; '.join(bad)}"
 
 
 def make_inputs(M: int, state_dtype: str, seed: int) -> dict[str, np.ndarray]:
@@ -85,19 +85,12 @@ def _run_and_check(variant, backend, M, state_dtype, steps, use_graph=False):
     out = launch.outputs()
     o_ref, s_ref = reference(inputs, steps)
 
-    assert out["o"].shape == o_ref.shape and out["state"].shape == s_ref.shape
-    assert np.isfinite(out["o"]).all(), "o has non-finite elements (unwritten or diverged)"
-    assert np.isfinite(out["state"]).all(), "state has non-finite elements"
-    e_o, e_s = rel(out["o"], o_ref), rel(out["state"], s_ref)
-    assert e_o < TOL_O, f"o rel err {e_o:.3e} >= {TOL_O}"
-    assert e_s < TOL_STATE[state_dtype], f"state rel err {e_s:.3e} >= {TOL_STATE[state_dtype]}"
+    assert_checked(point, out, o_ref, s_ref, f"{steps} step(s): ")
 
     # poison() must restore the initial state: one more step from it reproduces the 1-step reference.
     launch.poison()
     launch()
-    again = launch.outputs()
-    o1, s1 = reference(inputs, 1)
-    assert rel(again["o"], o1) < TOL_O and rel(again["state"], s1) < TOL_STATE[state_dtype]
+    assert_checked(point, launch.outputs(), *reference(inputs, 1), "after poison: ")
 
 
 @pytest.mark.parametrize("steps", [1, 3])
@@ -138,9 +131,7 @@ def test_chain_graph_steps_every_layer_once(variant, backend, state_dtype):
     replay(launches, backend, True)()
     o_ref, s_ref = reference(inputs, 1)
     for i, launch in enumerate(launches):
-        out = launch.outputs()
-        e_o, e_s = rel(out["o"], o_ref), rel(out["state"], s_ref)
-        assert e_o < TOL_O and e_s < TOL_STATE[state_dtype], f"layer {i}: o {e_o:.3e}, state {e_s:.3e}"
+        assert_checked(point, launch.outputs(), o_ref, s_ref, f"layer {i}: ")
 
 
 PDL_VARIANTS = [v for v in CUDA_VARIANTS if v.name.endswith("_pdl")]
@@ -160,5 +151,4 @@ def test_pdl_layer_reads_its_input_after_the_layer_before(variant, backend, stat
         pytest.skip(reason)
     inputs = make_inputs(M, state_dtype, seed=91 + (state_dtype == "fp32"))
     launches = [variant.build(GEOMETRY, point, inputs, backend) for _ in range(layers)]
-    tol = {"o": TOL_O, "state": TOL_STATE[state_dtype]}
-    check_dependent_chain(launches, backend, inputs, use_graph, GEOMETRY, point, tol.__getitem__)
+    check_dependent_chain(launches, backend, inputs, use_graph, GEOMETRY, point, spec.checks(point))

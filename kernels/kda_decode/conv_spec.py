@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from harness.accounting import dtype_bytes, kda_conv_bytes_per_layer
+from harness.verify import as_check
 
 from . import spec
 from .reference import float_to_bf16, ref_short_conv, ref_step
@@ -99,4 +100,6 @@ OUTPUTS = (*spec.OUTPUTS, "conv_state")
 
 
 def checks(point) -> dict:
-    return {name: TOLERANCE[(point["state_dtype"], name)] for name in OUTPUTS}
+    """How each output is judged (harness.verify): o and state by relative error, the taps
+    byte-exact (a tolerance of 0 is verify.Exact)."""
+    return {name: as_check(TOLERANCE[(point["state_dtype"], name)]) for name in OUTPUTS}

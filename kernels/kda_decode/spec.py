@@ -19,6 +19,7 @@ import numpy as np
 from harness.accounting import dtype_bytes, kda_state_bytes_per_layer
 from harness.axes import Axis
 from harness.fuel import DTYPES
+from harness.verify import as_check
 from kernels.axes import M
 
 from .reference import bf16_to_float, float_to_bf16, ref_step
@@ -26,12 +27,17 @@ from .reference import bf16_to_float, float_to_bf16, ref_step
 STATE_DTYPE = Axis("state_dtype", str, "bf16", "dtype of the KDA recurrent state (in place)", choices=DTYPES)
 AXES = (M, STATE_DTYPE)
 
-# ||out - ref|| / ||ref|| against float64. o is stored in BF16 (8 mantissa bits: unit roundoff
-# 2^-9, RMS error of one rounding about 1.1e-3); a BF16 state adds one more rounding of every
-# element per step (seed 000 measured 2.07e-3 on o and 2.55e-3 on the state). An FP32 state is
-# updated in FP32 arithmetic, so its own error is ~1e-6; o still carries the BF16 output rounding.
+# ||out - ref|| / ||ref|| against float64 (harness.verify.RelErr: also no element off by more
+# than the tolerance x max|ref|, and nothing unwritten). o is stored in BF16 (8 mantissa bits:
+# round-to-nearest-even errs by at most 2^-8 = 3.9e-3 relative per element, so at most that
+# norm-wise); float32 arithmetic adds ~1e-6; 5e-3 is that bound with margin, whatever the state
+# dtype (measured on the H200 up to 2026-11-29: at most 1.7e-3, 2.4e-3 with the convolution in
+# front). A BF16 state adds one more rounding of every element per step (seed 000 measured
+# 2.07e-3 on o and 2.55e-3 on the state), so 1e-2 for it; an FP32 state is updated in FP32
+# arithmetic, so its own error is ~1e-6 and 1e-4 catches real mistakes a BF16 bound would hide.
+# The sweep and the GPU tests judge every output by these same checks (``checks``).
 TOLERANCE = {
-    ("bf16", "o"): 1e-2,
+    ("bf16", "o"): 5e-3,
     ("bf16", "state"): 1e-2,
     ("fp32", "o"): 5e-3,
     ("fp32", "state"): 1e-4,
@@ -101,4 +107,5 @@ OUTPUTS = ("o", "state")
 
 
 def checks(point) -> dict:
-    return {name: TOLERANCE[(point["state_dtype"], name)] for name in OUTPUTS}
+    """How each output is judged (harness.verify): relative error within TOLERANCE."""
+    return {name: as_check(TOLERANCE[(point["state_dtype"], name)]) for name in OUTPUTS}
