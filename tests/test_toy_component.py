@@ -30,7 +30,7 @@ def test_toy_component_is_swept_verified_stored_reported_and_compared(toy_cli, t
     by_m = rows.set_index("M")
     # M = 3: the reference ran on a sample and the row says which; M = 2: on every stream.
     assert by_m.loc[3, "ref_sample"] == "streams 0, 2 of 3" and by_m.loc[2, "ref_sample"] == "all"
-    assert "index set" in by_m.loc[3, "checks"] and "relative error" in by_m.loc[3, "checks"]
+    assert "best: index set" in by_m.loc[3, "checks"] and "out: rel_err <= 1.0e-05" in by_m.loc[3, "checks"]
     assert set(rows["point_axes"]) == {"M,context,toy_rows"}
     assert (rows["toy_rows"] == 6).all() and (rows["context"] == 1024).all()
 
