@@ -88,6 +88,32 @@ class _HostGather(Launch):
         return {"out": np.asarray(self.out, dtype=np.float64), "best": self.best}
 
 
+class _CupyGather(_HostGather):
+    """The same on the GPU with CuPy: the table is read where it was built, never copied."""
+
+    def __init__(self, inputs, backend):
+        super().__init__(inputs)
+        self.backend, cp = backend, backend.cp
+        self.rows_d, self.w_d = backend.to_device(self.rows), backend.to_device(self.w)
+
+    def poison(self) -> None:
+        cp = self.backend.cp
+        with self.backend.stream:
+            self.out = cp.full((len(self.w), WIDTH), cp.nan)
+            self.best = cp.full((len(self.w), BEST), -1431655766, dtype=cp.int32)
+
+    def __call__(self) -> None:
+        cp = self.backend.cp
+        with self.backend.stream:
+            gathered = self.table[self.rows_d]
+            self.out = self.w_d[:, None] * gathered.sum(axis=1, dtype=cp.float32)
+            scores = gathered.sum(axis=2, dtype=cp.float64)
+            self.best = cp.argsort(-scores, axis=-1)[:, :BEST].astype(cp.int32)
+
+    def outputs(self) -> dict[str, np.ndarray]:
+        return {"out": self.backend.to_host(self.out).astype(np.float64), "best": self.backend.to_host(self.best)}
+
+
 def _bytes(geometry, point) -> int:
     m, r = int(point["M"]), int(point["toy_rows"])
     return m * r * (WIDTH * 4 + 8) + m * 8 + m * (WIDTH * 8 + BEST * 4)
@@ -109,7 +135,9 @@ COMPONENT = register(Component(
     bytes_moved=_bytes,
     flops=lambda geometry, point: 2 * int(point["M"]) * int(point["toy_rows"]) * WIDTH,
     variants=(Variant("numpy_gather", "cpu", lambda g, p, i, b: _HostGather(i),
-                      why="NumPy gather of the resident table on the host"),),
+                      why="NumPy gather of the resident table on the host"),
+              Variant("cupy_gather", "cuda", lambda g, p, i, b: _CupyGather(i, b),
+                      why="CuPy gather of the resident table where it was built")),
     summary="test component: gather rows of a device-resident table, sum them, rank them",
     check_point=_check_point,
     resident=(ResidentInput("table", _table_build,
