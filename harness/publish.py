@@ -49,7 +49,8 @@ class PublishError(Exception):
 
 
 # -- what a report folder publishes --------------------------------------------------------------
-def _is_store_file(rel: pathlib.PurePath) -> bool:
+def is_store_file(rel: pathlib.PurePath) -> bool:
+    """A raw store's file (parquet, job metadata, Hydra's dumps, logs) or a render marker: never published."""
     return (rel.name in STORE_NAMES or rel.suffix == ".parquet" or rel.name.endswith(".log")
             or any(part in STORE_DIRS for part in rel.parts[:-1]))
 
@@ -64,7 +65,7 @@ def reader_files(report_dir: pathlib.Path) -> list[pathlib.PurePosixPath]:
     picked |= {pathlib.PurePosixPath(p.name) for p in report_dir.glob("*.png") if p.is_file()}
     files = [pathlib.PurePosixPath(p.relative_to(report_dir).as_posix())
              for p in report_dir.rglob("*") if p.is_file()]
-    files = [f for f in files if not _is_store_file(f)]
+    files = [f for f in files if not is_store_file(f)]
     for f in files:
         if len(f.parts) > 1 and f.parts[0].startswith("timeline") and any(
                 fnmatch.fnmatch(f.name, pat) for pat in TIMELINE_PATTERNS):
@@ -241,13 +242,12 @@ def index_markdown(reports_root: str | pathlib.Path = REPORTS) -> str:
         sweep = str(rows["sweep"].iloc[0]) if len(rows) and "sweep" in rows else folder.name
         commit = str(prov.get("commit") or "unknown")
         commit = commit[:7] + (" (dirty)" if prov.get("dirty") else "") + (" (dirty: unknown)" if prov.get("dirty") is None else "")
-        link = f"[README]({folder.name}/README.md)"
+        link = f"[`{folder.name}`]({folder.name}/README.md)"
         if (folder / "FINDINGS.md").is_file():
             link += f" · [FINDINGS]({folder.name}/FINDINGS.md)"
         lines.append([str(prov.get("timestamp_utc", ""))[:16].replace("T", " "), f"`{sweep}`",
                       str(prov.get("device", prov.get("device_short", prov.get("backend", "?")))),
-                      f"`{commit}`", _headline_cell(rows, prov.get("backend") == "cpu"),
-                      f"`{folder.name}/` {link}"])
+                      f"`{commit}`", _headline_cell(rows, prov.get("backend") == "cpu"), link])
     table = md_table(["measured (UTC)", "sweep", "device", "commit", "headline", "report"], lines)
     return INDEX_HEADER + (table if lines else "No report is published yet.") + "\n"
 
