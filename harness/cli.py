@@ -3,7 +3,7 @@
 ``attnbench [hydra overrides]`` runs one job; ``attnbench -m ...`` runs a Hydra multirun (a
 sweep). Before Hydra starts, every job of the sweep is composed and validated ("preflight"): a bad
 override exits with status 2 and one line naming the key and the allowed values, and nothing is
-written. Subcommands: ``report``, ``compare``, ``accounting``, ``fuel``, ``list``.
+written. Subcommands: ``report``, ``publish``, ``compare``, ``accounting``, ``fuel``, ``list``.
 """
 
 from __future__ import annotations
@@ -227,14 +227,36 @@ def _cmd_report(args: list[str]) -> None:
     ap = argparse.ArgumentParser(prog="attnbench report", description="Render a sweep as a dated markdown report.")
     ap.add_argument("sweep", help="sweep folder, its name, or 'latest'")
     ap.add_argument("--root", default="results", help="results store root (default: results)")
-    ap.add_argument("--out", default=str(REPO_ROOT / "reports"), help="where reports go (default: reports/)")
+    ap.add_argument("--out", help="where reports go (default: <store root>/reports, beside the sweep)")
     ns = ap.parse_args(args)
     try:
         sweep_dir = store.find_sweep(ns.root, ns.sweep)
-        path = report.render_sweep(sweep_dir, pathlib.Path(ns.out))
+        path = report.render_sweep(sweep_dir, pathlib.Path(ns.out) if ns.out else sweep_dir.parent / "reports")
     except (FileNotFoundError, ValueError, KeyError) as exc:
         fail(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
     print(f"report: {path}")
+
+
+def _cmd_publish(args: list[str]) -> None:
+    from harness import publish
+
+    ap = argparse.ArgumentParser(prog="attnbench publish",
+                                 description="Copy a rendered report's reader files into reports/ and regenerate its index.")
+    ap.add_argument("report_dir", nargs="?", help="a rendered report folder (attnbench report prints it)")
+    ap.add_argument("--force", action="store_true", help="replace a different report of the same name")
+    ap.add_argument("--index-only", action="store_true", help="only regenerate reports/README.md")
+    ap.add_argument("--reports", default=str(publish.REPORTS), help="the published reports folder (default: reports/)")
+    ns = ap.parse_args(args)
+    if bool(ns.report_dir) == ns.index_only:
+        fail("publish: name a rendered report folder, or pass --index-only (not both)")
+    try:
+        if ns.report_dir:  # publishing regenerates the index too
+            print(f"published: {publish.publish(ns.report_dir, ns.reports, force=ns.force)}")
+        else:
+            publish.write_index(ns.reports)
+        print(f"index: {pathlib.Path(ns.reports) / publish.INDEX}")
+    except (publish.PublishError, FileNotFoundError, ValueError, KeyError) as exc:
+        fail(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
 
 
 def _cmd_compare(args: list[str]) -> None:
@@ -295,7 +317,7 @@ def _cmd_list(args: list[str]) -> None:
         print(f"  {axis.name:12s} {axis.allowed():28s} default {default}: {axis.doc}")
 
 
-SUBCOMMANDS = {"report": _cmd_report, "compare": _cmd_compare, "accounting": _cmd_accounting,
+SUBCOMMANDS = {"report": _cmd_report, "publish": _cmd_publish, "compare": _cmd_compare, "accounting": _cmd_accounting,
                "fuel": _cmd_fuel, "list": _cmd_list}
 
 

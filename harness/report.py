@@ -1,6 +1,6 @@
 """Reports: a sweep rendered as a dated markdown write-up from a Jinja template.
 
-``render_sweep`` writes ``reports/<date>-<sweep>-<device>/`` with ``README.md`` (the template,
+``render_sweep`` writes ``<out_root>/<date>-<sweep>-<device>/`` with ``README.md`` (the template,
 rendered with StrictUndefined so a missing value is an error, not a blank), ``rows.csv`` (every
 stored row with its provenance columns), ``provenance.json``, ``roofline.json`` and one plot per
 component. Every figure in the text comes from those rows; CPU figures are labelled as such.

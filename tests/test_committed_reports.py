@@ -1,5 +1,6 @@
-"""Committed GPU reports stay reproducible: each renders again from its stored rows, and every
-p50 in the stored rows appears in the rendered table."""
+"""The committed reports/ holds published reports only: each folder has what a reader needs and no
+raw store, every ok row of its rows.csv appears in its README, and the index is current.
+(Rendering from a store is tested on the small fixtures, tests/test_publish.py.)"""
 
 from __future__ import annotations
 
@@ -8,27 +9,40 @@ import json
 import pandas as pd
 import pytest
 
-from harness import report, store
-from harness.fuel import REPO_ROOT
+from harness import publish
 
-SWEEPS = sorted(p.parent for p in (REPO_ROOT / "reports").glob("*/store/*/provenance.json"))
+FOLDERS = publish.published(publish.REPORTS)
 
 
-@pytest.mark.parametrize("sweep_dir", SWEEPS, ids=[s.parent.parent.name for s in SWEEPS])
-def test_report_renders_from_its_store(sweep_dir, tmp_path):
-    readme = report.render_sweep(sweep_dir, tmp_path)
-    text = readme.read_text()
-    rows = store.load_sweep(sweep_dir)
-    prov = json.loads((sweep_dir / "provenance.json").read_text())
+def test_reports_folder_holds_published_reports_only():
+    assert len(FOLDERS) > 0
+    others = sorted(p.name for p in publish.REPORTS.iterdir()
+                    if p not in FOLDERS and p.name not in ("templates", publish.INDEX))
+    assert others == [], "every folder of reports/ is a published report (README.md, rows.csv, provenance.json)"
+
+
+@pytest.mark.parametrize("folder", FOLDERS, ids=[f.name for f in FOLDERS])
+def test_published_report_is_complete_and_its_rows_are_in_its_readme(folder):
+    for name in publish.REQUIRED:
+        assert (folder / name).is_file(), f"{folder.name} lacks {name}"
+    raw = [p.relative_to(folder).as_posix() for p in folder.rglob("*")
+           if p.name in publish.STORE_DIRS or (p.is_file() and publish.is_store_file(p.relative_to(folder)))]
+    assert raw == [], f"{folder.name} holds store or render files"
+    text = (folder / "README.md").read_text()
+    prov = json.loads((folder / "provenance.json").read_text())
     assert prov["backend"] == "cuda" and prov["commit"] != "unknown"
-    assert prov["commit"][:12] in text or prov["commit"] in text
+    # how to reproduce it: the commit and the sweep's command line
+    assert prov["commit"] in text and f"`attnbench {prov['argv']}`" in text
+    rows = pd.read_csv(folder / "rows.csv")
     ok = rows[rows["status"] == "ok"]
     assert len(ok) > 0
     for ms in ok["ms_p50"]:
         assert f"{ms * 1e3:.2f}" in text
-    committed = pd.read_csv(sweep_dir.parent.parent / "rows.csv")
-    # Failed and skipped rows have no time (NaN): compare them by count, the times as sorted lists.
-    times = lambda df: sorted(df["ms_p50"].dropna().round(9))  # noqa: E731
-    assert times(committed) == times(rows)
-    assert committed["ms_p50"].isna().sum() == rows["ms_p50"].isna().sum()
-    assert sorted(committed["status"]) == sorted(rows["status"])
+
+
+def test_index_is_current():
+    committed = (publish.REPORTS / publish.INDEX).read_text()
+    assert committed == publish.index_markdown(publish.REPORTS), (
+        "reports/README.md is stale: regenerate it with python3 -m harness publish --index-only")
+    for folder in FOLDERS:
+        assert f"]({folder.name}/README.md)" in committed

@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # One full call on the lent H200: install the wheels it lacks (offline), run the GPU tests, run the
-# committed sweeps, render their reports, and pack everything under $OUT (the tool brings back at
-# most 8 files, so reports and store travel as one tarball).
+# committed sweeps, render their reports, and pack what this call produced under $OUT. The tool
+# brings back at most 8 files of 16 MiB, so this call's sweeps (results/<sweep>/) and the reports
+# rendered from them (results/reports/<name>/) travel as one tarball, $OUT/results.tgz; older
+# sweeps and reports a warm machine still holds, and the committed reports/, stay behind.
 #   usage (device tool): ATTNBENCH_COMMIT=<sha> ATTNBENCH_DIRTY=<0|n files> bash tools/h200_run.sh [experiment ...]
+#   back home: tar xzf results.tgz (at the repository root), read results/reports/<name>/README.md,
+#   then python3 -m harness publish results/reports/<name> to put it in reports/
 #   (the device copy's .git, when it has one, can be stale: ATTNBENCH_COMMIT wins over it, and
 #   without either the reports say commit unknown / dirty: unknown)
 #   optional env: SKIP_TESTS=1, PYTEST_K=<expr> (GPU test filter), SWEEP_ARGS="M=32 variant=a,b"
@@ -19,6 +23,19 @@ python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .
 export PYTHONPATH="/tmp/site:$PWD"
 experiments=("${@:-roofline kda_decode}")
 commit_note="commit ${ATTNBENCH_COMMIT:-unknown}"; echo "$commit_note"
+# What this call produced, one path a line (files, because the block below runs in a pipeline's
+# subshell): the sweeps that were not under results/ before it, and the reports rendered from them.
+state="$(mktemp -d)"
+ls -1 results 2>/dev/null | sort > "$state/before"
+: > "$state/reports"
+new_sweeps() {
+  ls -1 results 2>/dev/null | sort | comm -13 "$state/before" - | grep -vx reports | sed 's|^|results/|'
+}
+pack() {
+  local paths
+  mapfile -t paths < <(new_sweeps; sort -u "$state/reports")
+  if [ ${#paths[@]} -gt 0 ]; then tar czf "$OUT/results.tgz" "${paths[@]}"; else echo "pack: this call stored no sweep"; fi
+}
 {
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv
   python3 -c "import torch, cupy; print('torch', torch.__version__, 'cupy', cupy.__version__, torch.cuda.get_device_name())"
@@ -32,21 +49,32 @@ commit_note="commit ${ATTNBENCH_COMMIT:-unknown}"; echo "$commit_note"
   for e in ${experiments[@]}; do
     own="SWEEP_ARGS_${e}"
     # report only a sweep that ran: after a refused sweep "latest" would be an older one
-    ${SWEEP_TIMEOUT:+timeout $SWEEP_TIMEOUT} python3 -m harness -m "+experiment=$e" ${SWEEP_ARGS:-} ${!own:-} 2>&1 \
-      && python3 -m harness report latest
+    if ${SWEEP_TIMEOUT:+timeout $SWEEP_TIMEOUT} python3 -m harness -m "+experiment=$e" ${SWEEP_ARGS:-} ${!own:-} 2>&1; then
+      # `report` prints "report: results/reports/<name>/README.md": keep its folder
+      rendered="$(python3 -m harness report latest)" && echo "$rendered" \
+        && dirname "${rendered#report: }" >> "$state/reports"
+    fi
     # pack after every sweep, so a call stopped at its time limit still brings back what finished
-    tar czf "$OUT/results.tgz" results reports
+    pack
   done
 } 2>&1 | tee "$OUT/log.txt"
 if [ -n "${PROFILE:-}" ]; then bash -c "$PROFILE" > "$OUT/profile.txt" 2>&1; echo "profile rc $?" | tee -a "$OUT/log.txt"; fi
-tar czf "$OUT/results.tgz" results reports
-python3 - <<'PY' | tee "$OUT/summary.txt"
+pack
+new_sweeps > "$state/sweeps"
+SWEEPS_FILE="$state/sweeps" python3 - <<'PY' | tee "$OUT/summary.txt"
+import os, pathlib
 import pandas as pd
 from harness import store
-df = store.load("results")
+sweeps = [pathlib.Path(p) for p in pathlib.Path(os.environ["SWEEPS_FILE"]).read_text().split()]
+frames = [store.load_sweep(s) for s in sweeps if (s / "provenance.json").is_file()]
+frames = [f for f in frames if len(f)]
+if not frames:
+    raise SystemExit("summary: this call stored no rows")
+df = pd.concat(frames, ignore_index=True)
 cols = ["component", "variant", "M", "state_dtype", "copy_mib", "ms_p50", "gbps", "roofline_fraction", "rel_err", "status"]
 cols = [c for c in cols if c in df.columns]
 df["ms_p50"] = df["ms_p50"] * 1e3
 pd.set_option("display.width", 250, "display.max_rows", 500)
 print(df[cols].rename(columns={"ms_p50": "us_p50"}).to_string(index=False, float_format=lambda x: f"{x:.4g}"))
 PY
+rm -rf "$state"

@@ -6,7 +6,7 @@ Ring variants: kda_decode's RING_CONFIGS and the ring with the short convolution
     python3 tools/kda_timeline.py ring32k_reread bulk32k_early --point M=32 --point state_dtype=bf16 \
         --out $OUT/timeline
     python3 tools/kda_timeline.py bulk32k_early_pdl --chain 4 --point M=32 --out $OUT/timeline_chain
-    python3 tools/kda_timeline.py --replot reports/<report>/timeline     # plot saved CSVs, no GPU
+    python3 tools/kda_timeline.py --replot DIR     # redraw DIR/timeline.png from the CSVs a run saved there, no GPU
 
 Builds kda_decode.cu with -DKDA_TIMELINE (probes that a normal build compiles to nothing) through
 the sweep's own launcher, so grid, shared memory and inputs are the swept ones. Each launch follows
