@@ -320,8 +320,10 @@ def plot_component(df: pd.DataFrame, roofline_gbps: float | None, path: pathlib.
 
 # -- the write-up -------------------------------------------------------------------------------------
 def report_dir_name(prov: dict[str, Any], sweep: str) -> str:
-    date = str(prov["timestamp_utc"])[:10]
-    return f"{date}-{sweep}-{prov.get('device_short', prov['backend'])}"
+    """``<date>-<sweep>-<device>-<HHMMSS>``: the measurement's start (UTC) makes the name unique
+    per sweep, so a report published from a fresh machine never meets an older one's name."""
+    stamp = str(prov["timestamp_utc"])
+    return f"{stamp[:10]}-{sweep}-{prov.get('device_short', prov['backend'])}-{stamp[11:19].replace(':', '')}"
 
 
 def render_sweep(sweep_dir: pathlib.Path, out_root: pathlib.Path, template: str = "sweep.md.j2") -> pathlib.Path:
@@ -376,13 +378,12 @@ _SOURCE = ".sweep"         # the sweep folder a report folder was rendered from
 
 
 def _report_folder(out_root: pathlib.Path, name: str, sweep_dir: pathlib.Path, prov: dict[str, Any]) -> pathlib.Path:
-    """``<date>-<sweep>-<device>``; when that folder already holds another sweep's report, the
-    measurement time is added instead of overwriting it."""
-    out = out_root / name
-    marker = out / _SOURCE
-    if marker.is_file() and marker.read_text().strip() != sweep_dir.resolve().name:
-        stamp = str(prov["timestamp_utc"])[11:19].replace(":", "")
-        out = out_root / f"{name}-{stamp}"
+    """``out_root / name``, unless that folder holds another sweep's report (two sweeps started in
+    the same second): then ``name-2``, ``name-3``, ... instead of overwriting it."""
+    out, n = out_root / name, 1
+    while (out / _SOURCE).is_file() and (out / _SOURCE).read_text().strip() != sweep_dir.resolve().name:
+        n += 1
+        out = out_root / f"{name}-{n}"
     return out
 
 

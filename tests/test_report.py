@@ -12,7 +12,8 @@ def test_quickstart_sweep_and_report(cli, tmp_path):
     res = cli("report", "latest", "--root", str(root), "--out", str(out))
     assert res.returncode == 0, res.stderr
     (folder,) = list(out.iterdir())
-    assert folder.name.endswith("-quickstart-cpu") and folder.name[:4].isdigit()
+    name = folder.name.split("-")
+    assert name[3:5] == ["quickstart", "cpu"] and len(name) == 6 and name[0].isdigit() and name[5].isdigit()
     text = (folder / "README.md").read_text()
     assert "CPU reference backend" in text
     assert "numpy_copy" in text and "GB/s" in text and "## Roofline" in text
