@@ -238,7 +238,7 @@ def index_markdown(reports_root: str | pathlib.Path = REPORTS) -> str:
     lines = []
     for folder in published(reports_root):
         prov = _read_provenance(folder)
-        rows = pd.read_csv(folder / "rows.csv")
+        rows = store.read_rows_table(folder / "rows.csv")
         sweep = str(rows["sweep"].iloc[0]) if len(rows) and "sweep" in rows else folder.name
         commit = str(prov.get("commit") or "unknown")
         commit = commit[:7] + (" (dirty)" if prov.get("dirty") else "") + (" (dirty: unknown)" if prov.get("dirty") is None else "")

@@ -210,6 +210,29 @@ def load(root: str | pathlib.Path = "results") -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=ROW_COLUMNS)
 
 
+def _v1_point_axes(columns: list[str]) -> list[str]:
+    """A version-1 table's point axes: its writer put every row's fixed columns first (ending at
+    ``throttle_after``), then ``source_sha`` and ``chain`` where that version had them, then the
+    point; loading added ``overrides`` and the provenance after them."""
+    if "throttle_after" not in columns:
+        return []
+    after = columns[columns.index("throttle_after") + 1:]
+    after = after[:after.index("overrides")] if "overrides" in after else after
+    return [c for c in after if c not in ("source_sha", "chain")]
+
+
+def read_rows_table(path: str | pathlib.Path) -> pd.DataFrame:
+    """A published report's ``rows.csv`` (what ``load_sweep`` returned when it was rendered),
+    brought to the current schema's columns like a stored version-1 row."""
+    df = pd.read_csv(path)
+    if "schema_version" not in df.columns:
+        df["schema_version"] = 1
+        df["point_axes"] = ",".join(_v1_point_axes(list(df.columns)))
+        df["ref_sample"] = "all"
+        df["checks"] = ""
+    return df
+
+
 def point_axes(df: pd.DataFrame) -> list[str]:
     """The point axes these rows name (``point_axes``), in first-seen order."""
     if "point_axes" not in df.columns:

@@ -68,3 +68,15 @@ def test_find_sweep(tmp_path):
     assert store.find_sweep(tmp_path, "s").name.endswith("_s")
     with pytest.raises(FileNotFoundError, match="allowed: latest, s"):
         store.find_sweep(tmp_path, "other")
+
+
+def test_a_version_1_published_table_gets_its_point_axes():
+    """Rows published before schema_version existed (a committed H200 report) are read with the
+    point axes their writer put after the fixed columns."""
+    from harness import store
+    from harness.fuel import REPO_ROOT
+
+    df = store.read_rows_table(REPO_ROOT / "reports" / "2026-11-29-kda_decode_step-h200-163454" / "rows.csv")
+    assert set(df["schema_version"]) == {1} and store.point_axes(df) == ["M", "state_dtype"]
+    df = store.read_rows_table(REPO_ROOT / "reports" / "2026-11-29-roofline-h200" / "rows.csv")
+    assert store.point_axes(df) == ["copy_mib"]
