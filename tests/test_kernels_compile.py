@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pathlib
 import shutil
 import subprocess
 
@@ -23,9 +24,10 @@ def _compile(source, tmp_path, *options):
         if os.environ.get("CI"):
             pytest.fail("nvcc not found: CI must compile every kernel for sm_90")
         pytest.skip("nvcc not installed on this machine")
-    # The same flags NVRTC gets at run time (harness/backends.py), so what CI compiles is what runs.
-    cmd = [NVCC, "-arch=sm_90", "-cubin", "-std=c++17", "--use_fast_math", "-Xptxas", "-v", *options,
-           "-o", str(tmp_path / "k.cubin"), str(source)]
+    # The same flags NVRTC gets at run time (harness/backends.py: the source's folder on the include
+    # path), so what CI compiles is what runs.
+    cmd = [NVCC, "-arch=sm_90", "-cubin", "-std=c++17", "--use_fast_math", f"-I{source.parent}",
+           "-Xptxas", "-v", *options, "-o", str(tmp_path / "k.cubin"), str(source)]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-4000:]
     assert "error" not in res.stderr.lower()
@@ -36,6 +38,15 @@ def test_compiles_for_sm90(source, tmp_path):
     _compile(source, tmp_path)
 
 
-def test_kda_timeline_build_compiles(tmp_path):
-    """tools/kda_timeline.py builds kda_decode.cu with its probes on; that build must compile too."""
-    _compile(REPO_ROOT / "kernels" / "kda_decode" / "kda_decode.cu", tmp_path, "-DKDA_TIMELINE")
+# The files tools/kda_timeline.py builds with its probes on: every design of a probed variant.
+def _probed_sources() -> list[pathlib.Path]:
+    from kernels.kda_decode import conv_variants, variants
+
+    return sorted({variants.design_source(name) for name in (*variants.RING_CONFIGS, *conv_variants.PROBED)})
+
+
+@pytest.mark.parametrize("source", _probed_sources(), ids=lambda p: p.name)
+def test_kda_timeline_build_compiles(source, tmp_path):
+    """tools/kda_timeline.py builds the probed variants' files with -DKDA_TIMELINE; that build must
+    compile too."""
+    _compile(source, tmp_path, "-DKDA_TIMELINE")
