@@ -1,4 +1,5 @@
-"""Every kernel source compiles for sm_90 with the machine's nvcc (CI has nvcc, no GPU)."""
+"""Every kernel source compiles for sm_90 with the machine's nvcc (CI has nvcc, no GPU), and the
+variants' declared sources and the CUDA files on disk are the same set."""
 
 from __future__ import annotations
 
@@ -9,14 +10,44 @@ import subprocess
 
 import pytest
 
+from harness import registry
 from harness.fuel import REPO_ROOT
+from harness.sources import compiled_files
 
 SOURCES = sorted((REPO_ROOT / "kernels").rglob("*.cu")) + sorted((REPO_ROOT / "harness").rglob("*.cu"))
+HEADERS = sorted((REPO_ROOT / "kernels").rglob("*.cuh"))
 NVCC = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
 
 
-def test_there_are_kernels():
-    assert SOURCES
+def _declared() -> dict[pathlib.Path, list[str]]:
+    """Every file a registered variant names in ``sources``, resolved in its component's folder,
+    with the variants that name it."""
+    out: dict[pathlib.Path, list[str]] = {}
+    for comp in registry.components().values():
+        for v in comp.variants:
+            for name in v.sources:
+                out.setdefault((pathlib.Path(comp.folder) / name).resolve(), []).append(f"{comp.name}/{v.name}")
+    return out
+
+
+def test_every_declared_source_exists():
+    missing = {str(p): who for p, who in _declared().items() if not p.is_file()}
+    assert not missing, f"variants name sources that are not there: {missing}"
+
+
+def test_every_kernel_file_is_a_variants_source():
+    """A .cu under kernels/ that no variant names would be compiled by nobody and hashed into no
+    row: an orphan design file."""
+    declared = set(_declared())
+    orphans = [str(p.relative_to(REPO_ROOT)) for p in SOURCES
+               if p.is_relative_to(REPO_ROOT / "kernels") and p.resolve() not in declared]
+    assert not orphans, f"no variant's sources name {orphans}"
+
+
+def test_every_header_is_included():
+    included = {f for src in SOURCES for f in compiled_files(src)}
+    unused = [str(h.relative_to(REPO_ROOT)) for h in HEADERS if h.resolve() not in included]
+    assert not unused, f"no .cu includes {unused}"
 
 
 def _compile(source, tmp_path, *options):
