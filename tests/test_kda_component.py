@@ -61,19 +61,22 @@ def test_kda_sweep_on_cpu_skips_big_points(cli, tmp_path):
 
 def test_ring_launch_table_matches_the_cuda_source():
     """The launcher sizes shared memory and the persistent grid from RING_CONFIGS; the kernels are
-    instantiated by DEFINE_RING lines in the .cu. A mismatch would launch with the wrong shared
-    memory (the kernel traps) or the wrong tile count, so the two tables must agree line for line."""
+    instantiated by DEFINE_RING lines in the design files. A mismatch would launch with the wrong
+    shared memory (the kernel traps) or the wrong tile count, so the two tables must agree line for
+    line, and each ring's lines must be in the file its launcher compiles."""
     import re
 
     from kernels.kda_decode import variants
 
-    src = variants.SOURCE.read_text()
     found: dict[tuple[str, str], tuple[int, int, int, str, str, str]] = {}
-    for m in re.finditer(r"^DEFINE_RING\((\w+), (\w+), (\w+), (\d+), (\d+), (\d+), (\w+), (\w+), (\w+)\)",
-                         src, re.M):
-        name, suffix, ctype, cols, threads, stages, keep, loader, overlap = m.groups()
-        found[(name, suffix)] = (int(cols), int(threads), int(stages), keep, loader, overlap)
-        assert ctype == {"bf16": "bf16", "f32": "float"}[suffix]
+    for path in sorted(variants.HERE.glob("*.cu")):
+        for m in re.finditer(r"^DEFINE_RING\((\w+), (\w+), (\w+), (\d+), (\d+), (\d+), (\w+), (\w+), (\w+)\)",
+                             path.read_text(), re.M):
+            name, suffix, ctype, cols, threads, stages, keep, loader, overlap = m.groups()
+            assert (name, suffix) not in found, f"{name} {suffix} defined twice"
+            found[(name, suffix)] = (int(cols), int(threads), int(stages), keep, loader, overlap)
+            assert ctype == {"bf16": "bf16", "f32": "float"}[suffix]
+            assert path == variants.design_source(name), (name, path.name)
     expected = {}
     for name, (tile_bytes, threads, stages, keep, loader, overlap) in variants.RING_CONFIGS.items():
         for dtype, suffix in (("bf16", "bf16"), ("fp32", "f32")):

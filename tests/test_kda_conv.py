@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from harness import accounting, backends, registry, runner
-from harness.fuel import REPO_ROOT, load_fuel
+from harness.fuel import load_fuel
 from kernels.kda_decode import conv_spec, conv_variants, spec
 from kernels.kda_decode.reference import ref_short_conv
 
@@ -119,18 +119,22 @@ def test_every_kernel_after_the_first_waits_for_the_one_before():
 
 
 def test_cuda_source_declares_what_the_launchers_call():
-    """Symbols the conv launchers look up exist in kda_decode.cu with the thread count and stage
-    count the launcher sizes the grid and shared memory from."""
-    source = (REPO_ROOT / "kernels" / "kda_decode" / "kda_decode.cu").read_text()
-    fused = re.findall(r"^DEFINE_RING_CONV\((\w+), (\w+), \w+, (\d+), (\d+), (\d+), \w+, \w+, \w+, (\w+)\)",
-                       source, re.M)
+    """Symbols the conv launchers look up exist in the files they compile, with the thread count and
+    stage count the launcher sizes the grid and shared memory from."""
+    from kernels.kda_decode.variants import HERE, design_source
+
+    fused = [m for name in conv_variants.FUSED_CONFIGS for m in re.findall(
+        r"^DEFINE_RING_CONV\((\w+), (\w+), \w+, (\d+), (\d+), (\d+), \w+, \w+, \w+, (\w+)\)",
+        design_source(name).read_text(), re.M)]
     assert sorted((name, sfx, mode) for name, sfx, _, _, _, mode in fused) == sorted(
         (name, sfx, mode) for name, mode in conv_variants.FUSED_CONFIGS.items() for sfx in ("bf16", "f32"))
     for name, sfx, cols, threads, stages, _ in fused:
         assert (int(cols), int(threads), int(stages)) == (128, conv_variants._FUSED_THREADS,
                                                           conv_variants._FUSED_STAGES), (name, sfx)
-    assert re.search(r"__launch_bounds__\(%d\)\nkda_conv_update\(" % conv_variants._CONV_THREADS, source)
-    assert re.search(r"TAP_BYTES = 3 \* KDIM \* 3 \* 2;", source) and conv_variants._TAP_BYTES == 3 * 128 * 3 * 2
+    assert re.search(r"__launch_bounds__\(%d\)\nkda_conv_update\(" % conv_variants._CONV_THREADS,
+                     design_source("conv_update").read_text())
+    assert re.search(r"TAP_BYTES = 3 \* KDIM \* 3 \* 2;", (HERE / "short_conv.cuh").read_text())
+    assert conv_variants._TAP_BYTES == 3 * 128 * 3 * 2
 
 
 @pytest.mark.parametrize("state_dtype", ["bf16", "fp32"])

@@ -70,9 +70,9 @@ def test_save_load_and_plot_round_trip(tmp_path):
 def test_reader_constants_match_the_cuda_source():
     import re
 
-    from kernels.kda_decode.variants import SOURCE
+    from kernels.kda_decode.variants import HERE
 
-    src = SOURCE.read_text()
+    src = (HERE / "kda_timeline.cuh").read_text()
     assert int(re.search(r"^#define TL_SLOTS (\d+)$", src, re.M).group(1)) == timeline.TL_SLOTS
     assert re.search(r"^#define TL_CAPACITY \(1 << (\d+)\)$", src, re.M).group(1) == "20"
     assert timeline.TL_CAPACITY == 1 << 20

@@ -1,21 +1,53 @@
-"""Every kernel source compiles for sm_90 with the machine's nvcc (CI has nvcc, no GPU)."""
+"""Every kernel source compiles for sm_90 with the machine's nvcc (CI has nvcc, no GPU), and the
+variants' declared sources and the CUDA files on disk are the same set."""
 
 from __future__ import annotations
 
 import os
+import pathlib
 import shutil
 import subprocess
 
 import pytest
 
+from harness import registry
 from harness.fuel import REPO_ROOT
+from harness.sources import compiled_files
 
 SOURCES = sorted((REPO_ROOT / "kernels").rglob("*.cu")) + sorted((REPO_ROOT / "harness").rglob("*.cu"))
+HEADERS = sorted((REPO_ROOT / "kernels").rglob("*.cuh"))
 NVCC = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
 
 
-def test_there_are_kernels():
-    assert SOURCES
+def _declared() -> dict[pathlib.Path, list[str]]:
+    """Every file a registered variant names in ``sources``, resolved in its component's folder,
+    with the variants that name it."""
+    out: dict[pathlib.Path, list[str]] = {}
+    for comp in registry.components().values():
+        for v in comp.variants:
+            for name in v.sources:
+                out.setdefault((pathlib.Path(comp.folder) / name).resolve(), []).append(f"{comp.name}/{v.name}")
+    return out
+
+
+def test_every_declared_source_exists():
+    missing = {str(p): who for p, who in _declared().items() if not p.is_file()}
+    assert not missing, f"variants name sources that are not there: {missing}"
+
+
+def test_every_kernel_file_is_a_variants_source():
+    """A .cu under kernels/ that no variant names would be compiled by nobody and hashed into no
+    row: an orphan design file."""
+    declared = set(_declared())
+    orphans = [str(p.relative_to(REPO_ROOT)) for p in SOURCES
+               if p.is_relative_to(REPO_ROOT / "kernels") and p.resolve() not in declared]
+    assert not orphans, f"no variant's sources name {orphans}"
+
+
+def test_every_header_is_included():
+    included = {f for src in SOURCES for f in compiled_files(src)}
+    unused = [str(h.relative_to(REPO_ROOT)) for h in HEADERS if h.resolve() not in included]
+    assert not unused, f"no .cu includes {unused}"
 
 
 def _compile(source, tmp_path, *options):
@@ -23,9 +55,10 @@ def _compile(source, tmp_path, *options):
         if os.environ.get("CI"):
             pytest.fail("nvcc not found: CI must compile every kernel for sm_90")
         pytest.skip("nvcc not installed on this machine")
-    # The same flags NVRTC gets at run time (harness/backends.py), so what CI compiles is what runs.
-    cmd = [NVCC, "-arch=sm_90", "-cubin", "-std=c++17", "--use_fast_math", "-Xptxas", "-v", *options,
-           "-o", str(tmp_path / "k.cubin"), str(source)]
+    # The same flags NVRTC gets at run time (harness/backends.py: the source's folder on the include
+    # path), so what CI compiles is what runs.
+    cmd = [NVCC, "-arch=sm_90", "-cubin", "-std=c++17", "--use_fast_math", f"-I{source.parent}",
+           "-Xptxas", "-v", *options, "-o", str(tmp_path / "k.cubin"), str(source)]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-4000:]
     assert "error" not in res.stderr.lower()
@@ -36,6 +69,15 @@ def test_compiles_for_sm90(source, tmp_path):
     _compile(source, tmp_path)
 
 
-def test_kda_timeline_build_compiles(tmp_path):
-    """tools/kda_timeline.py builds kda_decode.cu with its probes on; that build must compile too."""
-    _compile(REPO_ROOT / "kernels" / "kda_decode" / "kda_decode.cu", tmp_path, "-DKDA_TIMELINE")
+# The files tools/kda_timeline.py builds with its probes on: every design of a probed variant.
+def _probed_sources() -> list[pathlib.Path]:
+    from kernels.kda_decode import conv_variants, variants
+
+    return sorted({variants.design_source(name) for name in (*variants.RING_CONFIGS, *conv_variants.PROBED)})
+
+
+@pytest.mark.parametrize("source", _probed_sources(), ids=lambda p: p.name)
+def test_kda_timeline_build_compiles(source, tmp_path):
+    """tools/kda_timeline.py builds the probed variants' files with -DKDA_TIMELINE; that build must
+    compile too."""
+    _compile(source, tmp_path, "-DKDA_TIMELINE")

@@ -8,14 +8,14 @@ Ring variants: kda_decode's RING_CONFIGS and the ring with the short convolution
     python3 tools/kda_timeline.py bulk32k_early_pdl --chain 4 --point M=32 --out $OUT/timeline_chain
     python3 tools/kda_timeline.py --replot DIR     # redraw DIR/timeline.png from the CSVs a run saved there, no GPU
 
-Builds kda_decode.cu with -DKDA_TIMELINE (probes that a normal build compiles to nothing) through
-the sweep's own launcher, so grid, shared memory and inputs are the swept ones. Each launch follows
-an L2 flush, as in the sweeps, but is a plain launch (not a graph replay); the last of
-``--launches`` is kept and its event-timed duration reported. ``--chain N`` records N launches on
-their own buffers as the sweeps' ``timing.chain`` runs them (one graph, programmatic dependent
-launches for the _pdl variants), each CTA tagged with its layer, and adds a per-layer table
-(``<variant>_chain.csv``: when each layer starts, issues its first stores and ends, and how long
-no layer issued stores around each boundary). Prints a summary per variant
+Builds the chosen variants' design files with -DKDA_TIMELINE (probes that a normal build compiles to
+nothing) through the sweep's own launcher, so grid, shared memory and inputs are the swept ones.
+Each launch follows an L2 flush, as in the sweeps, but is a plain launch (not a graph replay); the
+last of ``--launches`` is kept and its event-timed duration reported. ``--chain N`` records N
+launches on their own buffers as the sweeps' ``timing.chain`` runs them (one graph, programmatic
+dependent launches for the _pdl variants), each CTA tagged with its layer, and adds a per-layer
+table (``<variant>_chain.csv``: when each layer starts, issues its first stores and ends, and how
+long no layer issued stores around each boundary). Prints a summary per variant
 (kernels/kda_decode/timeline.py says what each column means) and writes ctas/tiles CSVs and a plot.
 Also times an empty kernel the way the sweeps time a step (graph replay after a flush): the floor
 that launch and event overhead put under every measured time.
@@ -36,7 +36,7 @@ from harness.fuel import load_fuel
 from harness.runner import replay
 from kernels.kda_decode import timeline
 from kernels.kda_decode import conv_variants
-from kernels.kda_decode.variants import RING_CONFIGS, SOURCE
+from kernels.kda_decode.variants import RING_CONFIGS, design_source
 
 TIMELINE_OPTION = "-DKDA_TIMELINE"
 # Every variant built on ring<> (the ones with probes), and the component that declares it.
@@ -60,11 +60,14 @@ def launch_floor_ms(backend: CudaBackend) -> float:
     return timing.time_cuda([step], backend, conf, "flush").ms_p50
 
 
-def record(backend: TimelineBackend, chain: list, launches: int) -> tuple[np.ndarray, float]:
+def record(backend: TimelineBackend, chain: list, launches: int, source) -> tuple[np.ndarray, float]:
     """Raw probe words and the event-timed ms of the last of ``launches`` flushed samples; a
-    sample is one launch, or the whole ``chain`` as one graph (its layers tagged by state)."""
+    sample is one launch, or the whole ``chain`` as one graph (its layers tagged by state).
+    ``source``: the design file the chain's kernels came from. Every design file's module holds its
+    own probe buffers; the backend caches a module by its files and options, so this is the module
+    the launcher got its kernel from."""
     cp = backend.cp
-    module = backend.module(SOURCE)
+    module = backend.module(source)
     words = cp.ndarray((timeline.TL_CAPACITY,), dtype=cp.uint64, memptr=module.get_global("kda_timeline"))
     layer_of = cp.ndarray((timeline.TL_MAX_LAYERS,), dtype=cp.uint64, memptr=module.get_global("kda_tl_states"))
     table = np.zeros(timeline.TL_MAX_LAYERS, dtype=np.uint64)
@@ -136,7 +139,7 @@ def main() -> None:
             raise SystemExit(f"--chain: {args.chain} layers of {grid} CTAs need "
                              f"{args.chain * grid * timeline.TL_SLOTS} probe words; the buffer holds "
                              f"{timeline.TL_CAPACITY} (at most {timeline.TL_CAPACITY // (grid * timeline.TL_SLOTS)} layers)")
-        raw, event_ms = record(backend, chain, args.launches)
+        raw, event_ms = record(backend, chain, args.launches, design_source(name))
         ctas, tiles = timeline.parse(raw, grid, args.chain)
         summary = timeline.summarize(ctas, tiles)
         results[name] = (ctas, tiles)

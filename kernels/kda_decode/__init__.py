@@ -2,8 +2,17 @@
 
 - ``reference.py``: float64 references (definition order and the lazy deferred-rank-one form).
 - ``spec.py``: shapes from the fuel, inputs, bytes, FLOPs, tolerances.
-- ``kda_decode.cu``: every CUDA design; ``variants.py``: their launchers and declarations, the
-  CPU reference variant and the fla peer.
+- CUDA, one file per design (``variants.DESIGN_SOURCES`` names each variant's), on shared headers:
+  ``kda_common.cuh`` (the op and its layouts, bf16 and load/store helpers, norms, tile geometry,
+  cp.async and PDL), ``ring.cuh`` (the ring template: the ring designs and the fused convolution),
+  ``short_conv.cuh`` (the short convolution), ``kda_timeline.cuh`` (the rings' timeline probes).
+  Designs: ``lazy_1pass``, ``global_2pass``, ``vec2``, ``smem_staged``, ``regs_v16``, ``lazy_v16``,
+  ``pipelined_cpasync``, ``regs_pipelined``, ``regs_wide`` (also regs_wide3, regs_wide3_pdl); rings
+  ``ring32k_reread``, ``ring32k_reread_pdl``, ``bulk32k_hold``, ``bulk32k_early``,
+  ``bulk32k_reread``, ``bulk_early_pdl`` (bulk32k_early_pdl and bulk_head_early_pdl);
+  ``fused_conv_bulk_early_pdl`` and ``conv_update`` (kda_decode_conv). ``NOTES.md``: the designs
+  measured and dropped.
+- ``variants.py``: the launchers and declarations, the CPU reference variant and the fla peer.
 - ``conv_spec.py`` / ``conv_variants.py``: the second component, ``kda_decode_conv``: the same step
   with the layer's short convolution (q/k/v_conv1d) in front, fused into one launch or not.
 """

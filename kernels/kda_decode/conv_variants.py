@@ -2,7 +2,7 @@
 convolution; ``conv_spec.py`` has the op).
 
 - ``fused_conv_bulk_early_pdl``: ONE launch, the ring of ``bulk32k_early_pdl`` with the convolution
-  in its per-tile prologue (``ring<..., CONV>`` in kda_decode.cu).
+  in its per-tile prologue (``ring<..., CONV>``: fused_conv_bulk_early_pdl.cu).
 - ``conv_then_bulk32k_early_pdl``: ours unfused, TWO launches: ``kda_conv_update`` writes q, k, v
   in BF16, then ``bulk32k_early_pdl`` reads them, as its programmatic dependent.
 - ``fla_conv_then_recurrent`` (peer): fla's Triton ``causal_conv1d_update`` once per tensor, as
@@ -28,12 +28,13 @@ from .variants import (_DESIGNS, _KV, _SYMBOL_SUFFIX, _CpuLazyLaunch, _FlaLaunch
                        _check_inputs, _decode_state, _dims, _fla_forward, _stage_bytes, fla_ready,
                        fla_step_tensors, get_kernel, kernel_launch_shape, persistent_grid, step_scalars,
                        supports_cuda, supports_fla, torch_on)
+from .variants import DESIGN_SOURCES, design_source
 
 _CONV_THREADS = 256            # kda_conv_update's block
 _FUSED_THREADS, _FUSED_STAGES = 256, 3  # DEFINE_RING_CONV(fused_conv_bulk_early_pdl, ...)
 _TAP_BYTES = 3 * _KV * 3 * 2          # ShortConv::TAP_BYTES: one head's taps, after the stages
 _UNFUSED_STEP = "bulk32k_early_pdl"   # the kda_decode design the unfused path runs second
-# The fused rings and their ConvFusion mode (DEFINE_RING_CONV in the .cu; a test checks). Built on
+# The fused rings and their ConvFusion mode (DEFINE_RING_CONV in their files; a test checks). Built on
 # ring<>, so an -DKDA_TIMELINE build records them too (tools/kda_timeline.py).
 FUSED_CONFIGS = {"fused_conv_bulk_early_pdl": "CONV"}
 PROBED = tuple(FUSED_CONFIGS)
@@ -42,7 +43,7 @@ PROBED = tuple(FUSED_CONFIGS)
 def _conv_fits(geometry) -> str | None:
     kda = geometry.kda
     if (kda.conv_kernel, kda.conv_tensors, kda.conv_state_dtype) != (4, 3, "bf16"):
-        return (f"kda_decode.cu's ShortConv is written for 3 tensors, kernel 4, bf16 taps; got "
+        return (f"short_conv.cuh's ShortConv is written for 3 tensors, kernel 4, bf16 taps; got "
                 f"{kda.conv_tensors} tensors, kernel {kda.conv_kernel}, {kda.conv_state_dtype}")
     return None
 
@@ -143,7 +144,7 @@ def build_fused(name: str, geometry, point, inputs, backend) -> _ConvLaunch:
     M, H, K, V, dtype = _check_conv_inputs(geometry, point, inputs)
     _, _, _, scale, eps = _dims(geometry)
     smem = _FUSED_STAGES * _stage_bytes(_KV, dtype) + _TAP_BYTES  # whole-head tiles
-    fn = get_kernel(backend, f"kda_{name}_{_SYMBOL_SUFFIX[dtype]}", smem)
+    fn = get_kernel(backend, f"kda_{name}_{_SYMBOL_SUFFIX[dtype]}", smem, design_source(name))
     # A multiple of H: each CTA then meets one head h (of every stream) and reads its weights
     # once; the kernel traps otherwise. At M = 32 the makespan is 8 BF16 tiles either way.
     grid = persistent_grid(backend, fn, _FUSED_THREADS, smem, M * H)
@@ -164,7 +165,7 @@ def build_unfused(geometry, point, inputs, backend) -> _ConvLaunch:
         raise ValueError(f"conv_then_{_UNFUSED_STEP}: {reason}")
     M, H, K, V, dtype = _check_conv_inputs(geometry, point, inputs)
     _, _, _, scale, eps = _dims(geometry)
-    conv_fn = get_kernel(backend, "kda_conv_update", 0)
+    conv_fn = get_kernel(backend, "kda_conv_update", 0, design_source("conv_update"))
     threads_total = M * geometry.kda.conv_tensors * conv_spec.channels(geometry)
     step_fn, step_smem, step_grid = kernel_launch_shape(backend, _UNFUSED_STEP, _DESIGNS[_UNFUSED_STEP],
                                                         dtype, M * H)
@@ -203,10 +204,10 @@ _WHY = {
 
 CUDA_VARIANTS: tuple[Variant, ...] = (
     *(Variant(name, "cuda", _make_fused_build(name), why=_WHY[name], supports=supports_conv_cuda,
-              sources=("kda_decode.cu",)) for name in FUSED_CONFIGS),
+              sources=(DESIGN_SOURCES[name],)) for name in FUSED_CONFIGS),
     Variant(f"conv_then_{_UNFUSED_STEP}", "cuda", build_unfused,
             why=_WHY[f"conv_then_{_UNFUSED_STEP}"], supports=supports_conv_cuda,
-            sources=("kda_decode.cu",)),
+            sources=(DESIGN_SOURCES["conv_update"], DESIGN_SOURCES[_UNFUSED_STEP])),
 )
 
 

@@ -1,4 +1,4 @@
-"""Reading the ring kernels' timeline probes (``-DKDA_TIMELINE``, see the top of kda_decode.cu).
+"""Reading the ring kernels' timeline probes (``-DKDA_TIMELINE``, see kda_timeline.cuh).
 
 The instrumented build writes, for CTA b of layer l (a launch of a chain; 0 for a single launch),
 ``TL_SLOTS`` 64-bit words at ``(l * grid + b) * TL_SLOTS``: slot 0 entry, 1 exit (%globaltimer, ns),
@@ -14,7 +14,7 @@ import pathlib
 import numpy as np
 import pandas as pd
 
-TL_SLOTS = 256  # keep in step with TL_SLOTS, TL_CAPACITY, TL_MAX_LAYERS in kda_decode.cu (a test checks)
+TL_SLOTS = 256  # keep in step with TL_SLOTS, TL_CAPACITY, TL_MAX_LAYERS in kda_timeline.cuh (a test checks)
 TL_CAPACITY = 1 << 20
 TL_MAX_LAYERS = 64
 MAX_TILES = (TL_SLOTS - 3) // 2

@@ -1,6 +1,6 @@
 """Launchers and declarations of the KDA decode-step variants.
 
-One CUDA source (``kda_decode.cu``) holds every design; each design is one `Variant` and the state
+Each design is one `Variant` whose kernels are in its own CUDA file (``DESIGN_SOURCES``); the state
 dtype (``point["state_dtype"]`` in {"bf16", "fp32"}) only picks the ``_bf16`` / ``_f32`` symbol.
 ``CUDA_VARIANTS`` are ours, ``CPU_VARIANTS`` the float64 lazy reference timed by the CPU backend,
 ``PEER_VARIANTS`` the fla Triton kernel measured side by side.
@@ -22,12 +22,45 @@ from harness.registry import Launch, Variant
 from .reference import bf16_to_float, materialize, ref_lazy_step
 
 HERE = pathlib.Path(__file__).resolve().parent
-SOURCE = HERE / "kda_decode.cu"
 
-# The .cu hard-codes K = V = 128 (KDIM/VDIM) and these shared-memory layouts; keep in step with it.
+# Each design's CUDA file in this folder, for every kernel of the family (conv_variants' too). A row's
+# source_sha hashes it with the headers it includes (harness.sources); variants that are one design
+# with other template arguments share a file.
+DESIGN_SOURCES: dict[str, str] = {
+    "lazy_1pass": "lazy_1pass.cu",
+    "global_2pass": "global_2pass.cu",
+    "vec2": "vec2.cu",
+    "smem_staged": "smem_staged.cu",
+    "regs_v16": "regs_v16.cu",
+    "lazy_v16": "lazy_v16.cu",
+    "pipelined_cpasync": "pipelined_cpasync.cu",
+    "regs_pipelined": "regs_pipelined.cu",
+    "regs_wide": "regs_wide.cu",
+    "regs_wide3": "regs_wide.cu",
+    "regs_wide3_pdl": "regs_wide.cu",
+    "ring32k_reread": "ring32k_reread.cu",
+    "bulk32k_hold": "bulk32k_hold.cu",
+    "bulk32k_early": "bulk32k_early.cu",
+    "bulk32k_reread": "bulk32k_reread.cu",
+    "ring32k_reread_pdl": "ring32k_reread_pdl.cu",
+    "bulk32k_early_pdl": "bulk_early_pdl.cu",
+    "bulk_head_early_pdl": "bulk_early_pdl.cu",
+    # kda_decode_conv (conv_variants.py)
+    "fused_conv_bulk_early_pdl": "fused_conv_bulk_early_pdl.cu",
+    "conv_update": "conv_update.cu",
+}
+
+
+def design_source(name: str) -> pathlib.Path:
+    """The CUDA file with design ``name``'s kernels (``kda_<name>_bf16`` / ``_f32``; ``conv_update``:
+    ``kda_conv_update``)."""
+    return HERE / DESIGN_SOURCES[name]
+
+
+# The kernels hard-code K = V = 128 (KDIM/VDIM) and these shared-memory layouts; keep in step with it.
 _KV = 128
 _TILE_COLS = 64                       # Tile16<T>::COLS: column slice of the 16-byte variants
-_PIPE_STAGES = {"bf16": 3, "fp32": 2}  # instantiated stage counts (see the .cu for why)
+_PIPE_STAGES = {"bf16": 3, "fp32": 2}  # instantiated stage counts (see pipelined_cpasync.cu for why)
 _STATE_DTYPES = {"bf16": np.uint16, "fp32": np.float32}
 _SYMBOL_SUFFIX = {"bf16": "bf16", "fp32": "f32"}
 _SLOW_SMEM = 48 * 1024                # above this, dynamic shared memory needs an opt-in
@@ -48,10 +81,10 @@ class _Design:
     pdl: bool = False
 
 
-# ring<T, COLS, THREADS, STAGES, KEEP, LOADER, OVERLAP> in the .cu: (tile, threads, stages, keep,
+# ring<T, COLS, THREADS, STAGES, KEEP, LOADER, OVERLAP> (ring.cuh): (tile, threads, stages, keep,
 # loader, overlap) per variant, the same for both dtypes. The tile is in bytes (a 32 KiB tile is 128
 # BF16 or 64 FP32 columns) or WHOLE_HEAD (128 columns in both). tests/test_kda_component checks this
-# table against the DEFINE_RING lines of the .cu.
+# table against the DEFINE_RING lines of the design files.
 WHOLE_HEAD = "head"
 RING_CONFIGS: dict[str, tuple[int | str, int, int, str, str, str]] = {
     "ring32k_reread": (32768, 128, 2, "REREAD", "CPASYNC", "SOLO"),
@@ -72,7 +105,7 @@ def ring_cols(name: str, dtype: str) -> int:
 def _stage_bytes(cols: int, dtype: str) -> int:
     """One shared-memory stage of the cp.async / bulk rings for a tile of ``cols`` state columns:
     the tile (128 rows), then q, k (bf16), g (f32) and the tile's slice of v (bf16): Stage<T> and
-    RingTile<...>::BYTES in the .cu."""
+    RingTile<...>::BYTES in the CUDA files."""
     return _KV * cols * _itemsize(dtype) + 2 * _KV * 2 + _KV * 4 + cols * 2
 
 
@@ -97,7 +130,7 @@ _DESIGNS: dict[str, _Design] = {
     "pipelined_cpasync": _Design(
         lazy=False, threads=256, persistent=True,
         smem=lambda d: _PIPE_STAGES[d] * _stage_bytes(_TILE_COLS, d)),
-    # 64-column tiles in both dtypes (TileG<T, 64> in the .cu), persistent: tiles = heads x 2.
+    # 64-column tiles in both dtypes (TileG<T, 64> in regs_pipelined.cu), persistent: tiles = heads x 2.
     "regs_pipelined": _Design(lazy=False, threads=256, persistent=True),
     # 32 KiB per block: the whole head in BF16 (TileG<bf16, 128>), half a head in FP32.
     "regs_wide": _Design(lazy=False, threads=256, blocks_per_head={"bf16": 1, "fp32": 2}),
@@ -166,7 +199,7 @@ def supports_cuda(geometry, point) -> str | None:
     """Reason the CUDA kernels cannot run this point, or None."""
     H, K, V, _, _ = _dims(geometry)
     if K != _KV or V != _KV:
-        return f"kda_decode.cu is written for head_k_dim = head_v_dim = {_KV}; got K={K}, V={V}"
+        return f"the kda_decode kernels are written for head_k_dim = head_v_dim = {_KV}; got K={K}, V={V}"
     if point.get("state_dtype") not in _STATE_DTYPES:
         return f"state_dtype must be one of {sorted(_STATE_DTYPES)}; got {point.get('state_dtype')!r}"
     M = int(point["M"])
@@ -217,7 +250,7 @@ def _ctas_per_sm(kernel, props: dict, threads: int, dyn_smem: int) -> int:
 
 
 def step_scalars(M: int, H: int, eps: float, scale: float) -> tuple:
-    """The trailing ``M, H, eps, scale`` arguments of every step kernel, typed as the .cu takes them."""
+    """The trailing ``M, H, eps, scale`` arguments of every step kernel, typed as the kernels take them."""
     return (np.int32(M), np.int32(H), np.float32(eps), np.float32(scale))
 
 
@@ -284,10 +317,10 @@ class _CudaLaunch(Launch):
         return {"o": o, "state": state}
 
 
-def get_kernel(backend, symbol: str, dyn_smem: int):
-    """``symbol`` from kda_decode.cu, allowed ``dyn_smem`` bytes of dynamic shared memory (above
-    48 KiB that needs an opt-in, refused when the device cannot give it)."""
-    kernel = backend.module(SOURCE).get_function(symbol)
+def get_kernel(backend, symbol: str, dyn_smem: int, source: pathlib.Path):
+    """``symbol`` from the CUDA file ``source``, allowed ``dyn_smem`` bytes of dynamic shared memory
+    (above 48 KiB that needs an opt-in, refused when the device cannot give it)."""
+    kernel = backend.module(source).get_function(symbol)
     if dyn_smem > _SLOW_SMEM:
         optin = int(backend.props.get("sharedMemPerBlockOptin", 0))
         if dyn_smem + int(kernel.shared_size_bytes) > optin:
@@ -307,7 +340,7 @@ def persistent_grid(backend, kernel, threads: int, dyn_smem: int, tiles: int) ->
 def kernel_launch_shape(backend, name: str, design: _Design, dtype: str, heads: int):
     """(kernel, dynamic shared memory, grid) of design ``name`` for ``heads`` = M x H heads."""
     dyn_smem = design.smem(dtype)
-    kernel = get_kernel(backend, f"kda_{name}_{_SYMBOL_SUFFIX[dtype]}", dyn_smem)
+    kernel = get_kernel(backend, f"kda_{name}_{_SYMBOL_SUFFIX[dtype]}", dyn_smem, design_source(name))
     if design.persistent:
         return kernel, dyn_smem, persistent_grid(backend, kernel, design.threads, dyn_smem,
                                                  heads * design.tiles_per_head(dtype))
@@ -347,7 +380,7 @@ def _make_cuda_build(name: str) -> Callable[..., _CudaLaunch]:
 
 CUDA_VARIANTS: tuple[Variant, ...] = tuple(
     Variant(name, "cuda", _make_cuda_build(name), why=_WHY[name], supports=supports_cuda,
-            sources=("kda_decode.cu",))
+            sources=(DESIGN_SOURCES[name],))
     for name in _DESIGNS
 )
 
