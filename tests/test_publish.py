@@ -54,7 +54,8 @@ def test_fixture_renders_every_ok_p50(name, store_root, tmp_path):
 def test_report_renders_beside_its_store_by_default(cli, store_root):
     res = cli("report", "roofline", "--root", str(store_root))
     assert res.returncode == 0, res.stderr
-    folder = store_root / "reports" / "2026-11-29-roofline-h200"
+    (folder,) = (store_root / "reports").iterdir()
+    assert folder.name.startswith("2026-11-29-roofline-h200-")  # the sweep's start time follows
     assert (folder / "README.md").is_file() and str(folder) in res.stdout
     # the rendered reports do not look like a sweep to the store
     assert len(store.sweep_dirs(store_root)) == 2
@@ -160,7 +161,7 @@ def test_index_only_and_headline_rule(cli, tmp_path):
     assert "No report is published yet." in (tmp_path / "README.md").read_text()
     res = cli("publish", "--reports", str(tmp_path))
     assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1
-    base = {"component": "c", "status": "ok", "peer": False, "M": 1, "state_dtype": "bf16",
+    base = {"component": "c", "status": "ok", "peer": False, "M": 1, "state_dtype": "bf16", "point_axes": "M,state_dtype",
             "bytes": 100, "ms_p50": 0.001, "gbps": 100.0, "roofline_fraction": 0.5, "noisy": False}
     rows = pd.DataFrame([
         {**base, "variant": "small_fast"},
