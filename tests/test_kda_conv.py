@@ -13,6 +13,7 @@ import torch
 
 from harness import accounting, backends, registry, runner
 from harness.fuel import load_fuel
+from harness.cuda import KernelCall, KernelStep
 from kernels.kda_decode import conv_spec, conv_variants, spec
 from kernels.kda_decode.reference import ref_short_conv
 
@@ -109,12 +110,12 @@ def test_every_kernel_after_the_first_waits_for_the_one_before():
     dependent; in a chain, every step but the first is one too (its first kernel waits for the
     step before), and the first step launches plainly."""
     rec = _RecordingBackend()
-    kernels = [conv_variants._Kernel(name, 1, 32, 0, lambda d: ()) for name in ("conv", "step")]
-    launches = [conv_variants._ConvLaunch(rec, kernels, {}, {}) for _ in range(3)]
+    kernels = [KernelCall(name, 1, 32, 0, lambda d: ()) for name in ("conv", "step")]
+    launches = [KernelStep(rec, kernels, {}, {}, {}, read=dict) for _ in range(3)]
     launches[0]()
     assert rec.calls == [("conv", False), ("step", True)]
     rec.calls.clear()
-    conv_variants._ConvLaunch.run_many(launches)()
+    KernelStep.run_many(launches)()
     assert rec.calls == [("conv", False), ("step", True)] + [("conv", True), ("step", True)] * 2
 
 

@@ -15,20 +15,19 @@ Nothing here imports cupy, torch.cuda or fla at import time.
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 
-from harness.registry import Launch, Variant
+from harness.cuda import KernelCall, KernelStep, get_kernel, persistent_grid
+from harness.registry import Variant
 
 from . import conv_spec
 from .reference import bf16_to_float, ref_short_conv
-from .variants import (_DESIGNS, _KV, _SYMBOL_SUFFIX, _CpuLazyLaunch, _FlaLaunch,
-                       _check_inputs, _decode_state, _dims, _fla_forward, _stage_bytes, fla_ready,
-                       fla_step_tensors, get_kernel, kernel_launch_shape, persistent_grid, step_scalars,
-                       supports_cuda, supports_fla, torch_on)
-from .variants import DESIGN_SOURCES, design_source
+from .variants import (_DESIGNS, _KV, _SYMBOL_SUFFIX, DESIGN_SOURCES, _CpuLazyLaunch, _FlaLaunch,
+                       _check_inputs, _decode_state, _dims, _fla_forward, _stage_bytes, design_source,
+                       fla_ready, fla_step_tensors, kernel_launch_shape, step_scalars, supports_cuda,
+                       supports_fla, torch_on)
 
 _CONV_THREADS = 256            # kda_conv_update's block
 _FUSED_THREADS, _FUSED_STAGES = 256, 3  # DEFINE_RING_CONV(fused_conv_bulk_early_pdl, ...)
@@ -66,58 +65,22 @@ def _check_conv_inputs(geometry, point, inputs) -> tuple[int, int, int, int, str
     return M, H, K, V, dtype
 
 
-@dataclasses.dataclass(frozen=True)
-class _Kernel:
-    """One kernel of a step: its function, grid, block, dynamic shared memory, and its arguments
-    read from the launch's device buffers at every call (a test may rewire a buffer)."""
-
-    fn: Any
-    grid: int
-    threads: int
-    smem: int
-    args: Callable[[dict], tuple]
+def _read_outputs(backend):
+    """The step's outputs as the reference has them (BF16 bits decoded, the state in float64)."""
+    def read(d: dict) -> dict[str, np.ndarray]:
+        return {"o": bf16_to_float(backend.to_host(d["o"])).astype(np.float64),
+                "state": _decode_state(backend.to_host(d["state"])),
+                "conv_state": bf16_to_float(backend.to_host(d["conv_state"])).astype(np.float64)}
+    return read
 
 
-class _ConvLaunch(Launch):
+def _conv_step(backend, kernels: list[KernelCall], dev: dict, initial: dict) -> KernelStep:
     """One step of ours: one kernel (fused) or two (the convolution, then the step as its
     programmatic dependent). Every kernel of ours here waits (griddepcontrol.wait) before it reads
-    what an earlier launch wrote, so in a chain each step but the first is launched as a
-    programmatic dependent too (``run_many``)."""
-
-    def __init__(self, backend, kernels: list[_Kernel], dev: dict, initial: dict):
-        self.backend, self.kernels, self.dev, self.initial = backend, kernels, dev, initial
-
-    @property
-    def grid(self) -> int:
-        """The last kernel's grid: the ring's (the timeline tool sizes its probe rows by it)."""
-        return self.kernels[-1].grid
-
-    def poison(self) -> None:
-        with self.backend.stream:
-            for name, value in self.initial.items():
-                self.backend.cp.copyto(self.dev[name], value)
-            for name in ("o", "q", "k", "v"):  # outputs and the unfused path's intermediates
-                if name in self.dev:
-                    self.dev[name].fill(0xFFFF)  # bf16 NaN bits
-
-    def __call__(self, programmatic: bool = False) -> None:
-        for i, k in enumerate(self.kernels):
-            self.backend.launch(k.fn, (k.grid,), (k.threads,), k.args(self.dev), shared_mem=k.smem,
-                                programmatic=programmatic or i > 0)
-
-    @classmethod
-    def run_many(cls, launches: "list[_ConvLaunch]"):
-        def chain() -> None:
-            for i, launch in enumerate(launches):
-                launch(programmatic=i > 0)
-        return chain
-
-    def outputs(self) -> dict[str, np.ndarray]:
-        b, d = self.backend, self.dev
-        b.stream.synchronize()
-        return {"o": bf16_to_float(b.to_host(d["o"])).astype(np.float64),
-                "state": _decode_state(b.to_host(d["state"])),
-                "conv_state": bf16_to_float(b.to_host(d["conv_state"])).astype(np.float64)}
+    what an earlier launch wrote, so in a chain each step but the first is a programmatic
+    dependent too; o and the unfused path's q, k, v are poisoned with BF16 NaN bits."""
+    poison = {name: 0xFFFF for name in ("o", "q", "k", "v") if name in dev}
+    return KernelStep(backend, kernels, dev, initial, poison, _read_outputs(backend)).ready()
 
 
 def _device_buffers(backend, inputs: dict, M: int, H: int, V: int) -> tuple[dict, dict]:
@@ -130,21 +93,21 @@ def _device_buffers(backend, inputs: dict, M: int, H: int, V: int) -> tuple[dict
     return dev, initial
 
 
-def _make_fused_build(name: str) -> Callable[..., _ConvLaunch]:
-    def build(geometry, point, inputs, backend) -> _ConvLaunch:
+def _make_fused_build(name: str) -> Callable[..., KernelStep]:
+    def build(geometry, point, inputs, backend) -> KernelStep:
         return build_fused(name, geometry, point, inputs, backend)
     build.__name__ = f"build_{name}"
     return build
 
 
-def build_fused(name: str, geometry, point, inputs, backend) -> _ConvLaunch:
+def build_fused(name: str, geometry, point, inputs, backend) -> KernelStep:
     reason = supports_conv_cuda(geometry, point)
     if reason:
         raise ValueError(f"{name}: {reason}")
     M, H, K, V, dtype = _check_conv_inputs(geometry, point, inputs)
     _, _, _, scale, eps = _dims(geometry)
     smem = _FUSED_STAGES * _stage_bytes(_KV, dtype) + _TAP_BYTES  # whole-head tiles
-    fn = get_kernel(backend, f"kda_{name}_{_SYMBOL_SUFFIX[dtype]}", smem, design_source(name))
+    fn = get_kernel(backend, design_source(name), f"kda_{name}_{_SYMBOL_SUFFIX[dtype]}", smem)
     # A multiple of H: each CTA then meets one head h (of every stream) and reads its weights
     # once; the kernel traps otherwise. At M = 32 the makespan is 8 BF16 tiles either way.
     grid = persistent_grid(backend, fn, _FUSED_THREADS, smem, M * H)
@@ -152,42 +115,36 @@ def build_fused(name: str, geometry, point, inputs, backend) -> _ConvLaunch:
     if grid == 0:
         raise RuntimeError(f"{name}: fewer resident CTAs than the {H} heads")
     scalars = step_scalars(M, H, eps, scale)
-    kernels = [_Kernel(fn, grid, _FUSED_THREADS, smem, lambda d: (
+    kernels = [KernelCall(fn, grid, _FUSED_THREADS, smem, lambda d: (
         d["x_q"], d["x_k"], d["x_v"], d["conv_state"], d["conv_weight"], d["g"], d["beta"],
         d["state"], d["o"]) + scalars)]
     dev, initial = _device_buffers(backend, inputs, M, H, V)
-    return _ready(_ConvLaunch(backend, kernels, dev, initial), backend)
+    return _conv_step(backend, kernels, dev, initial)
 
 
-def build_unfused(geometry, point, inputs, backend) -> _ConvLaunch:
+def build_unfused(geometry, point, inputs, backend) -> KernelStep:
     reason = supports_conv_cuda(geometry, point)
     if reason:
         raise ValueError(f"conv_then_{_UNFUSED_STEP}: {reason}")
     M, H, K, V, dtype = _check_conv_inputs(geometry, point, inputs)
     _, _, _, scale, eps = _dims(geometry)
-    conv_fn = get_kernel(backend, "kda_conv_update", 0, design_source("conv_update"))
+    conv_fn = get_kernel(backend, design_source("conv_update"), "kda_conv_update")
     threads_total = M * geometry.kda.conv_tensors * conv_spec.channels(geometry)
     step_fn, step_smem, step_grid = kernel_launch_shape(backend, _UNFUSED_STEP, _DESIGNS[_UNFUSED_STEP],
                                                         dtype, M * H)
     scalars = step_scalars(M, H, eps, scale)
     kernels = [
-        _Kernel(conv_fn, -(-threads_total // _CONV_THREADS), _CONV_THREADS, 0, lambda d: (
+        KernelCall(conv_fn, -(-threads_total // _CONV_THREADS), _CONV_THREADS, 0, lambda d: (
             d["x_q"], d["x_k"], d["x_v"], d["conv_state"], d["conv_weight"], d["q"], d["k"], d["v"],
             np.int32(M), np.int32(H))),
-        _Kernel(step_fn, step_grid, _DESIGNS[_UNFUSED_STEP].threads, step_smem, lambda d: (
+        KernelCall(step_fn, step_grid, _DESIGNS[_UNFUSED_STEP].threads, step_smem, lambda d: (
             d["q"], d["k"], d["v"], d["g"], d["beta"], d["state"], d["o"]) + scalars),
     ]
     dev, initial = _device_buffers(backend, inputs, M, H, V)
     with backend.stream:
         for name in ("q", "k", "v"):
             dev[name] = backend.cp.empty((M, H, K), dtype=backend.cp.uint16)
-    return _ready(_ConvLaunch(backend, kernels, dev, initial), backend)
-
-
-def _ready(launch: _ConvLaunch, backend) -> _ConvLaunch:
-    launch.poison()
-    backend.stream.synchronize()
-    return launch
+    return _conv_step(backend, kernels, dev, initial)
 
 
 _WHY = {

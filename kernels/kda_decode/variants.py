@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from harness.cuda import get_kernel, persistent_grid
 from harness.registry import Launch, Variant
 
 from .reference import bf16_to_float, materialize, ref_lazy_step
@@ -63,7 +64,6 @@ _TILE_COLS = 64                       # Tile16<T>::COLS: column slice of the 16-
 _PIPE_STAGES = {"bf16": 3, "fp32": 2}  # instantiated stage counts (see pipelined_cpasync.cu for why)
 _STATE_DTYPES = {"bf16": np.uint16, "fp32": np.float32}
 _SYMBOL_SUFFIX = {"bf16": "bf16", "fp32": "f32"}
-_SLOW_SMEM = 48 * 1024                # above this, dynamic shared memory needs an opt-in
 
 
 @dataclasses.dataclass(frozen=True)
@@ -236,19 +236,6 @@ def _decode_state(state: np.ndarray) -> np.ndarray:
 
 # -- CUDA launches --------------------------------------------------------------------------------
 
-def _ctas_per_sm(kernel, props: dict, threads: int, dyn_smem: int) -> int:
-    """Resident CTAs per SM for the persistent grid, from the kernel's registers and shared memory
-    (the limits the occupancy calculator applies; allocation granularity 256 registers/warp)."""
-    warps = threads // 32
-    regs_per_warp = -(-int(kernel.num_regs) * 32 // 256) * 256
-    by_regs = int(props.get("regsPerMultiprocessor", 65536)) // max(1, regs_per_warp * warps)
-    smem = int(kernel.shared_size_bytes) + dyn_smem + int(props.get("reservedSharedMemPerBlock", 1024))
-    by_smem = int(props.get("sharedMemPerMultiprocessor", 233472)) // smem
-    by_threads = int(props.get("maxThreadsPerMultiProcessor", 2048)) // threads
-    by_blocks = int(props.get("maxBlocksPerMultiProcessor", 32))
-    return max(1, min(by_regs, by_smem, by_threads, by_blocks))
-
-
 def step_scalars(M: int, H: int, eps: float, scale: float) -> tuple:
     """The trailing ``M, H, eps, scale`` arguments of every step kernel, typed as the kernels take them."""
     return (np.int32(M), np.int32(H), np.float32(eps), np.float32(scale))
@@ -317,30 +304,10 @@ class _CudaLaunch(Launch):
         return {"o": o, "state": state}
 
 
-def get_kernel(backend, symbol: str, dyn_smem: int, source: pathlib.Path):
-    """``symbol`` from the CUDA file ``source``, allowed ``dyn_smem`` bytes of dynamic shared memory
-    (above 48 KiB that needs an opt-in, refused when the device cannot give it)."""
-    kernel = backend.module(source).get_function(symbol)
-    if dyn_smem > _SLOW_SMEM:
-        optin = int(backend.props.get("sharedMemPerBlockOptin", 0))
-        if dyn_smem + int(kernel.shared_size_bytes) > optin:
-            raise RuntimeError(f"{symbol}: needs {dyn_smem} B dynamic + {kernel.shared_size_bytes} B "
-                               f"static shared memory per block; the device allows {optin}")
-        kernel.max_dynamic_shared_size_bytes = dyn_smem
-    return kernel
-
-
-def persistent_grid(backend, kernel, threads: int, dyn_smem: int, tiles: int) -> int:
-    """As many CTAs as fit on the device at once, but no more than there are tiles (every CTA
-    beyond the tile count would exit at once; launching it costs for nothing)."""
-    sms = int(backend.props["multiProcessorCount"])
-    return min(sms * _ctas_per_sm(kernel, backend.props, threads, dyn_smem), tiles)
-
-
 def kernel_launch_shape(backend, name: str, design: _Design, dtype: str, heads: int):
     """(kernel, dynamic shared memory, grid) of design ``name`` for ``heads`` = M x H heads."""
     dyn_smem = design.smem(dtype)
-    kernel = get_kernel(backend, f"kda_{name}_{_SYMBOL_SUFFIX[dtype]}", dyn_smem, design_source(name))
+    kernel = get_kernel(backend, design_source(name), f"kda_{name}_{_SYMBOL_SUFFIX[dtype]}", dyn_smem)
     if design.persistent:
         return kernel, dyn_smem, persistent_grid(backend, kernel, design.threads, dyn_smem,
                                                  heads * design.tiles_per_head(dtype))
