@@ -29,15 +29,16 @@ AXES = (M, STATE_DTYPE)
 
 # ||out - ref|| / ||ref|| against float64 (harness.verify.RelErr: also no element off by more
 # than the tolerance x max|ref|, and nothing unwritten). o is stored in BF16 (8 mantissa bits:
-# round-to-nearest-even errs by at most 2^-8 = 3.9e-3 relative per element, so at most that
-# norm-wise); float32 arithmetic adds ~1e-6; 5e-3 is that bound with margin, whatever the state
-# dtype (measured on the H200 up to 2026-11-29: at most 1.7e-3, 2.4e-3 with the convolution in
-# front). A BF16 state adds one more rounding of every element per step (seed 000 measured
-# 2.07e-3 on o and 2.55e-3 on the state), so 1e-2 for it; an FP32 state is updated in FP32
-# arithmetic, so its own error is ~1e-6 and 1e-4 catches real mistakes a BF16 bound would hide.
-# The sweep and the GPU tests judge every output by these same checks (``checks``).
+# round-to-nearest-even errs by at most 2^-8 = 3.9e-3 relative per element); float32 arithmetic
+# adds ~1e-6. With an FP32 state that is all, so 5e-3. A BF16 state adds one more rounding of
+# every state element per step, which o inherits: seed 000 measured 2.07e-3 on o and 2.55e-3 on
+# the state; norm-wise the H200 sweeps stayed under 2.4e-3, but after 3 steps one element of o
+# was off by more than 5e-3 x max|o| (6.7e-4 absolute; the fused convolution's GPU test at
+# 64a2176, M = 32), so 1e-2 for o and the state. An FP32 state is updated in FP32 arithmetic, so its own error is ~1e-6 and 1e-4
+# catches real mistakes a BF16 bound would hide. The sweep and the GPU tests judge every output by
+# these same checks (``checks``).
 TOLERANCE = {
-    ("bf16", "o"): 5e-3,
+    ("bf16", "o"): 1e-2,
     ("bf16", "state"): 1e-2,
     ("fp32", "o"): 5e-3,
     ("fp32", "state"): 1e-4,
