@@ -90,18 +90,26 @@ def _version(module: str) -> str | None:
         return None
 
 
-# Installed distributions whose code runs as a peer (fla's Triton kernels) or compiles it: a peer
-# row is only as reproducible as these versions. Read from package metadata, never imported (fla
-# pulls in torch.cuda and Triton).
-PEER_DISTRIBUTIONS = ("fla-core", "triton")
+def peer_distributions() -> list[str]:
+    """The installed distributions the registered variants say their code runs on or is compiled
+    by (``Variant.packages``: fla-core and Triton for fla's kernels, say), in first-seen order."""
+    from harness import registry
+
+    names: list[str] = []
+    for comp in registry.components().values():
+        for v in comp.variants:
+            names += [p for p in v.packages if p not in names]
+    return names
 
 
 def peer_versions() -> dict[str, str | None]:
-    """Version of each PEER_DISTRIBUTIONS entry, None where it is not installed."""
+    """Version of each distribution a variant declares, None where it is not installed: a peer row
+    is only as reproducible as these. Read from package metadata, never imported (fla pulls in
+    torch.cuda and Triton)."""
     from importlib import metadata
 
     out: dict[str, str | None] = {}
-    for dist in PEER_DISTRIBUTIONS:
+    for dist in peer_distributions():
         try:
             out[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:

@@ -37,7 +37,7 @@ READER_FILES = ("README.md", "FINDINGS.md", "rows.csv", "provenance.json", "roof
 # Under a folder named timeline* (tools/kda_timeline.py's --out, kept beside a report): its summary,
 # plot, per-layer chain table and printed output; the per-CTA and per-tile CSVs stay behind unless
 # FINDINGS.md names them.
-TIMELINE_PATTERNS = ("summary.csv", "timeline.png", "*_chain.csv", "kda_timeline_output.txt", "README.txt")
+TIMELINE_PATTERNS = ("summary.csv", "timeline.png", "*_chain.csv", "*_output.txt", "README.txt")
 # Never published, whatever a FINDINGS.md says: a results store and the render's own markers.
 STORE_NAMES = ("rows.parquet", "meta.json", "multirun.yaml", ".generated", ".sweep")
 STORE_DIRS = ("store", ".hydra")

@@ -124,6 +124,8 @@ class Variant:
     peer:     a third-party implementation measured side by side (fla), not ours.
     sources:  kernel source files (relative to the component folder); what they compile (with
               their local headers, harness.sources) is each row's ``source_sha``.
+    packages: installed distributions its code runs on or is compiled by (a peer's library): the
+              sweep's provenance records their versions.
     """
 
     name: str
@@ -133,6 +135,7 @@ class Variant:
     supports: Callable[[Any, Point], str | None] = lambda geometry, point: None
     peer: bool = False
     sources: tuple[str, ...] = ()
+    packages: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)

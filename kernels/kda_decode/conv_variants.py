@@ -24,7 +24,7 @@ from harness.registry import Variant
 
 from . import conv_spec
 from .reference import bf16_to_float, ref_short_conv
-from .variants import (_DESIGNS, _KV, _SYMBOL_SUFFIX, DESIGN_SOURCES, _CpuLazyLaunch, _FlaLaunch,
+from .variants import (_DESIGNS, _KV, _SYMBOL_SUFFIX, DESIGN_SOURCES, FLA_PACKAGES, _CpuLazyLaunch, _FlaLaunch,
                        _check_inputs, _decode_state, _dims, _fla_forward, _stage_bytes, design_source,
                        fla_ready, fla_step_tensors, kernel_launch_shape, step_scalars, supports_cuda,
                        supports_fla, torch_on)
@@ -337,5 +337,5 @@ PEER_VARIANTS: tuple[Variant, ...] = (
                 "has three ShortConvolution modules), q/k/v in BF16, then fused_recurrent_kda_fwd "
                 "with the state updated in place; four launches; the convolution at one pinned "
                 "config (FLA_CONV_CONFIG, not fla's shape-blind autotuner)",
-            supports=supports_fla_conv, peer=True),
+            supports=supports_fla_conv, peer=True, packages=FLA_PACKAGES),
 )

@@ -419,6 +419,7 @@ def _fla_forward():
     return fused_recurrent_kda_fwd
 
 
+FLA_PACKAGES = ("fla-core", "triton")  # fla's Triton kernels: their versions go into provenance
 _FLA_EPS = 1e-6  # hard-coded in fla's kernel for use_qk_l2norm_in_kernel
 
 
@@ -550,5 +551,5 @@ PEER_VARIANTS: tuple[Variant, ...] = (
             why="fla 0.6 Triton fused_recurrent_kda kernel (via fused_recurrent_kda_fwd with "
                 "inplace_final_state=True: the public wrapper forces a fresh fp32 state), T=1, "
                 "in-kernel l2norm, state updated in place in its own dtype",
-            supports=supports_fla, peer=True),
+            supports=supports_fla, peer=True, packages=FLA_PACKAGES),
 )
