@@ -96,7 +96,7 @@ def test_capture_on_cpu_records_the_files_it_ran_from(geometry, monkeypatch):
     assert prov["fuel_path"] == "fuels/glm-5.3-flash/attention.yaml"
     assert prov["fuel_sha256"] == hashlib.sha256(DEFAULT_FUEL.read_bytes()).hexdigest()
     sources = prov["kernel_sources"]
-    assert {"kernels/roofline/copy.cu", "kernels/kda_decode/kda_decode.cu", "harness/verify.py",
+    assert {"kernels/roofline/copy.cu", "kernels/kda_decode/ring.cuh", "harness/verify.py",
             "harness/l2_flush.cu"} <= set(sources)
     for rel, digest in sources.items():
         assert digest == hashlib.sha256((REPO_ROOT / rel).read_bytes()).hexdigest()[:16], rel
