@@ -45,7 +45,7 @@ def sweep_provenance(ctx: JobContext, backend, geometry: Geometry) -> dict[str, 
     """Captured by the first job of a sweep and reused by the others."""
     prov = store.read_provenance(ctx.sweep_dir)
     if prov is not None:
-        mine = (backend.name, getattr(backend, "device_id", 0), geometry.sha256)
+        mine = (backend.name, backend.device_id, geometry.sha256)
         theirs = (prov.get("backend"), prov.get("device_index", 0), prov.get("fuel_sha256"))
         if mine != theirs:
             raise ConfigError(f"backend: this job ({mine[0]}, device {mine[1]}, fuel {mine[2][:12]}) does not match "
@@ -179,6 +179,7 @@ def _base_row(comp, variant, point, geometry: Geometry, backend) -> dict[str, An
         "rel_err": np.nan, "tolerance": np.nan, "errors": "",
         "checks": "; ".join(f"{name}: {c.describe()}" for name, c in output_checks(comp, point).items()),
         "ref_sample": "all", "point_axes": ",".join(point),
+        "resident_bytes": sum(int(r.nbytes(geometry, point)) for r in comp.resident),
         "clock": "", "cache": "", "graph": False, "chain": 1,
         "sm_clock_mhz_before": None, "sm_clock_mhz_after": None,
         "mem_clock_mhz_before": None, "mem_clock_mhz_after": None,
@@ -191,14 +192,15 @@ def measure(comp, variant, point: dict[str, Any], geometry: Geometry, backend, t
             seed: int, roofline: dict[str, Any] | None, shared: dict | None = None) -> dict[str, Any]:
     """Verify then time one variant at one point; always returns a row (ok / skipped / failed)."""
     row = _base_row(comp, variant, point, geometry, backend)
+    checks = output_checks(comp, point)
     row["chain"] = chain_length(timing_conf, comp, geometry)
     streams = reference_streams(comp, geometry, point)
     row["ref_sample"] = describe_sample(streams, point)
     reason = variant.supports(geometry, point)
-    resident_bytes = sum(int(r.nbytes(geometry, point)) for r in comp.resident)
-    if reason is None and backend.name == "cpu" and row["bytes"] + resident_bytes > comp.cpu_max_bytes:
+    need = row["bytes"] + row["resident_bytes"]
+    if reason is None and backend.name == "cpu" and need > comp.cpu_max_bytes:
         reason = (f"CPU reference backend runs points up to {comp.cpu_max_bytes >> 20} MiB moved or resident; "
-                  f"this one needs {(row['bytes'] + resident_bytes) >> 20} MiB")
+                  f"this one needs {need >> 20} MiB")
     if reason:
         row.update(status="skipped", reason=reason)
         return row
@@ -214,8 +216,7 @@ def measure(comp, variant, point: dict[str, Any], geometry: Geometry, backend, t
         # rel_err / tolerance summarise the relative-error checks (an index set has neither)
         rel = [c.rel_err for c in comparisons if c.rel_err == c.rel_err]
         row["rel_err"] = max(rel) if rel else np.nan
-        row["tolerance"] = max((c.tolerance for c in output_checks(comp, point).values() if isinstance(c, RelErr)),
-                               default=0.0)
+        row["tolerance"] = max((c.tolerance for c in checks.values() if isinstance(c, RelErr)), default=0.0)
         row["errors"] = "; ".join(f"{c.name}={c.rel_err:.3e}" if c.rel_err == c.rel_err else
                                   f"{c.name}={c.mismatches} {c.unit} off" for c in comparisons)
         bad = [c for c in comparisons if not c.ok]

@@ -25,9 +25,9 @@ from typing import Any, Iterable
 
 import pandas as pd
 
-# The rows' layout: 1 (unversioned, until 2026-11-29) had no schema_version, point_axes, ref_sample
-# or checks columns; 2 adds them (a loaded version-1 row gets point_axes from its job's meta.json,
-# ref_sample "all", checks "").
+# The rows' layout: 1 (unversioned, until 2026-11-29) had no schema_version, point_axes, ref_sample,
+# checks or resident_bytes columns; 2 adds them (a loaded version-1 row gets point_axes from its
+# job's meta.json, ref_sample "all", checks "", resident_bytes 0).
 SCHEMA_VERSION = 2
 
 # Columns every row has, in this order; component axes follow them (named in ``point_axes``).
@@ -35,7 +35,7 @@ ROW_COLUMNS = [
     "schema_version", "sweep", "job", "component", "variant", "peer", "backend", "device", "status", "reason",
     "ms_p50", "ms_p20", "ms_p80", "ms_min", "n", "spread", "noisy", "stop_reason",
     "bytes", "flops", "gbps", "gflops", "roofline_gbps", "roofline_fraction",
-    "layers", "ms_all_layers", "rel_err", "tolerance", "errors", "checks", "ref_sample", "point_axes",
+    "layers", "ms_all_layers", "rel_err", "tolerance", "errors", "checks", "ref_sample", "point_axes", "resident_bytes",
     "clock", "cache", "graph",
     "sm_clock_mhz_before", "sm_clock_mhz_after", "mem_clock_mhz_before", "mem_clock_mhz_after",
     "throttle_before", "throttle_after",
@@ -193,6 +193,7 @@ def load_sweep(sweep_dir: pathlib.Path) -> pd.DataFrame:
             df["point_axes"] = ",".join(meta.get("point", {}))
             df["ref_sample"] = "all"
             df["checks"] = ""
+            df["resident_bytes"] = 0
         frames.append(df)
     if not frames:
         return pd.DataFrame(columns=ROW_COLUMNS)
@@ -230,6 +231,7 @@ def read_rows_table(path: str | pathlib.Path) -> pd.DataFrame:
         df["point_axes"] = ",".join(_v1_point_axes(list(df.columns)))
         df["ref_sample"] = "all"
         df["checks"] = ""
+        df["resident_bytes"] = 0
     return df
 
 

@@ -33,6 +33,7 @@ def test_toy_component_is_swept_verified_stored_reported_and_compared(toy_cli, t
     assert "best: index set" in by_m.loc[3, "checks"] and "out: rel_err <= 1.0e-05" in by_m.loc[3, "checks"]
     assert set(rows["point_axes"]) == {"M,context,toy_rows"}
     assert (rows["toy_rows"] == 6).all() and (rows["context"] == 1024).all()
+    assert (rows["resident_bytes"] == 1024 * 64 * 4).all()  # the table, counted once per row
 
     res = toy_cli("report", "toy_a", "--root", str(root), "--out", str(out))
     assert res.returncode == 0, res.stderr
