@@ -166,7 +166,9 @@ class Exact:
 @dataclasses.dataclass(frozen=True)
 class RelErr:
     """||out - ref|| / ||ref|| <= tolerance, every element within tolerance x max|ref|, and no
-    non-finite element where the reference is finite."""
+    non-finite element where the reference is finite; where the reference is +-inf the output
+    must be the same infinity (the norms run over the finite elements). A NaN in the reference
+    matches nothing."""
 
     tolerance: float
 
@@ -193,21 +195,24 @@ class RelErr:
 
         o = torch.as_tensor(np.asarray(out, dtype=np.float64))  # shares the array when already float64
         r = torch.as_tensor(np.asarray(ref, dtype=np.float64))
-        unwritten_mask = ~torch.isfinite(o) & torch.isfinite(r)
+        finite = torch.isfinite(r)
+        unwritten_mask = ~torch.isfinite(o) & finite
         n_unwritten = int(unwritten_mask.sum())
+        # Where the reference is +-inf (the -inf log-sum-exp of a row with nothing to attend to),
+        # the output must be that same infinity; the norms run over the finite elements.
+        wrong_inf = ~finite & ~(o == r)
         diff = o - r
-        if n_unwritten:
-            diff.masked_fill_(unwritten_mask, 0.0)
+        diff.masked_fill_(unwritten_mask | ~finite, 0.0)
+        r = torch.where(finite, r, torch.zeros_like(r))
         denom = float(torch.linalg.vector_norm(r))
         norm = float(torch.linalg.vector_norm(diff))
         rel = norm / denom if denom > 0 else norm
         absd = diff.abs_()
         max_abs = float(absd.max()) if absd.numel() else 0.0
         scale = float(r.abs().max()) if r.numel() else 0.0
-        off = absd > self.tolerance * max(scale, np.finfo(np.float64).tiny)
+        off = (absd > self.tolerance * max(scale, np.finfo(np.float64).tiny)) | wrong_inf
         n_off = int(off.sum())
         idx = _first_true(off | unwritten_mask, first) if n_off or n_unwritten else ()
-        # NaN compares false: a NaN rel_err (a non-finite reference) is not a pass
         ok = not n_unwritten and n_off == 0 and rel <= self.tolerance
         return Comparison(name, self.describe(), ok, max_abs, rel, n_off, n_unwritten, idx)
 

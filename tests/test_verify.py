@@ -334,3 +334,15 @@ def test_index_rows_of_random_ties(rows):
         c = one(wrong, ref, _ix(tie), "idx", **aux)
         assert not c.ok and c.mismatches == 1 and c.first_bad == (last,)
         assert f"wrong member {below[0]} with score {float(scores[last][below[0]])!r}" in c.detail
+
+
+def test_relerr_matches_an_infinite_reference_exactly():
+    """A row with nothing to attend to has lse = -inf: the output must be -inf there (a finite
+    value, +inf or NaN fails), and the finite elements are still judged by the tolerance."""
+    from harness.verify import RelErr, compare
+
+    ref = {"lse": np.array([2.0, -np.inf, 3.0])}
+    assert compare("lse", np.array([2.0, -np.inf, 3.0]), ref, RelErr(1e-6)).ok
+    for bad in ([2.0, -1e30, 3.0], [2.0, np.inf, 3.0], [2.0, np.nan, 3.0], [2.1, -np.inf, 3.0]):
+        assert not compare("lse", np.array(bad), ref, RelErr(1e-6)).ok, bad
+    assert not compare("x", np.array([1.0, 2.0]), {"x": np.array([1.0, np.nan])}, RelErr(1e-3)).ok
