@@ -1,0 +1,135 @@
+/*
+Sparse MLA decode (GLM-5.3-Flash, absorbed NoPE MLA over a token selection): the op, its index
+conventions and the helpers every design in this folder shares. Each design is one .cu beside this
+header; NOTES.md has the model point's bytes and FLOPs and what each design reaches.
+
+The op, per stream m (one query token), float32 arithmetic inside every kernel:
+    q[m]        : [64 heads][512] bf16 (the absorbed query, NoPE only)
+    sel[m]      : W int32 slots (W = 2112 in the model: 2048 + tail), padded with -1; W % 64 == 0.
+                  A slot < 0 is never read and contributes nothing.
+    c_j         : the latent row of slot j's token t = sel[m][j]:
+                  arena[row_of(page_table, m, t, pages_per_stream, page_size)][0..511]
+    score_{h,j} = scale * sum_d q[m,h,d] c_j[d]
+    p           = softmax over the valid slots of row m (per head)
+    out[m,h,:]  = sum_j p_{h,j} c_j                 (bf16, round to nearest even)
+    lse[m,h]    = log(sum_j exp(score_{h,j}))       (natural log of the scaled scores)
+    A row with no valid slot: out = 0, lse = -inf.
+
+Layouts (row-major, contiguous, no padding):
+    q          [M][64][512] bf16        arena      [rows_total][512] bf16 (1024 bytes a row)
+    selection  [M][W] int32             page_table [M][pages_per_stream] int32
+    out        [M][64][512] bf16        lse        [M][64] float32
+Token t of stream m lives at arena row page_table[m * pages_per_stream + t / page_size] * page_size
++ t % page_size (row_of below). Row offsets are size_t: rows_total * 1024 can pass 2^31.
+
+bf16 is handled by bit manipulation (no <cuda_bf16.h>, no header at all) so NVRTC, which gets no
+include path, compiles every file of this folder as is.
+*/
+#ifndef SPARSE_MLA_COMMON_CUH
+#define SPARSE_MLA_COMMON_CUH
+
+typedef unsigned short bf16;  // raw bf16 bits
+// Same type as the builtin size_t (redeclaring a typedef to the same type is legal), so the file
+// does not depend on whether NVRTC predeclares it.
+typedef decltype(sizeof(0)) size_t;
+
+#define SMLA_HEADS 64      // query heads per stream
+#define SMLA_DIM 512       // latent width (bf16 elements per arena row)
+#define SMLA_ROW_CHUNKS 64 // 16-byte chunks per arena / q row (512 * 2 / 16)
+#define FULL_MASK 0xffffffffu
+
+// -inf as a bit pattern (0xff800000): no <math.h> INFINITY, and fast-math cannot fold it.
+__device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
+
+// ------------------------------------------------------------------------------------------------
+// bf16 <-> float by bit manipulation (the same helpers as kda_common.cuh).
+
+__device__ __forceinline__ float bf2f(unsigned short x) { return __uint_as_float(((unsigned)x) << 16); }
+
+// The two bf16 of one 32-bit word: the lower-addressed element is the low half (little endian).
+__device__ __forceinline__ float bf_lo(unsigned w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float bf_hi(unsigned w) { return __uint_as_float(w & 0xFFFF0000u); }
+
+// 8 bf16 of one 16-byte word -> 8 floats, in element order.
+__device__ __forceinline__ void unpack8(const uint4& r, float (&f)[8]) {
+    f[0] = bf_lo(r.x); f[1] = bf_hi(r.x);
+    f[2] = bf_lo(r.y); f[3] = bf_hi(r.y);
+    f[4] = bf_lo(r.z); f[5] = bf_hi(r.z);
+    f[6] = bf_lo(r.w); f[7] = bf_hi(r.w);
+}
+
+// Two floats -> one word of two bf16 (lo in the low half), round to nearest even, NaN stays NaN
+// (cvt.rn.bf16x2.f32, sm_80+): the same result as the bit-manipulation rounding, one instruction.
+__device__ __forceinline__ unsigned pack_bf16x2(float lo, float hi) {
+    unsigned r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
+// ------------------------------------------------------------------------------------------------
+// Read-only global loads (ld.global.nc: the non-coherent read-only path; nothing in a launch
+// writes q, the arena, the selection or the page table). Not volatile: the compiler may schedule
+// them freely (several rows' loads in flight before the first use).
+
+__device__ __forceinline__ int ld_nc_s32(const int* p) {
+    int r;
+    asm("ld.global.nc.s32 %0, [%1];" : "=r"(r) : "l"(p));
+    return r;
+}
+
+__device__ __forceinline__ uint4 ld_nc_v4(const void* p) {
+    uint4 r;
+    asm("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
+    return r;
+}
+
+// 16-byte global stores as one instruction (NVVM may split a struct store into 32-bit ones).
+__device__ __forceinline__ void st_v4_f32(float* p, float a, float b, float c, float d) {
+    asm volatile("st.global.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(a), "f"(b), "f"(c), "f"(d));
+}
+
+__device__ __forceinline__ void st_v2_b32(void* p, unsigned a, unsigned b) {
+    asm volatile("st.global.v2.b32 [%0], {%1, %2};" ::"l"(p), "r"(a), "r"(b));
+}
+
+// ------------------------------------------------------------------------------------------------
+// Paged arena: the arena row of token position t of stream m (t >= 0; the caller filters -1).
+
+__device__ __forceinline__ size_t row_of(const int* page_table, int m, int t, int pages_per_stream,
+                                         int page_size) {
+    const int page = ld_nc_s32(page_table + (size_t)m * (size_t)pages_per_stream + (size_t)(t / page_size));
+    return (size_t)page * (size_t)page_size + (size_t)(t % page_size);
+}
+
+// ------------------------------------------------------------------------------------------------
+// cp.async: 16-byte global -> shared copies that complete per commit group.
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+    unsigned r;
+    asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(r) : "l"(p));
+    return r;
+}
+
+// Copies src_bytes (16 or 0) bytes and zero-fills the rest of the 16: an invalid slot becomes a
+// zero row without a separate shared store. .cg: bypass L1 (each row is read once per CTA).
+__device__ __forceinline__ void cp_async16_zfill(void* smem, const void* gmem, unsigned src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem),
+                 "r"(src_bytes)
+                 : "memory");
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+
+// The dynamic shared memory this launch gave the block: a design that stages tiles there traps
+// when it is too small instead of writing past it.
+__device__ __forceinline__ unsigned dynamic_smem_bytes() {
+    unsigned r;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(r));
+    return r;
+}
+
+#endif  // SPARSE_MLA_COMMON_CUH
