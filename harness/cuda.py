@@ -65,7 +65,7 @@ class KernelCall:
     read from the step's device buffers at every call (a test may rewire a buffer)."""
 
     fn: Any
-    grid: int
+    grid: int | tuple[int, ...]   # CTAs, or (x, y[, z])
     threads: int
     smem: int
     args: Callable[[dict], tuple]
@@ -105,7 +105,8 @@ class KernelStep(Launch):
 
     def __call__(self, programmatic: bool = False) -> None:
         for i, k in enumerate(self.kernels):
-            self.backend.launch(k.fn, (k.grid,), (k.threads,), k.args(self.dev), shared_mem=k.smem,
+            grid = k.grid if isinstance(k.grid, tuple) else (k.grid,)
+            self.backend.launch(k.fn, grid, (k.threads,), k.args(self.dev), shared_mem=k.smem,
                                 programmatic=self.dependent and (programmatic or i > 0))
 
     @classmethod

@@ -1,0 +1,45 @@
+"""Sparse MLA decode: each of the 11 DSA layers attends, per stream, to the selected latent rows of
+a paged arena (absorbed NoPE MLA: 64 heads over one 512-wide latent).
+
+- ``spec.py``: axes, the paged arena (a resident input, built on the device), the selections
+  (grouped, scattered, dense; tails; -1 padding), inputs, the float64 reference over a sample of
+  streams, bytes, FLOPs, checks.
+- ``split_cc.cu`` / ``gather.cu`` (``sparse_mla_common.cuh``): the CUDA designs and the gather
+  roofline; ``variants.py``: their launchers, the torch peer and the CPU variants; ``NOTES.md``.
+
+Two components: ``sparse_mla`` (the layer) and ``sparse_gather`` (the same rows read and XORed:
+the bandwidth ceiling of this family, measured in the same sweep).
+"""
+
+from __future__ import annotations
+
+import pathlib
+
+from harness.registry import Component, register
+
+from . import spec
+from .variants import GATHER_VARIANTS, MLA_VARIANTS
+
+_common = dict(
+    axes=spec.AXES,
+    layers=lambda geometry: geometry.n_dsa_layers,
+    make_inputs=spec.make_inputs,
+    reference=spec.reference,
+    flops=spec.flops,
+    check_point=spec.check_point,
+    resident=(spec.ARENA,),
+    reference_streams=spec.reference_streams,
+    # the host backend runs the reference over every stream: small arenas only
+    cpu_max_bytes=256 << 20,
+    folder=str(pathlib.Path(__file__).parent),
+)
+
+COMPONENT = register(Component(
+    name="sparse_mla", checks=spec.checks, bytes_moved=spec.bytes_moved, variants=MLA_VARIANTS,
+    summary="absorbed NoPE MLA over the selected rows of a paged latent arena: out [M, 64, 512], lse",
+    **_common))
+
+GATHER = register(Component(
+    name="sparse_gather", checks=spec.gather_checks, bytes_moved=spec.gather_bytes, variants=GATHER_VARIANTS,
+    summary="the selected rows of the arena read once and XORed: sparse MLA's gather ceiling",
+    **{**_common, "flops": lambda geometry, point: 0}))

@@ -1,0 +1,240 @@
+"""Sparse MLA decode as a component: the paged latent arena, the selections, the inputs, the
+float64 reference, bytes, FLOPs and checks (seed 000 "Sparse MLA decode"; seed 003 §3.4, §5.3,
+§8.4, §8.5).
+
+Per stream m (one query token at position n_m - 1, so n_m tokens visible):
+
+    q          : [M, H, D] BF16          the absorbed query (H = 64 heads, D = 512: mla.kv_lora_rank)
+    arena      : [pages x page_size, D] BF16, resident on the device: one shared paged latent cache
+    page_table : [M, pages_per_stream] int32: logical page p of stream m -> physical page
+    selection  : [M, W] int32 token positions of stream m, -1 = an empty slot (never read)
+
+    row(m, t)  = page_table[m, t // page_size] * page_size + t % page_size
+    s[h, j]    = softmax_scale * q[m, h] . c[row(m, sel[m, j])]      over the valid slots j
+    out[m, h]  = sum_j softmax(s[h])_j c[...]            [M, H, D] BF16
+    lse[m, h]  = log sum_j exp(s[h, j])                    [M, H] FP32 (-inf, and out = 0, when a
+                                                           row has no valid slot)
+
+Streams sit at different positions so that their tails differ: n_m = context - (m % kpool), which
+gives 0..kpool-1 tokens in the incomplete pool (the tail, seed 003 §8.5). Selections:
+
+- grouped: topk / kpool runs of kpool consecutive tokens, one per complete pool chosen at random
+  (what index_kpool = 4 implies), then the tail, then -1 up to W = the padded width (2112);
+- scattered: topk distinct single tokens chosen at random, then the tail, then -1;
+- dense: the most recent min(dense_tokens, n_m) tokens, W = dense_tokens (8192: seed 000's
+  dense 8k comparison).
+
+Runs and tokens come in a random order, as a top-k returns them. The arena holds exactly the
+pages the streams need (``arena_scale`` 1), or that many times more, with the streams' pages
+spread through it at random (a larger arena spreads the same pages thinner).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from harness.axes import Axis
+from harness.registry import ResidentInput
+from harness.verify import Exact, RelErr
+from kernels import dsa_axes
+from kernels.axes import M
+from kernels.kda_decode.reference import bf16_to_float, float_to_bf16
+
+DENSE_TOKENS = 8192   # seed 000's dense comparison: the most recent 8k tokens
+PAGE_SIZE = Axis("page_size", int, 64, "tokens a page of the latent arena holds (64: 64 KiB pages as "
+                 "seed 000; 1: a page table that is the selection itself, as engines pass it)", choices=(1, 64))
+ARENA_SCALE = Axis("arena_scale", int, 1, "arena pages over the pages the streams need (1: exactly "
+                   "those; more spreads the same pages through a larger arena)", low=1, high=1024)
+AXES = (M, dsa_axes.CONTEXT, dsa_axes.SELECTION, PAGE_SIZE, ARENA_SCALE)
+ARENA_BUILD_ROWS = 1 << 18   # rows generated per chunk on the device (256 MiB of BF16 at a time)
+REFERENCE_STREAMS = 4        # the float64 reference's sample when M is larger
+
+
+def dims(geometry) -> tuple[int, int, float]:
+    return int(geometry.mla.heads), int(geometry.mla.kv_lora_rank), float(geometry.mla.softmax_scale)
+
+
+def visible(geometry, point, m: int) -> int:
+    return int(point["context"]) - (m % int(geometry.indexer.kpool))
+
+
+def width(geometry, point) -> int:
+    """Slots per selection row: topk + the longest tail, padded to selection_pad; dense: its window."""
+    if point["selection"] == "dense":
+        return DENSE_TOKENS
+    kpool, pad = int(geometry.indexer.kpool), int(geometry.indexer.selection_pad)
+    return math.ceil((int(geometry.indexer.index_topk) + kpool - 1) / pad) * pad
+
+
+def pages_per_stream(point) -> int:
+    return -(-int(point["context"]) // int(point["page_size"]))
+
+
+def arena_pages(point) -> int:
+    return int(point["M"]) * pages_per_stream(point) * int(point["arena_scale"])
+
+
+def arena_nbytes(geometry, point) -> int:
+    _, D, _ = dims(geometry)
+    return arena_pages(point) * int(point["page_size"]) * D * 2
+
+
+def check_point(geometry, point) -> str | None:
+    problem = dsa_axes.check_point(geometry, point)
+    if problem:
+        return problem
+    if point["selection"] != "dense" and int(point["context"]) - int(geometry.indexer.kpool) + 1 < int(geometry.indexer.index_topk):
+        return (f"context: {point['context']} leaves some stream fewer than topk="
+                f"{geometry.indexer.index_topk} tokens to select from (it would attend densely); "
+                f"allowed: context >= {int(geometry.indexer.index_topk) + int(geometry.indexer.kpool) - 1}")
+    if arena_pages(point) * int(point["page_size"]) >= 2 ** 31:
+        return f"arena_scale: {point['arena_scale']} makes more than 2^31 arena rows; allowed: fewer"
+    return None
+
+
+def selection_row(geometry, point, m: int, rng: np.random.Generator) -> np.ndarray:
+    """Stream m's selection (int32, width W): the chosen tokens, the tail, then -1."""
+    n, kpool, topk = visible(geometry, point, m), int(geometry.indexer.kpool), int(geometry.indexer.index_topk)
+    W = width(geometry, point)
+    row = np.full(W, -1, dtype=np.int32)
+    kind = point["selection"]
+    if kind == "dense":
+        tokens = np.arange(max(0, n - W), n)
+    else:
+        pools = n // kpool
+        if kind == "grouped":
+            chosen = rng.choice(pools, size=topk // kpool, replace=False)
+            tokens = (chosen[:, None] * kpool + np.arange(kpool)[None, :]).reshape(-1)
+        else:
+            tokens = rng.choice(pools * kpool, size=topk, replace=False)
+        tail = np.arange(pools * kpool, n)
+        tokens = np.concatenate([tokens, tail])
+    row[:len(tokens)] = tokens
+    return row
+
+
+def make_inputs(geometry, point, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """q N(0, 1) in BF16; the page table a random draw of distinct physical pages; selections as
+    the module docstring says. Never zeros."""
+    Mn, (H, D, _) = int(point["M"]), dims(geometry)
+    pages = rng.permutation(arena_pages(point))[:Mn * pages_per_stream(point)]
+    return {
+        "q": float_to_bf16(rng.standard_normal((Mn, H, D))),
+        "page_table": pages.reshape(Mn, pages_per_stream(point)).astype(np.int32),
+        "selection": np.stack([selection_row(geometry, point, m, rng) for m in range(Mn)]),
+    }
+
+
+def build_arena(geometry, point, backend, seed: int):
+    """The latent arena on the backend's device, N(0, 1) rounded to BF16, generated there in
+    chunks (no float32 copy of the whole arena, no host copy at all)."""
+    xp = backend.xp
+    _, D, _ = dims(geometry)
+    rows = arena_pages(point) * int(point["page_size"])
+    arena = xp.empty((rows, D), dtype=xp.uint16)
+    rng = xp.random.default_rng(seed)
+    for start in range(0, rows, ARENA_BUILD_ROWS):
+        stop = min(rows, start + ARENA_BUILD_ROWS)
+        chunk = rng.standard_normal((stop - start, D), dtype=xp.float32)
+        # round to nearest even into the upper 16 bits (no NaN can arise from a normal draw)
+        bits = chunk.view(xp.uint32)
+        arena[start:stop] = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(xp.uint16)
+    return arena
+
+
+ARENA = ResidentInput("arena", build_arena, arena_nbytes)
+
+
+def arena_rows(point, page_table: np.ndarray, selection: np.ndarray) -> np.ndarray:
+    """Arena row of every slot ([M, W] int64; -1 where the slot is empty)."""
+    ps = int(point["page_size"])
+    tok = selection.astype(np.int64)
+    valid = tok >= 0
+    safe = np.where(valid, tok, 0)
+    rows = np.take_along_axis(page_table.astype(np.int64), safe // ps, axis=1) * ps + safe % ps
+    return np.where(valid, rows, -1)
+
+
+def reference_streams(geometry, point):
+    Mn = int(point["M"])
+    if Mn <= REFERENCE_STREAMS:
+        return None
+    return sorted({0, Mn // 3, (2 * Mn) // 3, Mn - 1})
+
+
+def attend(q: np.ndarray, c: np.ndarray, scale: float) -> tuple[np.ndarray, np.ndarray]:
+    """One stream in float64: q [H, D], c [n, D] -> out [H, D], lse [H] (zeros and -inf for n = 0)."""
+    H, D = q.shape
+    if len(c) == 0:
+        return np.zeros((H, D)), np.full(H, -np.inf)
+    s = scale * (q @ c.T)                          # [H, n]
+    mx = s.max(axis=1, keepdims=True)
+    e = np.exp(s - mx)
+    total = e.sum(axis=1, keepdims=True)
+    return (e @ c) / total, (mx + np.log(total))[:, 0]
+
+
+def reference(geometry, point, inputs) -> dict[str, np.ndarray]:
+    """out and lse for the sampled streams, from the arena rows the selection names (read back
+    from the device for those streams only), in float64."""
+    _, _, scale = dims(geometry)
+    rows = arena_rows(point, inputs["page_table"], inputs["selection"])
+    streams = reference_streams(geometry, point) or range(int(point["M"]))
+    out, lse, xor = [], [], []
+    for m in streams:
+        valid = rows[m][rows[m] >= 0]
+        raw = inputs.resident_rows("arena", valid)              # [n, D] uint16
+        o, l = attend(bf16_to_float(inputs["q"][m]).astype(np.float64), bf16_to_float(raw).astype(np.float64), scale)
+        out.append(o)
+        lse.append(l)
+        words = np.ascontiguousarray(raw).view(np.uint32).reshape(-1, 4) if len(raw) else np.zeros((0, 4), np.uint32)
+        xor.append(np.bitwise_xor.reduce(words, axis=0) if len(words) else np.zeros(4, np.uint32))
+    return {"out": np.stack(out), "lse": np.stack(lse), "checksum": np.stack(xor).astype(np.uint32)}
+
+
+def checks(point) -> dict:
+    """out is stored in BF16 (<= 2^-8 relative per element), so 1e-2 norm-wise and per element;
+    lse is float32 arithmetic over at most 8192 terms, so 1e-5."""
+    return {"out": RelErr(1e-2), "lse": RelErr(1e-5)}
+
+
+def gather_checks(point) -> dict:
+    """The gather's checksum is an XOR of the rows it read: byte-exact."""
+    return {"checksum": Exact()}
+
+
+def valid_slots(geometry, point) -> int:
+    """Valid slots summed over the streams (the selection generator's counts, without drawing it)."""
+    total = 0
+    for m in range(int(point["M"])):
+        n = visible(geometry, point, m)
+        if point["selection"] == "dense":
+            total += min(n, DENSE_TOKENS)
+        else:
+            total += int(geometry.indexer.index_topk) + n % int(geometry.indexer.kpool)
+    return total
+
+
+def bytes_moved(geometry, point) -> int:
+    """The fewest bytes: every selected latent row once (1 KiB each), q, the selection and the page
+    table entries once, out (BF16) and lse written once."""
+    H, D, _ = dims(geometry)
+    Mn = int(point["M"])
+    return (valid_slots(geometry, point) * D * 2 + Mn * H * D * 2 + Mn * width(geometry, point) * 4
+            + Mn * pages_per_stream(point) * 4 + Mn * H * D * 2 + Mn * H * 4)
+
+
+def gather_bytes(geometry, point) -> int:
+    """The gather roofline's: the selected rows, the selection and page table, the checksums."""
+    _, D, _ = dims(geometry)
+    Mn = int(point["M"])
+    return (valid_slots(geometry, point) * D * 2 + Mn * width(geometry, point) * 4
+            + Mn * pages_per_stream(point) * 4 + Mn * 16)
+
+
+def flops(geometry, point) -> int:
+    """Scores and the weighted sum: 2 x 2 x H x D per valid slot (the softmax is O(H) a slot)."""
+    H, D, _ = dims(geometry)
+    return 4 * H * D * valid_slots(geometry, point)

@@ -1,0 +1,252 @@
+"""Launchers and declarations of the sparse MLA variants and of the gather roofline.
+
+- ``split_cc`` (CUDA cores): ``split_cc.cu``; each stream's selection split over several CTAs
+  (M = 32 streams are a quarter of 132 SMs), partial softmax states combined by log-sum-exp in a
+  second kernel (``sparse_mla_combine``).
+- ``torch_gather_bmm`` (peer): what an engineer writes in torch: gather the rows, two bmm and a
+  softmax.
+- ``ref_sparse_mla`` (CPU backend): float32 NumPy on the host.
+- ``gather_xor`` (component ``sparse_gather``): reads exactly the selected rows and XORs them into
+  a checksum: the family's bandwidth ceiling, as the copy is for KDA.
+
+Nothing here imports cupy or torch.cuda at import time.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import re
+
+import numpy as np
+
+from harness.cuda import KernelCall, KernelStep, get_kernel
+from harness.registry import Launch, Variant
+
+from . import spec
+
+HERE = pathlib.Path(__file__).resolve().parent
+THREADS = 256
+COMBINE_THREADS = 128
+INDEX_POISON = np.int32(-1431655766)  # 0xAA bytes
+
+
+def _split_smem() -> int:
+    """SPARSE_MLA_SPLIT_SMEM_BYTES of split_cc.cu: the dynamic shared memory the kernel expects."""
+    text = (HERE / "split_cc.cu").read_text()
+    found = re.search(r"#define\s+SPARSE_MLA_SPLIT_SMEM_BYTES\s+\(?([0-9 *+()]+)\)?", text)
+    if not found:
+        raise RuntimeError("split_cc.cu defines no SPARSE_MLA_SPLIT_SMEM_BYTES")
+    return int(eval(found.group(1), {"__builtins__": {}}))  # an arithmetic literal from our own file
+
+
+def pick_splits(M: int, W: int, sms: int, quantum: int) -> int:
+    """Splits of a W-slot row (each a multiple of ``quantum`` slots): the fewest that give at least
+    one CTA per SM, else the most there are; a split count that fills the last wave best wins ties."""
+    choices = [d for d in range(1, W // quantum + 1) if (W // quantum) % d == 0]
+    enough = [d for d in choices if M * d >= sms]
+    if not enough:
+        return choices[-1]
+    return min(enough[:3], key=lambda d: (-(M * d % sms or sms) / sms, d))
+
+
+def _supports_cuda(geometry, point) -> str | None:
+    H, D, _ = spec.dims(geometry)
+    if (H, D) != (64, 512):
+        return f"the sparse MLA kernels are written for 64 heads x 512; got {H} x {D}"
+    if spec.width(geometry, point) % 64:
+        return f"selection width {spec.width(geometry, point)} is not a multiple of 64"
+    return None
+
+
+class _Device:
+    """The inputs on the device: q, the page table and the selection (the arena is resident)."""
+
+    def __init__(self, backend, inputs):
+        self.q = backend.to_device(inputs["q"])
+        self.page_table = backend.to_device(inputs["page_table"])
+        self.selection = backend.to_device(inputs["selection"])
+        self.arena = inputs.resident["arena"]
+
+
+def build_split_cc(geometry, point, inputs, backend) -> KernelStep:
+    reason = _supports_cuda(geometry, point)
+    if reason:
+        raise ValueError(f"split_cc: {reason}")
+    cp = backend.cp
+    H, D, scale = spec.dims(geometry)
+    Mn, W = int(point["M"]), spec.width(geometry, point)
+    d = _Device(backend, inputs)
+    splits = pick_splits(Mn, W, int(backend.props["multiProcessorCount"]), 32)
+    smem = _split_smem()
+    split_fn = get_kernel(backend, HERE / "split_cc.cu", "sparse_mla_split_cc", smem)
+    combine_fn = get_kernel(backend, HERE / "split_cc.cu", "sparse_mla_combine")
+    with backend.stream:
+        buffers = {"part_acc": cp.empty((Mn, splits, H, D), cp.float32),
+                   "part_ml": cp.empty((Mn, splits, H, 2), cp.float32),
+                   "out": cp.empty((Mn, H, D), cp.uint16), "lse": cp.empty((Mn, H), cp.float32)}
+    pps, ps = np.int32(spec.pages_per_stream(point)), np.int32(point["page_size"])
+    kernels = [
+        KernelCall(split_fn, (splits, Mn), THREADS, smem, lambda b: (
+            d.q, d.arena, d.page_table, d.selection, b["part_acc"], b["part_ml"], np.int32(Mn),
+            np.int32(W), pps, ps, np.int32(splits), np.float32(scale))),
+        KernelCall(combine_fn, Mn * H, COMBINE_THREADS, 0, lambda b: (
+            b["part_acc"], b["part_ml"], b["out"], b["lse"], np.int32(Mn), np.int32(splits))),
+    ]
+    poison = {"part_acc": np.float32(np.nan), "part_ml": np.float32(np.nan), "out": 0xFFFF,
+              "lse": np.float32(np.nan)}
+    step = KernelStep(backend, kernels, buffers, {}, poison, lambda b: {
+        "out": _bf16(backend.to_host(b["out"])), "lse": backend.to_host(b["lse"]).astype(np.float64)},
+        dependent=False)
+    step.note = f"{splits} splits per stream"
+    return step.ready()
+
+
+def _bf16(bits: np.ndarray) -> np.ndarray:
+    from kernels.kda_decode.reference import bf16_to_float
+
+    return bf16_to_float(bits).astype(np.float64)
+
+
+def build_gather(geometry, point, inputs, backend) -> KernelStep:
+    reason = _supports_cuda(geometry, point)
+    if reason:
+        raise ValueError(f"gather_xor: {reason}")
+    cp = backend.cp
+    Mn, W = int(point["M"]), spec.width(geometry, point)
+    d = _Device(backend, inputs)
+    splits = pick_splits(Mn, W, int(backend.props["multiProcessorCount"]), 8)
+    fn = get_kernel(backend, HERE / "gather.cu", "sparse_gather_xor")
+    with backend.stream:
+        buffers = {"partial": cp.empty((Mn, splits, 4), cp.uint32)}
+    pps, ps = np.int32(spec.pages_per_stream(point)), np.int32(point["page_size"])
+    kernels = [KernelCall(fn, (splits, Mn), THREADS, 0, lambda b: (
+        d.arena, d.page_table, d.selection, b["partial"], np.int32(Mn), np.int32(W), pps, ps,
+        np.int32(splits)))]
+    # Poison with a pattern no XOR of a CTA's rows is likely to leave: a partial that is never
+    # written corrupts its stream's checksum.
+    step = KernelStep(backend, kernels, buffers, {}, {"partial": np.uint32(0xA5A5A5A5)}, lambda b: {
+        "checksum": np.bitwise_xor.reduce(backend.to_host(b["partial"]), axis=1)}, dependent=False)
+    step.note = f"{splits} CTAs per stream"
+    return step.ready()
+
+
+class _TorchGatherBmm(Launch):
+    """torch, as an engineer writes it: rows gathered into a [M, W, D] copy, scores by bmm, masked
+    softmax in float32, the weighted sum by bmm; on our stream."""
+
+    captures_itself = False
+
+    def __init__(self, geometry, point, inputs, backend):
+        import torch
+
+        self.torch, self.backend = torch, backend
+        H, D, self.scale = spec.dims(geometry)
+        self.ext = torch.cuda.ExternalStream(backend.stream.ptr)
+        rows = spec.arena_rows(point, inputs["page_table"], inputs["selection"])
+        dev = torch.device("cuda", backend.device_id)
+        with torch.cuda.stream(self.ext):
+            self.arena = torch.from_dlpack(inputs.resident["arena"]).view(torch.bfloat16)
+            self.rows = torch.from_numpy(np.where(rows >= 0, rows, 0)).to(dev)
+            self.mask = torch.from_numpy(rows < 0).to(dev)
+            self.q = torch.from_numpy(inputs["q"].view(np.int16)).to(dev).view(torch.bfloat16)
+            self.out = torch.empty(self.q.shape, dtype=torch.bfloat16, device=dev)
+            self.lse = torch.empty(self.q.shape[:2], dtype=torch.float32, device=dev)
+        backend.stream.synchronize()
+
+    def poison(self) -> None:
+        with self.torch.cuda.stream(self.ext):
+            self.out.view(self.torch.int16).fill_(-1)
+            self.lse.fill_(float("nan"))
+
+    def __call__(self) -> None:
+        torch = self.torch
+        with torch.cuda.stream(self.ext):
+            c = self.arena[self.rows]                                   # [M, W, D] bf16
+            s = torch.bmm(self.q, c.transpose(1, 2)).float() * self.scale  # [M, H, W]
+            s.masked_fill_(self.mask[:, None, :], float("-inf"))
+            self.lse.copy_(torch.logsumexp(s, dim=-1))
+            p = torch.softmax(s, dim=-1).to(torch.bfloat16)
+            self.out.copy_(torch.bmm(p, c))
+
+    def outputs(self) -> dict[str, np.ndarray]:
+        torch = self.torch
+        self.backend.stream.synchronize()
+        with torch.cuda.stream(self.ext):
+            return {"out": self.out.double().cpu().numpy(), "lse": self.lse.double().cpu().numpy()}
+
+
+def _supports_torch(geometry, point) -> str | None:
+    try:
+        import torch
+
+        return None if torch.cuda.is_available() else "torch sees no CUDA device"
+    except Exception as exc:
+        return f"torch not importable: {type(exc).__name__}: {exc}"
+
+
+class _HostSparseMla(Launch):
+    """CPU reference backend: float32 NumPy, every stream, reading the arena in place."""
+
+    def __init__(self, geometry, point, inputs):
+        _, _, self.scale = spec.dims(geometry)
+        self.rows = spec.arena_rows(point, inputs["page_table"], inputs["selection"])
+        self.arena, self.q = inputs.resident["arena"], inputs["q"]
+
+    def poison(self) -> None:
+        self.out = np.full(self.q.shape, np.nan)
+        self.lse = np.full(self.q.shape[:2], np.nan)
+
+    def __call__(self) -> None:
+        from kernels.kda_decode.reference import bf16_to_float
+
+        out, lse = [], []
+        for m in range(len(self.q)):
+            c = bf16_to_float(self.arena[self.rows[m][self.rows[m] >= 0]])
+            o, l = spec.attend(bf16_to_float(self.q[m]), c, self.scale)  # float32 throughout
+            out.append(o)
+            lse.append(l)
+        self.out, self.lse = np.stack(out), np.stack(lse)
+
+    def outputs(self) -> dict[str, np.ndarray]:
+        return {"out": self.out.astype(np.float64), "lse": self.lse.astype(np.float64)}
+
+
+class _HostGather(Launch):
+    """CPU reference backend: the selected rows' XOR on the host."""
+
+    def __init__(self, point, inputs):
+        self.rows = spec.arena_rows(point, inputs["page_table"], inputs["selection"])
+        self.arena = inputs.resident["arena"]
+
+    def poison(self) -> None:
+        self.checksum = np.full((len(self.rows), 4), 0xA5A5A5A5, np.uint32)
+
+    def __call__(self) -> None:
+        words = [np.ascontiguousarray(self.arena[r[r >= 0]]).view(np.uint32).reshape(-1, 4) for r in self.rows]
+        self.checksum = np.stack([np.bitwise_xor.reduce(w, axis=0) for w in words])
+
+    def outputs(self) -> dict[str, np.ndarray]:
+        return {"checksum": self.checksum.copy()}
+
+
+MLA_VARIANTS = (
+    Variant("split_cc", "cuda", build_split_cc,
+            why="first design, CUDA cores: q staged in shared memory once, 32-row latent tiles by "
+                "cp.async, online softmax, each stream's selection split over CTAs and combined by "
+                "log-sum-exp; bound by CUDA-core FMA rate, not memory (NOTES.md)",
+            supports=_supports_cuda, sources=("split_cc.cu",)),
+    Variant("torch_gather_bmm", "cuda", lambda g, p, i, b: _TorchGatherBmm(g, p, i, b),
+            why="torch: gather the rows into a [M, W, 512] copy, bmm, masked softmax, bmm",
+            supports=_supports_torch, peer=True, packages=("torch",)),
+    Variant("ref_sparse_mla", "cpu", lambda g, p, i, b: _HostSparseMla(g, p, i),
+            why="float32 NumPy on the host, every stream", sources=("spec.py",)),
+)
+
+GATHER_VARIANTS = (
+    Variant("gather_xor", "cuda", build_gather,
+            why="reads exactly the selected rows with 16-byte loads, several rows in flight per "
+                "lane, and XORs them into a checksum: the gather's bandwidth ceiling",
+            supports=_supports_cuda, sources=("gather.cu",)),
+    Variant("numpy_gather", "cpu", lambda g, p, i, b: _HostGather(p, i),
+            why="NumPy on the host: the selected rows' XOR"),
+)

@@ -1,0 +1,60 @@
+"""GPU: every CUDA variant of sparse_mla and sparse_gather against the float64 reference, through
+the runner's own verification (the component's checks, on the reference's sample of streams), at
+irregular and model shapes; and a stream whose selection is empty. Skipped without a GPU."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from harness import backends, registry, runner
+from harness.backends import gpu_visible
+from harness.fuel import load_fuel
+
+pytestmark = pytest.mark.skipif(not gpu_visible(), reason="no GPU visible (cupy finds no CUDA device)")
+
+GEOMETRY = load_fuel()
+ONCE = SimpleNamespace(warmup=0, min_reps=1, max_reps=2, min_time_ms=0.0, max_noise=1.0, timeout_s=5.0,
+                       cache="flush", graph=False, chain=1)
+POINTS = [
+    {"M": 3, "context": 8192, "selection": "grouped", "page_size": 64, "arena_scale": 2},
+    {"M": 5, "context": 12288, "selection": "scattered", "page_size": 1, "arena_scale": 1},
+    {"M": 2, "context": 16384, "selection": "dense", "page_size": 64, "arena_scale": 1},
+    {"M": 32, "context": 262144, "selection": "grouped", "page_size": 64, "arena_scale": 1},
+]
+CASES = [(c, v) for c in ("sparse_mla", "sparse_gather") for v in registry.get(c).variants if v.backend == "cuda"]
+
+
+@pytest.fixture(scope="module")
+def backend():
+    return backends.get("cuda")
+
+
+@pytest.mark.parametrize("point", POINTS, ids=lambda p: f"M{p['M']}-{p['context']}-{p['selection']}-ps{p['page_size']}")
+@pytest.mark.parametrize("component,variant", CASES, ids=[f"{c}-{v.name}" for c, v in CASES])
+def test_cuda_variant_matches_the_reference(backend, component, variant, point):
+    comp = registry.get(component)
+    reason = variant.supports(GEOMETRY, point)
+    if reason:
+        pytest.skip(reason)
+    row = runner.measure(comp, variant, point, GEOMETRY, backend, ONCE, seed=17, roofline=None)
+    assert row["status"] == "ok", row["reason"]
+
+
+@pytest.mark.parametrize("variant", [v for v in registry.get("sparse_mla").variants
+                                     if v.backend == "cuda" and not v.peer], ids=lambda v: v.name)
+def test_a_stream_with_no_valid_slot_gives_zeros_and_minus_inf(backend, variant):
+    """Ours only: torch's softmax over a row of -inf is NaN, as an engineer's code would leave it."""
+    comp = registry.get("sparse_mla")
+    point = {"M": 3, "context": 8192, "selection": "grouped", "page_size": 64, "arena_scale": 1}
+    inputs, _ = runner._case(comp, GEOMETRY, point, 23, None, backend)
+    inputs["selection"][1] = -1
+    ref = comp.reference(GEOMETRY, point, inputs)
+    assert np.isneginf(ref["lse"][1]).all() and (ref["out"][1] == 0).all()
+    launch = variant.build(GEOMETRY, point, inputs, backend)
+    launch.poison()
+    launch()
+    bad = [c.describe() for c in runner.checked(comp, point, launch.outputs(), ref, None) if not c.ok]
+    assert not bad, bad
