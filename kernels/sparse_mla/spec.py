@@ -195,9 +195,12 @@ def reference(geometry, point, inputs) -> dict[str, np.ndarray]:
 
 
 def checks(point) -> dict:
-    """out is stored in BF16 (<= 2^-8 relative per element), so 1e-2 norm-wise and per element;
-    lse is float32 arithmetic over at most 8192 terms, so 1e-5."""
-    return {"out": RelErr(1e-2), "lse": RelErr(1e-5)}
+    """out is stored in BF16 (<= 2^-8 relative per element), so 1e-2 norm-wise and per element.
+    lse: a kernel may round the scores to BF16 before the softmax (a BF16 matmul's output, as
+    torch's bmm does): 2^-9 x |s| on each score, which moved lse by up to 1.1e-3 (H200, torch
+    peer at 68bf0c4, |lse| about 10), so 1e-3 (0.01 absolute at that size); float32 scores stay
+    near 1e-6."""
+    return {"out": RelErr(1e-2), "lse": RelErr(1e-3)}
 
 
 def gather_checks(point) -> dict:
