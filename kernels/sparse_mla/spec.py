@@ -195,12 +195,16 @@ def reference(geometry, point, inputs) -> dict[str, np.ndarray]:
 
 
 def checks(point) -> dict:
-    """out is stored in BF16 (<= 2^-8 relative per element), so 1e-2 norm-wise and per element.
+    """out: stored in BF16 (<= 2^-8 relative per element), and a kernel may round the softmax
+    weights to BF16 for the weighted sum (torch's bmm, FlashMLA-style kernels): out is an average
+    of ~2048 rows, small beside its inputs, so that rounding moved it by 5e-3 norm-wise and single
+    elements by more than 1e-2 x max|out| (H200, torch peer at 3371105); 2e-2 per element and
+    norm-wise (our float32 design: 1.7e-3).
     lse: a kernel may round the scores to BF16 before the softmax (a BF16 matmul's output, as
     torch's bmm does): 2^-9 x |s| on each score, which moved lse by up to 1.1e-3 (H200, torch
     peer at 68bf0c4, |lse| about 10), so 1e-3 (0.01 absolute at that size); float32 scores stay
     near 1e-6."""
-    return {"out": RelErr(1e-2), "lse": RelErr(1e-3)}
+    return {"out": RelErr(2e-2), "lse": RelErr(1e-3)}
 
 
 def gather_checks(point) -> dict:
