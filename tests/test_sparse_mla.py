@@ -140,3 +140,13 @@ def test_bytes_count_the_selected_rows_once(geometry):
     assert spec.valid_slots(geometry, point) == 4 * 2048 + tails
     assert spec.bytes_moved(geometry, point) - spec.gather_bytes(geometry, point) == \
         2 * 4 * 64 * 512 * 2 + 4 * 64 * 4 - 4 * 16
+
+
+def test_one_token_pages_count_only_the_entries_the_selection_reads(geometry):
+    """With page_size 1 the page table is context entries long; a gather reads one entry a valid
+    slot, so that (not the table) is in the byte count."""
+    p64, p1 = _point(M=2, context=262144), _point(M=2, context=262144, page_size=1)
+    slots = spec.valid_slots(geometry, p64)
+    assert spec.page_entries_bytes(geometry, p1) == slots * 4
+    assert spec.page_entries_bytes(geometry, p64) == 2 * 4096 * 4   # every 64-token page of a stream
+    assert spec.bytes_moved(geometry, p1) - spec.bytes_moved(geometry, p64) == (slots - 2 * 4096) * 4

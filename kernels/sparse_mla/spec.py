@@ -212,33 +212,44 @@ def gather_checks(point) -> dict:
     return {"checksum": Exact()}
 
 
-def valid_slots(geometry, point) -> int:
-    """Valid slots summed over the streams (the selection generator's counts, without drawing it)."""
-    total = 0
+def slots_per_stream(geometry, point) -> list[int]:
+    """Valid slots of each stream (the selection generator's counts, without drawing it)."""
+    out = []
     for m in range(int(point["M"])):
         n = visible(geometry, point, m)
         if point["selection"] == "dense":
-            total += min(n, DENSE_TOKENS)
+            out.append(min(n, DENSE_TOKENS))
         else:
-            total += int(geometry.indexer.index_topk) + n % int(geometry.indexer.kpool)
-    return total
+            out.append(int(geometry.indexer.index_topk) + n % int(geometry.indexer.kpool))
+    return out
+
+
+def valid_slots(geometry, point) -> int:
+    return sum(slots_per_stream(geometry, point))
+
+
+def page_entries_bytes(geometry, point) -> int:
+    """The page-table entries a gather must read: one per valid slot, at most the stream's table
+    (with 1-token pages the table is the context long, but only the selected entries are read)."""
+    pps = pages_per_stream(point)
+    return sum(min(n, pps) for n in slots_per_stream(geometry, point)) * 4
 
 
 def bytes_moved(geometry, point) -> int:
-    """The fewest bytes: every selected latent row once (1 KiB each), q, the selection and the page
-    table entries once, out (BF16) and lse written once."""
+    """The fewest bytes: every selected latent row once (1 KiB each), q, the selection and the
+    page-table entries it needs once, out (BF16) and lse written once."""
     H, D, _ = dims(geometry)
     Mn = int(point["M"])
     return (valid_slots(geometry, point) * D * 2 + Mn * H * D * 2 + Mn * width(geometry, point) * 4
-            + Mn * pages_per_stream(point) * 4 + Mn * H * D * 2 + Mn * H * 4)
+            + page_entries_bytes(geometry, point) + Mn * H * D * 2 + Mn * H * 4)
 
 
 def gather_bytes(geometry, point) -> int:
-    """The gather roofline's: the selected rows, the selection and page table, the checksums."""
+    """The gather roofline's: the selected rows, the selection and page-table entries, the checksums."""
     _, D, _ = dims(geometry)
     Mn = int(point["M"])
     return (valid_slots(geometry, point) * D * 2 + Mn * width(geometry, point) * 4
-            + Mn * pages_per_stream(point) * 4 + Mn * 16)
+            + page_entries_bytes(geometry, point) + Mn * 16)
 
 
 def flops(geometry, point) -> int:
