@@ -151,3 +151,24 @@ def test_one_token_pages_count_only_the_entries_the_selection_reads(geometry):
     assert spec.bytes_moved(geometry, p1) == spec.bytes_moved(geometry, p64)
     short = _point(M=1, context=4096, selection="dense")      # 64 pages, 4096 slots: the whole table
     assert spec.page_entries_bytes(geometry, short) == 64 * 4
+
+
+def test_a_split_design_is_launched_with_what_its_source_declares():
+    """The dynamic shared memory a split kernel expects is read from its own #define, so the
+    launcher and the kernel cannot disagree."""
+    from kernels.sparse_mla import variants
+
+    for name, (source, _, smem_define, threads_define) in variants.SPLIT_DESIGNS.items():
+        assert variants.source_define(source, smem_define) > 48 * 1024, name
+        if threads_define:
+            assert variants.source_define(source, threads_define) % 32 == 0, name
+    with pytest.raises(RuntimeError, match="defines no NOPE"):
+        variants.source_define("split_cc.cu", "NOPE")
+
+
+@pytest.mark.parametrize("M,W,expect", [(32, 2112, 11), (8, 2112, 33), (1, 2112, 66), (64, 8192, 4)])
+def test_splits_fill_the_device(M, W, expect):
+    from kernels.sparse_mla.variants import pick_splits
+
+    splits = pick_splits(M, W, 132, 32)
+    assert splits == expect and (W // 32) % splits == 0

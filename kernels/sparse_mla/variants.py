@@ -30,13 +30,15 @@ COMBINE_THREADS = 128
 INDEX_POISON = np.int32(-1431655766)  # 0xAA bytes
 
 
-def _split_smem() -> int:
-    """SPARSE_MLA_SPLIT_SMEM_BYTES of split_cc.cu: the dynamic shared memory the kernel expects."""
-    text = (HERE / "split_cc.cu").read_text()
-    found = re.search(r"#define\s+SPARSE_MLA_SPLIT_SMEM_BYTES\s+\(?([0-9 *+()]+)\)?", text)
+def source_define(source: str, name: str) -> int:
+    """``#define NAME <integer literal>`` of one of this family's .cu files (what the launcher must
+    give the kernel: its dynamic shared memory, its block size), read from the source so the two
+    are declared once."""
+    text = (HERE / source).read_text()
+    found = re.search(rf"#define\s+{name}\s+\(?([0-9]+)\)?\s", text)
     if not found:
-        raise RuntimeError("split_cc.cu defines no SPARSE_MLA_SPLIT_SMEM_BYTES")
-    return int(eval(found.group(1), {"__builtins__": {}}))  # an arithmetic literal from our own file
+        raise RuntimeError(f"{source} defines no {name}")
+    return int(found.group(1))
 
 
 def pick_splits(M: int, W: int, sms: int, quantum: int) -> int:
@@ -68,37 +70,50 @@ class _Device:
         self.arena = inputs.resident["arena"]
 
 
-def build_split_cc(geometry, point, inputs, backend) -> KernelStep:
-    reason = _supports_cuda(geometry, point)
-    if reason:
-        raise ValueError(f"split_cc: {reason}")
-    cp = backend.cp
-    H, D, scale = spec.dims(geometry)
-    Mn, W = int(point["M"]), spec.width(geometry, point)
-    d = _Device(backend, inputs)
-    splits = pick_splits(Mn, W, int(backend.props["multiProcessorCount"]), 32)
-    smem = _split_smem()
-    split_fn = get_kernel(backend, HERE / "split_cc.cu", "sparse_mla_split_cc", smem)
-    combine_fn = get_kernel(backend, HERE / "split_cc.cu", "sparse_mla_combine")
-    with backend.stream:
-        buffers = {"part_acc": cp.empty((Mn, splits, H, D), cp.float32),
-                   "part_ml": cp.empty((Mn, splits, H, 2), cp.float32),
-                   "out": cp.empty((Mn, H, D), cp.uint16), "lse": cp.empty((Mn, H), cp.float32)}
-    pps, ps = np.int32(spec.pages_per_stream(point)), np.int32(point["page_size"])
-    kernels = [
-        KernelCall(split_fn, (splits, Mn), THREADS, smem, lambda b: (
-            d.q, d.arena, d.page_table, d.selection, b["part_acc"], b["part_ml"], np.int32(Mn),
-            np.int32(W), pps, ps, np.int32(splits), np.float32(scale))),
-        KernelCall(combine_fn, Mn * H, COMBINE_THREADS, 0, lambda b: (
-            b["part_acc"], b["part_ml"], b["out"], b["lse"], np.int32(Mn), np.int32(splits))),
-    ]
-    poison = {"part_acc": np.float32(np.nan), "part_ml": np.float32(np.nan), "out": 0xFFFF,
-              "lse": np.float32(np.nan)}
-    step = KernelStep(backend, kernels, buffers, {}, poison, lambda b: {
-        "out": _bf16(backend.to_host(b["out"])), "lse": backend.to_host(b["lse"]).astype(np.float64)},
-        dependent=False)
-    step.note = f"{splits} splits per stream"
-    return step.ready()
+# A split design: its file, its kernel, and the #defines that size its launch.
+SPLIT_DESIGNS = {
+    "split_cc": ("split_cc.cu", "sparse_mla_split_cc", "SPARSE_MLA_SPLIT_SMEM_BYTES", None),
+}
+
+
+def _make_split_build(name: str):
+    source, symbol, smem_define, threads_define = SPLIT_DESIGNS[name]
+
+    def build(geometry, point, inputs, backend) -> KernelStep:
+        reason = _supports_cuda(geometry, point)
+        if reason:
+            raise ValueError(f"{name}: {reason}")
+        cp = backend.cp
+        H, D, scale = spec.dims(geometry)
+        Mn, W = int(point["M"]), spec.width(geometry, point)
+        d = _Device(backend, inputs)
+        splits = pick_splits(Mn, W, int(backend.props["multiProcessorCount"]), 32)
+        smem = source_define(source, smem_define)
+        threads = source_define(source, threads_define) if threads_define else THREADS
+        split_fn = get_kernel(backend, HERE / source, symbol, smem)
+        combine_fn = get_kernel(backend, HERE / source, "sparse_mla_combine")
+        with backend.stream:
+            buffers = {"part_acc": cp.empty((Mn, splits, H, D), cp.float32),
+                       "part_ml": cp.empty((Mn, splits, H, 2), cp.float32),
+                       "out": cp.empty((Mn, H, D), cp.uint16), "lse": cp.empty((Mn, H), cp.float32)}
+        pps, ps = np.int32(spec.pages_per_stream(point)), np.int32(point["page_size"])
+        kernels = [
+            KernelCall(split_fn, (splits, Mn), threads, smem, lambda b: (
+                d.q, d.arena, d.page_table, d.selection, b["part_acc"], b["part_ml"], np.int32(Mn),
+                np.int32(W), pps, ps, np.int32(splits), np.float32(scale))),
+            KernelCall(combine_fn, Mn * H, COMBINE_THREADS, 0, lambda b: (
+                b["part_acc"], b["part_ml"], b["out"], b["lse"], np.int32(Mn), np.int32(splits))),
+        ]
+        poison = {"part_acc": np.float32(np.nan), "part_ml": np.float32(np.nan), "out": 0xFFFF,
+                  "lse": np.float32(np.nan)}
+        step = KernelStep(backend, kernels, buffers, {}, poison, lambda b: {
+            "out": _bf16(backend.to_host(b["out"])), "lse": backend.to_host(b["lse"]).astype(np.float64)},
+            dependent=False)
+        step.note = f"{splits} splits per stream"
+        return step.ready()
+
+    build.__name__ = f"build_{name}"
+    return build
 
 
 def _bf16(bits: np.ndarray) -> np.ndarray:
@@ -230,7 +245,7 @@ class _HostGather(Launch):
 
 
 MLA_VARIANTS = (
-    Variant("split_cc", "cuda", build_split_cc,
+    Variant("split_cc", "cuda", _make_split_build("split_cc"),
             why="first design, CUDA cores: q staged in shared memory once, 32-row latent tiles by "
                 "cp.async, online softmax, each stream's selection split over CTAs and combined by "
                 "log-sum-exp; bound by CUDA-core FMA rate, not memory (NOTES.md)",
