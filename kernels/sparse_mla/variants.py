@@ -252,7 +252,7 @@ MLA_VARIANTS = (
             supports=_supports_cuda, sources=("split_cc.cu",)),
     Variant("torch_gather_bmm", "cuda", lambda g, p, i, b: _TorchGatherBmm(g, p, i, b),
             why="torch: gather the rows into a [M, W, 512] copy, bmm, masked softmax, bmm",
-            supports=_supports_torch, peer=True, packages=("torch",)),
+            supports=_supports_torch, peer=True),  # torch's version is in every provenance already
     Variant("ref_sparse_mla", "cpu", lambda g, p, i, b: _HostSparseMla(g, p, i),
             why="float32 NumPy on the host, every stream", sources=("spec.py",)),
 )
