@@ -273,38 +273,5 @@ sparse_mla_split_cc(const bf16* __restrict__ q, const bf16* __restrict__ arena,
     }
 }
 
-extern "C" __global__ void __launch_bounds__(128)
-sparse_mla_combine(const float* __restrict__ part_acc, const float* __restrict__ part_ml,
-                   bf16* __restrict__ out, float* __restrict__ lse, int M, int splits) {
-    const int mh = blockIdx.x;  // m * 64 + h
-    const int m = mh / SMLA_HEADS, h = mh % SMLA_HEADS;
-    if (m >= M) return;
-    const int d = threadIdx.x * 4;
-    const size_t ms0 = (size_t)m * (size_t)splits;
-
-    float gmax = neg_inf();
-    for (int s = 0; s < splits; ++s) gmax = fmaxf(gmax, part_ml[((ms0 + s) * SMLA_HEADS + h) * 2]);
-
-    bf16* o = out + (size_t)mh * SMLA_DIM + d;
-    if (gmax == neg_inf()) {  // no valid slot in the whole row
-        st_v2_b32(o, 0u, 0u);
-        if (threadIdx.x == 0) lse[mh] = neg_inf();
-        return;
-    }
-    float L = 0.f, a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
-    for (int s = 0; s < splits; ++s) {
-        const size_t r = (ms0 + s) * SMLA_HEADS + h;
-        const float mx = part_ml[r * 2];
-        if (mx == neg_inf()) continue;  // an empty split: its sum and acc are 0, exp(-inf - gmax) = 0
-        const float f = __expf(mx - gmax);
-        L = fmaf(part_ml[r * 2 + 1], f, L);
-        const float4 v = *reinterpret_cast<const float4*>(part_acc + r * SMLA_DIM + d);
-        a0 = fmaf(v.x, f, a0);
-        a1 = fmaf(v.y, f, a1);
-        a2 = fmaf(v.z, f, a2);
-        a3 = fmaf(v.w, f, a3);
-    }
-    // L >= 1: the split holding gmax contributes exp(0) = 1 for its maximal slot.
-    st_v2_b32(o, pack_bf16x2(a0 / L, a1 / L), pack_bf16x2(a2 / L, a3 / L));
-    if (threadIdx.x == 0) lse[mh] = gmax + __logf(L);
-}
+// sparse_mla_combine (exported by this module): sparse_mla_combine.cuh.
+#include "sparse_mla_combine.cuh"
