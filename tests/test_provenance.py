@@ -104,7 +104,8 @@ def test_capture_on_cpu_records_the_files_it_ran_from(geometry, monkeypatch):
     assert stamp.utcoffset() == dt.timedelta(0) and before <= stamp <= after
     assert prov["python"] == "{}.{}.{}".format(*sys.version_info[:3])
     assert prov["numpy"] == np.__version__ and prov["torch"] == torch.__version__ and prov["cupy"] is None
-    assert set(prov["peer_versions"]) == {"fla-core", "triton"}
+    # the peers' libraries: fla's kernels (fla-core, Triton) and FlashInfer's sparse MLA
+    assert set(prov["peer_versions"]) == {"fla-core", "triton", "flashinfer-python"}
 
 
 def test_capture_records_gits_head(geometry, monkeypatch):
@@ -130,12 +131,12 @@ def test_peer_versions_come_from_package_metadata(monkeypatch):
     from importlib import metadata
 
     def version(dist):
-        if dist == "triton":
+        if dist in ("triton", "flashinfer-python"):
             raise metadata.PackageNotFoundError(dist)
         return {"fla-core": "0.6.0"}[dist]
 
     monkeypatch.setattr(metadata, "version", version)
-    assert provenance.peer_versions() == {"fla-core": "0.6.0", "triton": None}
+    assert provenance.peer_versions() == {"fla-core": "0.6.0", "triton": None, "flashinfer-python": None}
 
 
 def test_clocks_are_all_read_or_all_missing_with_the_reason():

@@ -23,6 +23,7 @@ from harness.cuda import KernelCall, KernelStep, get_kernel
 from harness.registry import Launch, Variant
 
 from . import spec
+from .flashinfer_peer import FLASHINFER_VARIANTS
 
 HERE = pathlib.Path(__file__).resolve().parent
 THREADS = 256
@@ -73,6 +74,8 @@ class _Device:
 # A split design: its file, its kernel, and the #defines that size its launch.
 SPLIT_DESIGNS = {
     "split_cc": ("split_cc.cu", "sparse_mla_split_cc", "SPARSE_MLA_SPLIT_SMEM_BYTES", None),
+    "split_mma": ("split_mma.cu", "sparse_mla_split_mma", "SPARSE_MLA_SPLIT_MMA_SMEM_BYTES",
+                  "SPARSE_MLA_SPLIT_MMA_THREADS"),
 }
 
 
@@ -250,6 +253,12 @@ MLA_VARIANTS = (
                 "cp.async, online softmax, each stream's selection split over CTAs and combined by "
                 "log-sum-exp; bound by CUDA-core FMA rate, not memory (NOTES.md)",
             supports=_supports_cuda, sources=("split_cc.cu",)),
+    Variant("split_mma", "cuda", _make_split_build("split_mma"),
+            why="split_cc's split and combine with both products on tensor cores (mma.sync m16n8k16 "
+                "BF16, FP32 accumulation): q by ldmatrix from shared memory, a 4-tile cp.async ring "
+                "of 32 rows, P rounded to BF16 straight from the score fragments into P.V",
+            supports=_supports_cuda, sources=("split_mma.cu",)),
+    *FLASHINFER_VARIANTS,
     Variant("torch_gather_bmm", "cuda", lambda g, p, i, b: _TorchGatherBmm(g, p, i, b),
             why="torch: gather the rows into a [M, W, 512] copy, bmm, masked softmax, bmm",
             supports=_supports_torch, peer=True),  # torch's version is in every provenance already
