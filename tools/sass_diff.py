@@ -44,6 +44,7 @@ or reserved), 2 on a build error.
 from __future__ import annotations
 
 import argparse
+import collections
 import concurrent.futures
 import dataclasses
 import difflib
@@ -189,14 +190,15 @@ def compile_tree(root: pathlib.Path, out: pathlib.Path, nvcc: str, cuobjdump: st
         _run([nvcc, *FLAGS, f"-I{src.parent}", *defines, "-o", str(cubin), str(src)])
         return dump(cubin, rel, cuobjdump)
 
-    kernels: dict[str, Kernel] = {}
+    found: list[tuple[str, Kernel]] = []
     with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
-        for found in pool.map(one, sources):
-            for name, k in found.items():
-                if name in kernels:
-                    raise RuntimeError(f"kernel {name} is defined in {kernels[name].file} and {k.file}")
-                kernels[name] = k
-    return kernels
+        for kernels_of_file in pool.map(one, sources):
+            found += list(kernels_of_file.items())
+    # A kernel is keyed by its name, so a design moved to another file is still compared with
+    # itself; a name that several modules define (each its own NVRTC module: a shared combine
+    # kernel from a header) is keyed by name and file.
+    counts = collections.Counter(name for name, _ in found)
+    return {(name if counts[name] == 1 else f"{name} [{k.file}]"): k for name, k in found}
 
 
 def export_revision(rev: str, dest: pathlib.Path) -> None:
