@@ -132,4 +132,33 @@ __device__ __forceinline__ unsigned dynamic_smem_bytes() {
     return r;
 }
 
+// ROWS selected rows of one stream's chunk [j0, end) into a tile buffer by cp.async (split_cc and
+// split_mma share it). Thread tid copies 16-byte chunk c = tid & 63 of rows r = (tid >> 6) + 4 i:
+// a warp covers 512 contiguous bytes of one row. Chunk c of row r lands at (c ^ (r & 7)) so the
+// 16-byte reads of either product are bank-conflict-free. Slots past the chunk end or holding -1
+// are zero-filled (never read from global memory).
+template <int ROWS, int THREADS>
+__device__ __forceinline__ void issue_tile_rows(bf16* buf, const bf16* __restrict__ arena,
+                                                const int* __restrict__ page_table,
+                                                const int* __restrict__ sel_m, int m, int j0, int end,
+                                                int pages_per_stream, int page_size) {
+    static_assert(THREADS == 256, "the chunk / row split assumes 4 rows of 64 chunks per pass");
+    const int c = threadIdx.x & 63;
+#pragma unroll
+    for (int i = 0; i < (ROWS * SMLA_ROW_CHUNKS) / THREADS; ++i) {
+        const int r = (threadIdx.x >> 6) + 4 * i;
+        const int j = j0 + r;
+        const bf16* src = arena;  // a valid address; with 0 source bytes nothing is read
+        unsigned bytes = 0u;
+        if (j < end) {
+            const int t = ld_nc_s32(sel_m + j);
+            if (t >= 0) {
+                src = arena + row_of(page_table, m, t, pages_per_stream, page_size) * SMLA_DIM + c * 8;
+                bytes = 16u;
+            }
+        }
+        cp_async16_zfill(buf + r * SMLA_DIM + ((c ^ (r & 7)) << 3), src, bytes);
+    }
+}
+
 #endif  // SPARSE_MLA_COMMON_CUH

@@ -48,31 +48,6 @@ static_assert(SPLIT_THREADS == 32 * 8 && SMLA_HEADS == 8 * 8, "PV: warp w owns h
 
 __device__ __forceinline__ uint4 lds128(const bf16* p) { return *reinterpret_cast<const uint4*>(p); }
 
-// One tile's 32 rows (2048 chunks of 16 B, 8 a thread) into buffer buf, by cp.async. Thread tid
-// copies chunk c = tid & 63 of rows r = (tid >> 6) + 4 i: a warp covers 512 contiguous bytes of one
-// row. Slots past the chunk end or holding -1 are zero-filled (never read from global memory).
-__device__ __forceinline__ void issue_tile(bf16* buf, const bf16* __restrict__ arena,
-                                           const int* __restrict__ page_table,
-                                           const int* __restrict__ sel_m, int m, int j0, int end,
-                                           int pages_per_stream, int page_size) {
-    const int c = threadIdx.x & 63;
-#pragma unroll
-    for (int i = 0; i < (TILE_SLOTS * SMLA_ROW_CHUNKS) / SPLIT_THREADS; ++i) {
-        const int r = (threadIdx.x >> 6) + 4 * i;
-        const int j = j0 + r;
-        const bf16* src = arena;  // a valid address; with 0 source bytes nothing is read
-        unsigned bytes = 0u;
-        if (j < end) {
-            const int t = ld_nc_s32(sel_m + j);
-            if (t >= 0) {
-                src = arena + row_of(page_table, m, t, pages_per_stream, page_size) * SMLA_DIM + c * 8;
-                bytes = 16u;
-            }
-        }
-        cp_async16_zfill(buf + r * SMLA_DIM + ((c ^ (r & 7)) * 8), src, bytes);
-    }
-}
-
 extern "C" __global__ void __launch_bounds__(SPLIT_THREADS, 1)
 sparse_mla_split_cc(const bf16* __restrict__ q, const bf16* __restrict__ arena,
                     const int* __restrict__ page_table, const int* __restrict__ selection,
@@ -103,10 +78,10 @@ sparse_mla_split_cc(const bf16* __restrict__ q, const bf16* __restrict__ arena,
             cp_async16_zfill(sQ + h * SMLA_DIM + ((c ^ ((h >> 1) & 7)) * 8), qm + h * SMLA_DIM + c * 8, 16u);
         }
     }
-    if (ntiles > 0) issue_tile(sC, arena, page_table, sel_m, m, start, end, pages_per_stream, page_size);
+    if (ntiles > 0) issue_tile_rows<TILE_SLOTS, SPLIT_THREADS>(sC, arena, page_table, sel_m, m, start, end, pages_per_stream, page_size);
     cp_async_commit();
     if (ntiles > 1)
-        issue_tile(sC + TILE_SLOTS * SMLA_DIM, arena, page_table, sel_m, m, start + TILE_SLOTS, end,
+        issue_tile_rows<TILE_SLOTS, SPLIT_THREADS>(sC + TILE_SLOTS * SMLA_DIM, arena, page_table, sel_m, m, start + TILE_SLOTS, end,
                    pages_per_stream, page_size);
     cp_async_commit();
 
@@ -252,7 +227,7 @@ sparse_mla_split_cc(const bf16* __restrict__ q, const bf16* __restrict__ arena,
         // next tile's scores overwrite sS).
         __syncthreads();
         if (it + 2 < ntiles)
-            issue_tile(buf, arena, page_table, sel_m, m, j0 + 2 * TILE_SLOTS, end, pages_per_stream, page_size);
+            issue_tile_rows<TILE_SLOTS, SPLIT_THREADS>(buf, arena, page_table, sel_m, m, j0 + 2 * TILE_SLOTS, end, pages_per_stream, page_size);
         cp_async_commit();  // always, possibly empty: keeps the group count = 2 + it + 1
     }
     cp_async_wait<0>();  // nothing in flight at exit (ntiles = 0: the q copies)

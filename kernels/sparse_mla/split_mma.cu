@@ -108,31 +108,6 @@ __device__ __forceinline__ void st_v2_f32(float* p, float a, float b) {
     asm volatile("st.global.v2.f32 [%0], {%1, %2};" ::"l"(p), "f"(a), "f"(b));
 }
 
-// One tile's 32 rows (2048 chunks of 16 B, 8 a thread) into buffer buf by cp.async (as split_cc):
-// thread tid copies chunk c = tid & 63 of rows r = (tid >> 6) + 4 i. Slots past the chunk end or
-// holding -1 are zero-filled (never read from global memory).
-__device__ __forceinline__ void mma_issue_tile(bf16* buf, const bf16* __restrict__ arena,
-                                               const int* __restrict__ page_table,
-                                               const int* __restrict__ sel_m, int m, int j0, int end,
-                                               int pages_per_stream, int page_size) {
-    const int c = threadIdx.x & 63;
-#pragma unroll
-    for (int i = 0; i < (MMA_TILE * SMLA_ROW_CHUNKS) / SPARSE_MLA_SPLIT_MMA_THREADS; ++i) {
-        const int r = (threadIdx.x >> 6) + 4 * i;
-        const int j = j0 + r;
-        const bf16* src = arena;  // a valid address; with 0 source bytes nothing is read
-        unsigned bytes = 0u;
-        if (j < end) {
-            const int t = ld_nc_s32(sel_m + j);
-            if (t >= 0) {
-                src = arena + row_of(page_table, m, t, pages_per_stream, page_size) * SMLA_DIM + c * 8;
-                bytes = 16u;
-            }
-        }
-        cp_async16_zfill(buf + swz(r, c), src, bytes);
-    }
-}
-
 extern "C" __global__ void __launch_bounds__(SPARSE_MLA_SPLIT_MMA_THREADS, 1)
 sparse_mla_split_mma(const bf16* __restrict__ q, const bf16* __restrict__ arena,
                      const int* __restrict__ page_table, const int* __restrict__ selection,
@@ -166,7 +141,7 @@ sparse_mla_split_mma(const bf16* __restrict__ q, const bf16* __restrict__ arena,
 #pragma unroll
     for (int st = 0; st < MMA_STAGES - 1; ++st) {
         if (st < ntiles)
-            mma_issue_tile(sC + st * (MMA_TILE * SMLA_DIM), arena, page_table, sel_m, m,
+            issue_tile_rows<MMA_TILE, SPARSE_MLA_SPLIT_MMA_THREADS>(sC + st * (MMA_TILE * SMLA_DIM), arena, page_table, sel_m, m,
                            start + st * MMA_TILE, end, pages_per_stream, page_size);
         cp_async_commit();  // always (possibly empty): group st holds tile st
     }
@@ -213,7 +188,7 @@ sparse_mla_split_mma(const bf16* __restrict__ q, const bf16* __restrict__ arena,
         cp_async_wait<MMA_STAGES - 2>();
         __syncthreads();  // tile it visible to all; every warp is done with tile it - 1's buffer
         if (it + MMA_STAGES - 1 < ntiles)
-            mma_issue_tile(sC + ((it + MMA_STAGES - 1) % MMA_STAGES) * (MMA_TILE * SMLA_DIM), arena,
+            issue_tile_rows<MMA_TILE, SPARSE_MLA_SPLIT_MMA_THREADS>(sC + ((it + MMA_STAGES - 1) % MMA_STAGES) * (MMA_TILE * SMLA_DIM), arena,
                            page_table, sel_m, m, j0 + (MMA_STAGES - 1) * MMA_TILE, end,
                            pages_per_stream, page_size);
         cp_async_commit();  // always: keeps the group count = STAGES - 1 + it + 1
