@@ -354,9 +354,9 @@ def render_sweep(sweep_dir: pathlib.Path, out_root: pathlib.Path, template: str 
         if has_plot:
             generated.append(plot_name)
     df.to_csv(out / "rows.csv", index=False)
-    _write_json(out / "provenance.json", prov)
+    store.atomic_write_json(out / "provenance.json", prov)  # the store's own format
     if roof:
-        _write_json(out / "roofline.json", roof)
+        store.atomic_write_json(out / "roofline.json", roof)
         generated.append("roofline.json")
     text = _env().get_template(template).render(
         sweep=sweep, prov=prov, roof=roof, cpu=cpu, sections=sections, claim=claim,
@@ -396,8 +396,3 @@ def _record_generated(out: pathlib.Path, generated: list[str], sweep_dir: pathli
             (out / stale).unlink(missing_ok=True)
     manifest.write_text("\n".join(sorted(generated)) + "\n")
     (out / _SOURCE).write_text(sweep_dir.resolve().name + "\n")
-
-
-def _write_json(path: pathlib.Path, obj: dict[str, Any]) -> None:
-    """A report's copy of a stored record, as the store writes it (sorted keys, indented)."""
-    store.atomic_write_json(path, obj)
