@@ -11,7 +11,6 @@ keeps, in the fuel's unit for index_topk.
 from __future__ import annotations
 
 from harness.axes import Axis
-from harness.fuel import DTYPES
 from harness.registry import declare_axes
 
 SELECTIONS = ("grouped", "scattered", "dense")
@@ -24,7 +23,11 @@ SELECTION = Axis("selection", str, "grouped",
                  "(scattered), or the most recent ones (dense)", choices=SELECTIONS)
 POOLING = Axis("pooling", str, "pooled", "indexer keys: one per pool of index_kpool tokens, or one per token",
                choices=POOLINGS)
-KEY_DTYPE = Axis("key_dtype", str, "bf16", "dtype of the indexer keys", choices=DTYPES)
+# fp8: e4m3 codes with one FP32 scale per key (kernels/fp8.py), 132 bytes a key instead of 256:
+# the layout serving engines use for this indexer (beyond the seeds)
+KEY_DTYPES = ("bf16", "fp8")
+KEY_DTYPE = Axis("key_dtype", str, "bf16", "dtype of the indexer keys (fp8: e4m3 with one FP32 scale a key)",
+                 choices=KEY_DTYPES)
 TOPK = Axis("topk", int, None, "entries the indexer keeps (default: the fuel's index_topk)", low=1,
             resolve=lambda geometry: geometry.indexer.index_topk)
 

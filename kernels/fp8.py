@@ -1,15 +1,16 @@
-"""FP8 latents for the coming FP8 sparse MLA variant (beyond the seeds): e4m3 codes with one FP32
-scale per token, 512 + 4 = 516 bytes a token instead of 1024 in BF16.
+"""FP8 rows (beyond the seeds): e4m3 codes with one FP32 scale per row, shared by the DSA families:
+the sparse MLA latent (512 + 4 = 516 bytes a token instead of 1024 in BF16) and the indexer keys
+(128 + 4 = 132 bytes a key instead of 256).
 
 e4m3 (the OCP FP8 "e4m3fn" format, torch.float8_e4m3fn): 1 sign bit, 4 exponent bits (bias 7),
 3 mantissa bits; exponent 0 is subnormal (m / 8 x 2^-6); exponent 15 with mantissa 7 is NaN; there
 is no infinity; the largest finite value is 448. Encoding rounds to nearest, ties to the even
 code, and saturates to +-448 (what a kernel's ``cvt.rn.satfinite.e4m3x2.f32`` does).
 
-A token's scale is max|row| / 448, so its largest element encodes as exactly +-448 and nothing
+A row's scale is max|row| / 448, so its largest element encodes as exactly +-448 and nothing
 saturates; an all-zero row gets scale 1. The reference and the kernels both see
-``dequantize_rows(codes, scale)``: the FP8 variant is checked against float64 attention over the
-dequantized latent, not over the BF16 one.
+``dequantize_rows(codes, scale)``: an FP8 variant is checked against the float64 reference over the
+dequantized rows, not over the BF16 ones.
 """
 
 from __future__ import annotations

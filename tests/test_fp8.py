@@ -1,4 +1,4 @@
-"""The FP8 latent format (kernels/sparse_mla/fp8.py) against torch's own float8_e4m3fn, an
+"""The FP8 latent format (kernels/fp8.py) against torch's own float8_e4m3fn, an
 independent implementation: every code's value, the rounding of random, tied, tiny, huge and NaN
 inputs, and the per-token scaled round trip."""
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from kernels.sparse_mla import fp8
+from kernels import fp8
 
 
 def _torch_encode(x: np.ndarray) -> np.ndarray:
