@@ -9,13 +9,14 @@ written. Subcommands: ``report``, ``publish``, ``compare``, ``accounting``, ``fu
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import os
 import pathlib
 import sys
 from typing import Any
 
-from harness import backends, registry
+from harness import backends, registry, sweep
 from harness.config import ConfigError, register_schema, validate
 from harness.fuel import REPO_ROOT, FuelError, load_fuel
 
@@ -101,14 +102,26 @@ def _expand(parsed) -> tuple[list[str], list[tuple[str, list[str]]]]:
     return fixed, sweeps
 
 
-def preflight(argv: list[str]) -> int:
-    """Compose and validate every job the command would run. Returns the job count."""
+@dataclasses.dataclass
+class Preflight:
+    """What the up-front check found: the plan (every job's overrides and key), whether it is a
+    multirun, the store root, and a ``hydra.sweep.dir`` the command line names."""
+
+    plan: sweep.Plan
+    multirun: bool
+    root: pathlib.Path
+    explicit_dir: pathlib.Path | None
+
+
+def preflight(argv: list[str]) -> Preflight | None:
+    """Compose and validate every job the command would run (None for an inspecting flag such as
+    --help, which runs nothing)."""
     from hydra import compose, initialize_config_dir
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     overrides, multirun, inspect = _split_args(argv)
     if inspect:
-        return 0
+        return None
     parser = OverridesParser.create()
     try:
         parsed = parser.parse_overrides(overrides)
@@ -144,8 +157,12 @@ def preflight(argv: list[str]) -> int:
         per_sweep: dict[str, set] = {"backend": set(), "backend.device": set(), "fuel": set(), "store.root": set()}
         unread: dict[str, set] = {}
         swept = {k.lstrip("+~") for k, _ in sweeps}
-        for combo in combos:
+        jobs: list[tuple[list[str], str]] = []
+        names: set[str] = set()
+        for i, combo in enumerate(combos):
             job_overrides = fixed + list(combo)
+            if i and i % 50 == 0:
+                print(f"attnbench: checking jobs: {i} of {len(combos)}", file=sys.stderr)
             try:
                 cfg = compose("config", overrides=job_overrides)
             except Exception as exc:
@@ -166,6 +183,8 @@ def preflight(argv: list[str]) -> int:
             comp = registry.get(cfg.component.name)
             for key in swept & set(registry.axes()) - set(comp.axis_names):
                 unread.setdefault(key, set()).add(comp.name)
+            jobs.append(([o for o in job_overrides if not o.startswith("hydra.")], sweep.job_key(cfg)))
+            names.add(str(cfg.sweep))
     # One sweep = one backend, device, fuel and store: its provenance and roofline are captured
     # once and would be wrong for jobs on another (CUDA rows divided by a CPU roofline, say).
     for key, values in per_sweep.items():
@@ -180,7 +199,9 @@ def preflight(argv: list[str]) -> int:
     for key, comps in sorted(unread.items()):
         print(f"attnbench: note: {', '.join(sorted(comps))} does not read {key}; those jobs repeat one point",
               file=sys.stderr)
-    return len(combos)
+    explicit = next((o.split("=", 1)[1] for o in fixed if o.split("=", 1)[0] == "hydra.sweep.dir"), None)
+    return Preflight(sweep.Plan(sorted(names)[0], jobs), multirun, root,
+                     pathlib.Path(explicit) if explicit else None)
 
 
 def _creatable(path: pathlib.Path) -> bool:
@@ -321,18 +342,73 @@ SUBCOMMANDS = {"report": _cmd_report, "publish": _cmd_publish, "compare": _cmd_c
                "fuel": _cmd_fuel, "list": _cmd_list}
 
 
+def _prepare_sweep(check: Preflight, force: bool) -> tuple[pathlib.Path, list[str]]:
+    """The multirun's folder (a new one, or the one its plan already has: resume), its plan
+    written there, and the override that points Hydra at it."""
+    plan = check.plan
+    try:
+        sweep_dir, resumed = sweep.choose_sweep_dir(check.root, plan, check.explicit_dir)
+    except ValueError as exc:
+        fail(str(exc))
+    stored = sweep.stored_count(sweep_dir, plan) if resumed else 0
+    if resumed:
+        todo = len(plan.jobs) if force else len(plan.jobs) - stored
+        print(f"attnbench: resuming {sweep_dir}: {stored} of {len(plan.jobs)} jobs stored, {todo} to run"
+              + (" (--force: all of them again)" if force else ""), file=sys.stderr)
+    try:
+        sweep.write_plan(sweep_dir, plan)
+    except OSError as exc:
+        fail(f"store.root: cannot write {sweep_dir / sweep.PLAN} ({exc.strerror}); allowed: a writable directory")
+    sweep.export_env(len(plan.jobs), force, 0 if force else stored)
+    extra = [] if check.explicit_dir is not None else [f"hydra.sweep.dir={sweep_dir}"]
+    return sweep_dir, extra
+
+
+def _finish(check: Preflight, sweep_dir: pathlib.Path | None) -> None:
+    """The summary of what the command stored; exit 1 when any stored row failed."""
+    from harness import store
+
+    if sweep_dir is not None:
+        rows = store.load_sweep(sweep_dir)
+        planned, stored = len(check.plan.jobs), sweep.stored_count(sweep_dir, check.plan)
+    elif _last_job_dirs:
+        sweep_dir = _last_job_dirs[-1].parent
+        rows = store.load_sweep(sweep_dir)
+        planned = stored = None
+    else:
+        return
+    text, failed = sweep.summary(rows, planned, stored)
+    print(text, file=sys.stderr)
+    print(f"attnbench: stored under {sweep_dir}; render with: python3 -m harness report {sweep_dir}", file=sys.stderr)
+    if failed:
+        sys.exit(1)
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in SUBCOMMANDS:
         SUBCOMMANDS[argv[0]](argv[1:])
         return
-    jobs = preflight(argv)
+    force = "--force" in argv
+    argv = [a for a in argv if a != "--force"]
+    check = preflight(argv)
+    sweep_dir = None
+    if check is not None and check.multirun:
+        sweep_dir, extra = _prepare_sweep(check, force)
+        argv = argv + extra
+    elif check is not None:
+        sweep.export_env(0, force, 0)
     sys.argv = [sys.argv[0]] + argv
-    _hydra_job()
-    if _last_job_dirs and jobs:
-        sweep = _last_job_dirs[-1].parent
-        print(f"attnbench: {len(_last_job_dirs)} job(s) stored under {sweep}; "
-              f"render with: python3 -m harness report {sweep}", file=sys.stderr)
+    try:
+        _hydra_job()
+    except KeyboardInterrupt:
+        if sweep_dir is not None:
+            done = sweep.stored_count(sweep_dir, check.plan)
+            fail(f"interrupted: {done} of {len(check.plan.jobs)} jobs stored under {sweep_dir}; "
+                 f"run the same command again to run the rest", code=130)
+        fail("interrupted; nothing stored for the running job", code=130)
+    if check is not None:
+        _finish(check, sweep_dir)
 
 
 if __name__ == "__main__":

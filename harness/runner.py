@@ -16,7 +16,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from harness import backends, provenance, registry, store, timing
+from harness import backends, provenance, registry, store, sweep, timing
 from harness.config import ConfigError, point_of, validate
 from harness.fuel import REPO_ROOT, Geometry, load_fuel
 from harness.verify import RelErr, as_check, compare_all
@@ -188,6 +188,17 @@ def _base_row(comp, variant, point, geometry: Geometry, backend) -> dict[str, An
     }
 
 
+def skip_reason(comp, variant, point: dict[str, Any], geometry: Geometry, backend) -> str | None:
+    """Why ``variant`` will not run at ``point`` on ``backend`` (its own ``supports``, or a point too
+    large for the CPU reference backend), or None."""
+    reason = variant.supports(geometry, point)
+    need = int(comp.bytes_moved(geometry, point)) + sum(int(r.nbytes(geometry, point)) for r in comp.resident)
+    if reason is None and backend.name == "cpu" and need > comp.cpu_max_bytes:
+        reason = (f"CPU reference backend runs points up to {comp.cpu_max_bytes >> 20} MiB moved or resident; "
+                  f"this one needs {need >> 20} MiB")
+    return reason
+
+
 def measure(comp, variant, point: dict[str, Any], geometry: Geometry, backend, timing_conf,
             seed: int, roofline: dict[str, Any] | None, shared: dict | None = None) -> dict[str, Any]:
     """Verify then time one variant at one point; always returns a row (ok / skipped / failed)."""
@@ -196,11 +207,7 @@ def measure(comp, variant, point: dict[str, Any], geometry: Geometry, backend, t
     row["chain"] = chain_length(timing_conf, comp, geometry)
     streams = reference_streams(comp, geometry, point)
     row["ref_sample"] = describe_sample(streams, point)
-    reason = variant.supports(geometry, point)
-    need = row["bytes"] + row["resident_bytes"]
-    if reason is None and backend.name == "cpu" and need > comp.cpu_max_bytes:
-        reason = (f"CPU reference backend runs points up to {comp.cpu_max_bytes >> 20} MiB moved or resident; "
-                  f"this one needs {need >> 20} MiB")
+    reason = skip_reason(comp, variant, point, geometry, backend)
     if reason:
         row.update(status="skipped", reason=reason)
         return row
@@ -227,9 +234,17 @@ def measure(comp, variant, point: dict[str, Any], geometry: Geometry, backend, t
         result, clocks_before, clocks_after, note = _time(comp, variant, point, geometry, backend, timing_conf,
                                                           inputs, launch, ref, row["chain"], streams)
     except Exception as exc:  # a broken variant is a failed row, never a crashed sweep
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        first = sweep.first_error_line(exc)
+        if sweep.is_out_of_memory(exc):  # the point does not fit this device: not the variant's fault
+            row.update(status="skipped", reason=f"out of memory ({backend.name}): {type(exc).__name__}: {first}"[:500])
+            log.warning("%s/%s skipped at %s: out of memory", comp.name, variant.name, point)
+            if shared is not None:  # free what the job's cache holds before the next variant tries
+                shared.clear()
+            return row
         row.update(status="failed", reason=f"{type(exc).__name__}: {first}"[:500])
-        log.exception("%s/%s failed at %s", comp.name, variant.name, point)
+        # one line in the sweep's log (the row has the reason); the traceback at debug level
+        log.warning("%s/%s failed at %s: %s", comp.name, variant.name, point, row["reason"])
+        log.debug("%s/%s traceback", comp.name, variant.name, exc_info=True)
         return row
     ms = result.ms_p50
     row.update(
@@ -353,12 +368,21 @@ def run_job(cfg, ctx: JobContext) -> list[dict[str, Any]]:
     geometry = load_fuel(_fuel_path(cfg.fuel))
     validate(cfg, geometry)
     comp = registry.get(cfg.component.name)
+    key = sweep.job_key(cfg)
+    if not sweep.forced() and sweep.stored_job(ctx.job_dir, key):
+        log.info("job %s: stored already under this config, sources and commit (--force re-runs it)", ctx.job)
+        return store.read_job_rows(ctx.job_dir)
+    line = sweep.progress_line(int(ctx.job)) if str(ctx.job).isdigit() else ""
+    if line:
+        log.info("%s: %s", line, " ".join(ctx.overrides))
     backend = backends.get(cfg.backend.name, cfg.backend.device)
     prov = sweep_provenance(ctx, backend, geometry)
-    roof = sweep_roofline(ctx, backend, geometry, cfg.timing)
     point = point_of(cfg, comp, geometry)
     wanted = list(getattr(cfg, "variants", None) or [])
     chosen = selected_variants(comp, backend.name, cfg.variant, wanted)
+    # A job whose every variant will be skipped does not pay for the sweep's copy roofline.
+    runnable = [v for v in chosen if skip_reason(comp, v, point, geometry, backend) is None]
+    roof = sweep_roofline(ctx, backend, geometry, cfg.timing) if runnable else store.read_roofline(ctx.sweep_dir)
     rows = []
     shared: dict = {}
     started = time.perf_counter()
@@ -377,6 +401,7 @@ def run_job(cfg, ctx: JobContext) -> list[dict[str, Any]]:
         "sweep": cfg.sweep, "job": ctx.job, "overrides": ctx.overrides, "point": point,
         "component": comp.name, "backend": backend.name, "seconds": round(time.perf_counter() - started, 3),
         "provenance": prov, "roofline": roof, "claim": str(getattr(cfg, "claim", "") or ""),
+        "job_key": key,
     }
     store.write_job(ctx.job_dir, rows, meta)
     return rows

@@ -97,6 +97,11 @@ def write_job(job_dir: pathlib.Path, rows: list[dict[str, Any]], meta: dict[str,
     return job_dir / ROWS
 
 
+def read_job_rows(job_dir: pathlib.Path) -> list[dict[str, Any]]:
+    """One stored job's rows as dicts (what run_job returned when it stored them)."""
+    return pd.read_parquet(pathlib.Path(job_dir) / ROWS).to_dict("records")
+
+
 PROVENANCE = "provenance.json"
 ROOFLINE = "roofline.json"
 META = "meta.json"
