@@ -48,8 +48,11 @@ pack() {
   fi
   for e in ${experiments[@]}; do
     own="SWEEP_ARGS_${e}"
-    # report only a sweep that ran: after a refused sweep "latest" would be an older one
-    if ${SWEEP_TIMEOUT:+timeout $SWEEP_TIMEOUT} python3 -m harness -m "+experiment=$e" ${SWEEP_ARGS:-} ${!own:-} 2>&1; then
+    # report only a sweep that ran (exit 0, or 1: it stored rows and some failed); after a refused
+    # sweep (2) "latest" would be an older one
+    ${SWEEP_TIMEOUT:+timeout $SWEEP_TIMEOUT} python3 -m harness -m "+experiment=$e" ${SWEEP_ARGS:-} ${!own:-} 2>&1
+    rc=$?; echo "sweep $e: exit $rc"
+    if [ $rc -eq 0 ] || [ $rc -eq 1 ] || [ $rc -eq 124 ]; then
       # `report` prints "report: results/reports/<name>/README.md": keep its folder
       rendered="$(python3 -m harness report latest)" && echo "$rendered" \
         && dirname "${rendered#report: }" >> "$state/reports"
