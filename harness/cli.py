@@ -13,10 +13,11 @@ import dataclasses
 import itertools
 import os
 import pathlib
+import shutil
 import sys
 from typing import Any
 
-from harness import backends, registry, sweep
+from harness import backends, placement, registry, sweep
 from harness.config import ConfigError, register_schema, validate
 from harness.fuel import REPO_ROOT, FuelError, load_fuel
 
@@ -111,6 +112,16 @@ class Preflight:
     multirun: bool
     root: pathlib.Path
     explicit_dir: pathlib.Path | None
+    backend: str = "cpu"
+
+
+def register_resolvers() -> None:
+    """Interpolations the experiment tree may use: ``${attnbench_workers:<backend>}``, the
+    parallel launcher's worker count (harness/placement.py)."""
+    from omegaconf import OmegaConf
+
+    if not OmegaConf.has_resolver("attnbench_workers"):
+        OmegaConf.register_new_resolver("attnbench_workers", lambda backend="auto": placement.workers(str(backend)))
 
 
 def preflight(argv: list[str]) -> Preflight | None:
@@ -128,6 +139,7 @@ def preflight(argv: list[str]) -> Preflight | None:
     except Exception as exc:
         fail(_one_line(exc))
     _check_group_choices(parsed)
+    register_resolvers()
     fixed, sweeps = _expand(parsed)
     if sweeps and not multirun:
         key, values = sweeps[0]
@@ -201,7 +213,7 @@ def preflight(argv: list[str]) -> Preflight | None:
               file=sys.stderr)
     explicit = next((o.split("=", 1)[1] for o in fixed if o.split("=", 1)[0] == "hydra.sweep.dir"), None)
     return Preflight(sweep.Plan(sorted(names)[0], jobs), multirun, root,
-                     pathlib.Path(explicit) if explicit else None)
+                     pathlib.Path(explicit) if explicit else None, next(iter(per_sweep["backend"])))
 
 
 def _creatable(path: pathlib.Path) -> bool:
@@ -222,9 +234,15 @@ def _hydra_job() -> None:
     from harness.runner import JobContext, run_job
 
     register_schema()
+    register_resolvers()
 
     @hydra.main(version_base="1.3", config_path=str(EXPERIMENTS_DIR), config_name="config")
     def job(cfg) -> None:
+        # a launcher's worker claims its GPU before anything below can initialise CUDA
+        try:
+            placement.bind_worker()
+        except RuntimeError as exc:
+            fail(str(exc))
         hc = HydraConfig.get()
         out = pathlib.Path(hc.runtime.output_dir)
         if hc.mode == RunMode.MULTIRUN:
@@ -393,9 +411,13 @@ def main(argv: list[str] | None = None) -> None:
     argv = [a for a in argv if a != "--force"]
     check = preflight(argv)
     sweep_dir = None
+    slots = None
     if check is not None and check.multirun:
         sweep_dir, extra = _prepare_sweep(check, force)
         argv = argv + extra
+        # workers of a parallel launcher claim these (jobs in this process never do)
+        if check.backend == "cuda" or os.environ.get(placement.FAKE_ENV):
+            slots = placement.prepare_slots(placement.visible_gpus())
     elif check is not None:
         sweep.export_env(0, force, 0)
     sys.argv = [sys.argv[0]] + argv
@@ -407,6 +429,9 @@ def main(argv: list[str] | None = None) -> None:
             fail(f"interrupted: {done} of {len(check.plan.jobs)} jobs stored under {sweep_dir}; "
                  f"run the same command again to run the rest", code=130)
         fail("interrupted; nothing stored for the running job", code=130)
+    finally:
+        if slots is not None:
+            shutil.rmtree(slots, ignore_errors=True)
     if check is not None:
         _finish(check, sweep_dir)
 

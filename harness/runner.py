@@ -16,7 +16,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from harness import backends, provenance, registry, store, sweep, timing
+from harness import backends, placement, provenance, registry, store, sweep, timing
 from harness.config import ConfigError, point_of, validate
 from harness.fuel import REPO_ROOT, Geometry, load_fuel
 from harness.verify import RelErr, as_check, compare_all
@@ -383,17 +383,19 @@ def run_job(cfg, ctx: JobContext) -> list[dict[str, Any]]:
     # A job whose every variant will be skipped does not pay for the sweep's copy roofline.
     runnable = [v for v in chosen if skip_reason(comp, v, point, geometry, backend) is None]
     roof = sweep_roofline(ctx, backend, geometry, cfg.timing) if runnable else store.read_roofline(ctx.sweep_dir)
+    where = placement.placement()
+    where_line = placement.describe(where)
     rows = []
     shared: dict = {}
-    started = time.perf_counter()
+    started, started_unix = time.perf_counter(), time.time()
     for i, variant in enumerate(chosen, 1):
         row = measure(comp, variant, point, geometry, backend, cfg.timing, cfg.seed, roof, shared)
-        row.update(sweep=cfg.sweep, job=ctx.job, device=prov.get("device"))
+        row.update(sweep=cfg.sweep, job=ctx.job, device=prov.get("device"), placement=where_line)
         rows.append(row)
         log.info("[%d/%d] %s", i, len(chosen), describe_row(row, backend.label))
     if not chosen:
         row = _base_row(comp, registry.Variant("none", backend.name, None, ""), point, geometry, backend)
-        row.update(sweep=cfg.sweep, job=ctx.job, device=prov.get("device"), status="skipped",
+        row.update(sweep=cfg.sweep, job=ctx.job, device=prov.get("device"), placement=where_line, status="skipped",
                    reason=f"component {comp.name} has no variant {wanted if wanted else cfg.variant!r} "
                           f"on backend {backend.name}")
         rows.append(row)
@@ -401,7 +403,7 @@ def run_job(cfg, ctx: JobContext) -> list[dict[str, Any]]:
         "sweep": cfg.sweep, "job": ctx.job, "overrides": ctx.overrides, "point": point,
         "component": comp.name, "backend": backend.name, "seconds": round(time.perf_counter() - started, 3),
         "provenance": prov, "roofline": roof, "claim": str(getattr(cfg, "claim", "") or ""),
-        "job_key": key,
+        "job_key": key, "placement": where, "started_unix": round(started_unix, 3),
     }
     store.write_job(ctx.job_dir, rows, meta)
     return rows
