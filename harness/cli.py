@@ -138,6 +138,10 @@ def preflight(argv: list[str]) -> Preflight | None:
         parsed = parser.parse_overrides(overrides)
     except Exception as exc:
         fail(_one_line(exc))
+    for o in parsed:  # the experiment group is not in the defaults list: it is added with +
+        if o.key_or_group == "experiment" and o.package is None and not (o.is_add() or o.is_force_add() or o.is_delete()):
+            fail(f"experiment: write +experiment={o.value()} (the experiment group is added, not overridden); "
+                 f"allowed: {', '.join(_group_options('experiment'))}")
     _check_group_choices(parsed)
     register_resolvers()
     fixed, sweeps = _expand(parsed)
@@ -217,11 +221,20 @@ def preflight(argv: list[str]) -> Preflight | None:
 
 
 def _creatable(path: pathlib.Path) -> bool:
-    """True when ``path`` is (or can be made) a writable directory; creates nothing."""
+    """True when ``path`` is (or can be made) a writable directory; leaves nothing behind. Tried,
+    not inferred from permission bits: root may "write" /proc by its mode and still not mkdir."""
+    import tempfile
+
     path = path.absolute()
     for candidate in (path, *path.parents):
         if candidate.exists():
-            return candidate.is_dir() and os.access(candidate, os.W_OK | os.X_OK)
+            if not candidate.is_dir():
+                return False
+            try:
+                os.rmdir(tempfile.mkdtemp(prefix=".attnbench-probe-", dir=candidate))
+            except OSError:
+                return False
+            return True
     return False
 
 
@@ -356,8 +369,70 @@ def _cmd_list(args: list[str]) -> None:
         print(f"  {axis.name:12s} {axis.allowed():28s} default {default}: {axis.doc}")
 
 
+def _cmd_sweeps(args: list[str]) -> None:
+    from harness import store
+
+    ap = argparse.ArgumentParser(prog="attnbench sweeps", description="Stored sweeps, oldest first.")
+    ap.add_argument("--root", default="results", help="results store root (default: results)")
+    ns = ap.parse_args(args)
+    root = pathlib.Path(ns.root)
+    folders = sorted({*store.sweep_dirs(root), *sweep.planned_sweeps(root)})
+    if not folders:
+        fail(f"sweeps: none under {root}", code=1)
+    print(f"{'folder':<48} {'device':<10} {'jobs':>9} {'ok':>5} {'skip':>5} {'fail':>5}")
+    for folder in folders:
+        rows = store.load_sweep(folder)
+        prov = store.read_provenance(folder) or {}
+        done = sweep.progress(folder)
+        jobs = f"{done[0]}/{done[1]}" if done else f"{rows['job'].nunique() if len(rows) else 0}/?"
+        counts = rows["status"].value_counts() if len(rows) else {}
+        print(f"{folder.name:<48} {str(prov.get('device_short') or prov.get('backend') or '-'):<10} {jobs:>9} "
+              f"{int(counts.get('ok', 0)):>5} {int(counts.get('skipped', 0)):>5} {int(counts.get('failed', 0)):>5}")
+
+
 SUBCOMMANDS = {"report": _cmd_report, "publish": _cmd_publish, "compare": _cmd_compare, "accounting": _cmd_accounting,
-               "fuel": _cmd_fuel, "list": _cmd_list}
+               "fuel": _cmd_fuel, "list": _cmd_list, "sweeps": _cmd_sweeps}
+# One line each for `attnbench --help` (the first line of each verb's description).
+USAGE = """usage: attnbench [-m] [+experiment=NAME] [KEY=VALUE ...] [--force]   run one job, or a sweep with -m
+       attnbench VERB [ARGS]                                          (attnbench VERB --help for its options)
+
+verbs:
+  report      render a stored sweep as a dated markdown write-up
+  publish     copy a rendered write-up into reports/ and regenerate the index
+  compare     the rows two sweeps share, side by side
+  sweeps      stored sweeps: device, jobs stored of planned, ok / skipped / failed rows
+  list        components, their variants, every axis
+  accounting  byte accounting derived from the fuel
+  fuel        validate a fuel file and list its open facts
+  help        this text
+
+running:
+  -m, --multirun      one job per combination of the swept values (a sweep); re-running the same
+                      command resumes its folder and runs only the jobs not stored yet
+  --force             re-run every job of a resumed sweep
+  +experiment=NAME    an experiment file of experiments/experiment/ ({experiments})
+  hydra/launcher=parallel | slurm   spread the jobs over every visible GPU, or over a Slurm cluster
+  --hydra-help        Hydra's own options; --cfg job prints a job's config
+  --version           attnbench's version and commit
+"""
+
+
+def _usage() -> str:
+    return USAGE.format(experiments=", ".join(_group_options("experiment")))
+
+
+def _version() -> str:
+    from importlib import metadata
+
+    from harness.provenance import git_info
+
+    try:
+        version = metadata.version("attnbench")
+    except metadata.PackageNotFoundError:
+        version = "unknown (not installed)"
+    info = git_info()
+    dirty = {True: ", dirty", False: "", None: ", dirty: unknown"}[info.get("dirty")]
+    return f"attnbench {version} (commit {str(info.get('commit') or 'unknown')[:12]}{dirty})"
 
 
 def _prepare_sweep(check: Preflight, force: bool) -> tuple[pathlib.Path, list[str]]:
@@ -406,6 +481,14 @@ def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in SUBCOMMANDS:
         SUBCOMMANDS[argv[0]](argv[1:])
+        return
+    if argv[:1] in (["help"], ["-h"], ["--help"]):
+        if argv[1:2] and argv[1] in SUBCOMMANDS:
+            SUBCOMMANDS[argv[1]](["--help"])
+        print(_usage(), end="")
+        return
+    if argv == ["--version"]:
+        print(_version())
         return
     force = "--force" in argv
     argv = [a for a in argv if a != "--force"]

@@ -15,6 +15,7 @@ import pathlib
 from typing import Any, Callable
 
 from ruamel.yaml import YAML
+from ruamel.yaml.error import YAMLError
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 DEFAULT_FUEL = REPO_ROOT / "fuels" / "glm-5.3-flash" / "attention.yaml"
@@ -254,7 +255,13 @@ def load_fuel(path: str | pathlib.Path = DEFAULT_FUEL) -> Geometry:
     if not path.is_file():
         raise FuelError(f"fuel: no such file {path}")
     text = path.read_text()
-    data = YAML(typ="rt").load(text)
+    try:
+        data = YAML(typ="rt").load(text)
+    except YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        what = getattr(exc, "problem", None) or str(exc).strip().splitlines()[0]
+        raise FuelError(f"fuel: {path}{where}: invalid YAML ({what}); fix the file") from None
     if not isinstance(data, dict):
         raise FuelError(f"fuel: {path} is not a mapping")
     if data.get("schema") != 1:

@@ -21,6 +21,7 @@ import json
 import os
 import pathlib
 import tempfile
+import warnings
 from typing import Any, Iterable
 
 import pandas as pd
@@ -189,9 +190,14 @@ def load_sweep(sweep_dir: pathlib.Path) -> pd.DataFrame:
     prov = read_provenance(sweep_dir) or {}
     frames = []
     for rows_path in sorted(sweep_dir.glob(f"*/{ROWS}"), key=lambda p: _job_key(p.parent.name)):
-        df = pd.read_parquet(rows_path)
         meta_path = rows_path.parent / META
-        meta = _read_json(meta_path) if meta_path.is_file() else {}
+        try:
+            df = pd.read_parquet(rows_path)
+            meta = _read_json(meta_path) if meta_path.is_file() else {}
+        except Exception as exc:  # one corrupt job must not hide every other job of the store
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            warnings.warn(f"store: skipping job {rows_path.parent} (unreadable: {first[:200]})", stacklevel=2)
+            continue
         df["overrides"] = " ".join(meta.get("overrides", []))
         if "schema_version" not in df.columns:  # version 1
             df["schema_version"] = 1
