@@ -149,6 +149,21 @@ def clocks(device: int = 0) -> dict[str, Any]:
                 "temperature_c": None, "nvml_error": f"{type(exc).__name__}: {exc}"[:200]}
 
 
+# NVML clock-event reasons that slow a measurement down (nvml.h nvmlClocksEventReason*); idle,
+# application-clock settings, sync boost and display clocks are not counted.
+SLOWDOWN_REASONS = {0x4: "sw_power_cap", 0x8: "hw_slowdown", 0x20: "sw_thermal", 0x40: "hw_thermal",
+                    0x80: "hw_power_brake"}
+
+
+def slowdowns(*reasons: str | None) -> list[str]:
+    """The slowdown reasons set in any of NVML's reason masks (hex strings as ``clocks`` gives)."""
+    mask = 0
+    for r in reasons:
+        if r:
+            mask |= int(str(r), 16)
+    return [name for bit, name in SLOWDOWN_REASONS.items() if mask & bit]
+
+
 def device_info(backend) -> dict[str, Any]:
     if backend.name == "cpu":
         return {

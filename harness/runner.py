@@ -180,7 +180,7 @@ def _base_row(comp, variant, point, geometry: Geometry, backend) -> dict[str, An
         "checks": "; ".join(f"{name}: {c.describe()}" for name, c in output_checks(comp, point).items()),
         "ref_sample": "all", "point_axes": ",".join(point),
         "resident_bytes": sum(int(r.nbytes(geometry, point)) for r in comp.resident),
-        "clock": "", "cache": "", "graph": False, "chain": 1,
+        "clock": "", "cache": "", "graph": False, "chain": 1, "throttled": "",
         "sm_clock_mhz_before": None, "sm_clock_mhz_after": None,
         "mem_clock_mhz_before": None, "mem_clock_mhz_after": None,
         "throttle_before": None, "throttle_after": None,
@@ -263,6 +263,10 @@ def measure(comp, variant, point: dict[str, Any], geometry: Geometry, backend, t
         row["roofline_fraction"] = row["gbps"] / roofline["gbps"]
     # a launch may say how it ran (the config a peer ran, say): kept with the row
     reasons = [r for r in (note, launch.note) if r]
+    slowed = provenance.slowdowns(row["throttle_before"], row["throttle_after"])
+    row["throttled"] = ",".join(slowed)
+    if slowed:
+        reasons.append(f"throttled: the GPU reported {', '.join(slowed)} around the timing")
     if result.noisy and result.n < timing_conf.min_reps:
         reasons.append(f"noisy: only {result.n} repetitions < min_reps {timing_conf.min_reps} ({result.stop_reason})")
     elif result.noisy:

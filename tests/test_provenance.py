@@ -147,3 +147,12 @@ def test_clocks_are_all_read_or_all_missing_with_the_reason():
     else:
         assert c["sm_clock_mhz"] > 0 and c["mem_clock_mhz"] > 0 and "nvml_error" not in c
         assert int(c["throttle_reasons"], 16) >= 0 and isinstance(c["temperature_c"], int)
+
+
+def test_slowdown_reasons_are_named_and_benign_ones_ignored():
+    from harness.provenance import slowdowns
+
+    assert slowdowns("0x0", None) == []
+    assert slowdowns("0x1", "0x2") == []                       # idle, application clocks
+    assert slowdowns("0x0", "0x24") == ["sw_power_cap", "sw_thermal"]
+    assert slowdowns("0x8", "0x40") == ["hw_slowdown", "hw_thermal"]
