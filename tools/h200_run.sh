@@ -74,7 +74,8 @@ frames = [f for f in frames if len(f)]
 if not frames:
     raise SystemExit("summary: this call stored no rows")
 df = pd.concat(frames, ignore_index=True)
-cols = ["component", "variant", "M", "state_dtype", "copy_mib", "ms_p50", "gbps", "roofline_fraction", "rel_err", "status"]
+cols = ["component", "variant", "M", "state_dtype", "copy_mib", "context", "selection", "page_size", "latent_dtype",
+        "pooling", "key_dtype", "key_layout", "topk", "score_rows", "ms_p50", "gbps", "roofline_fraction", "rel_err", "status"]
 cols = [c for c in cols if c in df.columns]
 df["ms_p50"] = df["ms_p50"] * 1e3
 pd.set_option("display.width", 250, "display.max_rows", 500)
