@@ -16,7 +16,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from harness import backends, placement, provenance, registry, store, sweep, timing
+from harness import backends, placement, provenance, registry, stages, store, sweep, timing
 from harness.config import ConfigError, point_of, validate
 from harness.fuel import REPO_ROOT, Geometry, load_fuel
 from harness.verify import RelErr, as_check, compare_all
@@ -212,14 +212,18 @@ def measure(comp, variant, point: dict[str, Any], geometry: Geometry, backend, t
         row.update(status="skipped", reason=reason)
         return row
     try:
-        inputs, ref = _case(comp, geometry, point, seed, shared, backend)
-        launch = variant.build(geometry, point, inputs, backend)
+        what = f"{comp.name}/{variant.name}"
+        with stages.stage("building inputs and the reference for", what):
+            inputs, ref = _case(comp, geometry, point, seed, shared, backend)
+        with stages.stage("compiling and building", what):
+            launch = variant.build(geometry, point, inputs, backend)
         if not isinstance(launch, registry.Launch):
             raise TypeError(f"{variant.name}: build returned {type(launch).__name__}, not a harness.registry.Launch")
-        launch.poison()
-        launch()
-        out = launch.outputs()
-        comparisons = checked(comp, point, out, ref, streams)
+        with stages.stage("verifying", what):
+            launch.poison()
+            launch()
+            out = launch.outputs()
+            comparisons = checked(comp, point, out, ref, streams)
         # rel_err / tolerance summarise the relative-error checks (an index set has neither)
         rel = [c.rel_err for c in comparisons if c.rel_err == c.rel_err]
         row["rel_err"] = max(rel) if rel else np.nan
@@ -231,8 +235,9 @@ def measure(comp, variant, point: dict[str, Any], geometry: Geometry, backend, t
             row.update(status="failed", reason="; ".join(c.describe() for c in bad))
             return row
         del out
-        result, clocks_before, clocks_after, note = _time(comp, variant, point, geometry, backend, timing_conf,
-                                                          inputs, launch, ref, row["chain"], streams)
+        with stages.stage("timing", what):
+            result, clocks_before, clocks_after, note = _time(comp, variant, point, geometry, backend, timing_conf,
+                                                              inputs, launch, ref, row["chain"], streams)
     except Exception as exc:  # a broken variant is a failed row, never a crashed sweep
         first = sweep.first_error_line(exc)
         if sweep.is_out_of_memory(exc):  # the point does not fit this device: not the variant's fault

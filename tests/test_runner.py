@@ -317,3 +317,21 @@ def test_replay_does_not_let_a_class_capture_itself_unless_it_says_so():
     backend = SimpleNamespace(capture=lambda run: (lambda: (captured.append("graph"), run())))
     runner.replay([Plain(), Plain()], backend, use_graph=True)()
     assert captured == ["graph", "call", "call"]
+
+
+def test_a_slow_stage_is_announced_and_a_fast_one_is_not(caplog, monkeypatch):
+    import logging
+    import time
+
+    from harness import stages
+
+    monkeypatch.setattr(stages, "SLOW_S", 0.2)
+    monkeypatch.setattr(stages, "REPEAT_S", 100.0)
+    with caplog.at_level(logging.INFO, logger="attnbench"):
+        with stages.stage("compiling", "toy/fast"):
+            pass
+        with stages.stage("compiling", "toy/slow"):
+            time.sleep(1.2)
+        time.sleep(0.6)
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("still ")]
+    assert len(said) == 1 and said[0].startswith("still compiling toy/slow ("), said
