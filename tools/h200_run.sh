@@ -9,7 +9,8 @@
 #   then python3 -m harness publish results/reports/<name> to put it in reports/
 #   (the device copy's .git, when it has one, can be stale: ATTNBENCH_COMMIT wins over it, and
 #   without either the reports say commit unknown / dirty: unknown)
-#   optional env: SKIP_TESTS=1, PYTEST_K=<expr> (GPU test filter), SWEEP_ARGS="M=32 variant=a,b"
+#   optional env: SKIP_TESTS=1, PYTEST_FILES="tests/a.py tests/b.py" (default: every GPU test file),
+#   PYTEST_K=<expr> (GPU test filter), SWEEP_ARGS="M=32 variant=a,b"
 #   (extra overrides for EVERY listed experiment, so name the one they fit, e.g. `kda_decode`),
 #   SWEEP_ARGS_<experiment>="..." (overrides for that experiment only, after SWEEP_ARGS),
 #   SWEEP_TIMEOUT=<seconds> (stop each sweep after that long: the jobs that finished are packed),
@@ -42,7 +43,7 @@ pack() {
   # the whole pytest output goes to $OUT/pytest.txt; the log keeps every FAILED/ERROR line and the
   # tally (a plain tail lost the names of failing tests when a traceback was long)
   if [ -z "${SKIP_TESTS:-}" ]; then
-    python3 -m pytest -q -rsfE tests/test_gpu_*.py tests/test_kda_cuda.py ${PYTEST_K:+-k "$PYTEST_K"} > "$OUT/pytest.txt" 2>&1
+    python3 -m pytest -q -rsfE ${PYTEST_FILES:-tests/test_gpu_*.py tests/test_kda_cuda.py} ${PYTEST_K:+-k "$PYTEST_K"} > "$OUT/pytest.txt" 2>&1
     grep -E "^(FAILED|ERROR) " "$OUT/pytest.txt" | head -60
     tail -1 "$OUT/pytest.txt"
   fi
