@@ -19,6 +19,8 @@ TOPK = _register(_Component(
     make_inputs=_topk_spec.make_inputs, reference=_topk_spec.reference, checks=_topk_spec.checks,
     bytes_moved=_topk_spec.bytes_moved, flops=_topk_spec.flops, variants=_TOPK_VARIANTS,
     check_point=_topk_spec.check_point, reference_streams=_topk_spec.reference_streams,
+    # the host backend lexsorts every row: rows of up to 262144 scores at M = 1
+    cpu_max_bytes=2 << 20,
     folder=str(_pathlib.Path(__file__).parent),
     summary="the DSA top-k: the k best of C indexer scores per stream (lower index wins ties; -1 for "
             "non-finite picks and missing candidates): indices [M, k] int32"))

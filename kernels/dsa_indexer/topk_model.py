@@ -33,15 +33,26 @@ def keys(scores: np.ndarray) -> np.ndarray:
     return key
 
 
+def _crossing(counts_desc: np.ndarray, kk: int) -> tuple[int, int]:
+    """Position j in a descending-order count vector where the running count first reaches kk,
+    and the count before it."""
+    before = np.concatenate([[0], np.cumsum(counts_desc)[:-1]])
+    j = int(np.flatnonzero((before < kk) & (before + counts_desc >= kk))[0])
+    return j, int(before[j])
+
+
 def find_bin(hist: np.ndarray, kk: int) -> tuple[int, int]:
     """The bin holding the kk-th largest key of a merged histogram and the count above it; (0,
-    total) when the histogram holds fewer than kk (cluster_find_bin)."""
-    above = np.concatenate([np.cumsum(hist[::-1])[::-1][1:], [0]])   # count in the bins above b
+    total) when the histogram holds fewer than kk. As cluster_find_bin: the 32-bin group first
+    (from the group sums), then the bin within it."""
     total = int(hist.sum())
     if total < kk:
         return 0, total
-    b = int(np.flatnonzero((above < kk) & (above + hist >= kk)).max())
-    return b, int(above[b])
+    groups = hist.reshape(-1, 32).sum(axis=1)
+    jg, gabove = _crossing(groups[::-1], kk)
+    g = len(groups) - 1 - jg
+    jb, above = _crossing(hist[32 * g:32 * g + 32][::-1], kk - gabove)
+    return 32 * g + 31 - jb, gabove + above
 
 
 @dataclasses.dataclass

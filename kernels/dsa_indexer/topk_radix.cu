@@ -21,10 +21,11 @@ M x CS fills the SMs): grid (CS, M), one thread-block cluster of CS CTAs per row
 (__cluster_dims__ at compile time, so a plain cuLaunchKernel launches it), 512 threads a CTA.
 CTA rank c reads the index range [c L, (c + 1) L) of its row, L = C / CS rounded up to 4 (float4
 loads when C % 4 == 0, scalar loads otherwise). The k-th largest key T is found digit by digit
-(11, 11, 10 bits): each CTA builds a shared-memory histogram of its slice, the cluster merges them
-through distributed shared memory (every CTA reads every rank's bins after barrier.cluster and sums
-them, so every CTA takes the same decision), and a block-wide suffix scan finds the bin holding
-the k-th key and the count above it.
+(11, 11, 10 bits): each CTA builds a shared-memory histogram of its slice and its 32-bin group
+sums; after barrier.cluster every CTA merges them through distributed shared memory and takes the
+same decision: warp 0 sums every rank's group sums (64 or 32 words a rank), finds the group holding
+the k-th key by a warp scan from the top, then sums every rank's 32 bins of that group and finds
+the bin and the count above it (96 remote words a rank a level instead of 2048).
   pass 1 (HBM): digit 0 (bits 31..21) of every key -> bin b0.
   pass 2 (L2):  every key with digit 0 >= b0 (and key > 0) into a shared buffer of (key, index),
                 DSA_TOPK_CAP entries; a CTA whose entries overflow it re-reads its slice from
@@ -40,8 +41,8 @@ the k-th key and the count above it.
   order, tiles of 2048 with a block-wide exclusive scan, and the first q_c keys == T written at
   base + (A_c - P_c) + rank. Then -1 in [F, k), and a last cluster barrier so that no CTA leaves
   while another still reads its shared memory.
-Shared memory: 20 KiB of histograms (never reused, so no extra barriers) + 24 KiB of buffer: 44 KiB
-static, 2 CTAs an SM; __launch_bounds__(512, 2).
+Shared memory: 20 KiB of histograms and their group sums (never reused, so no extra barriers) +
+24 KiB of buffer: 44.7 KiB static, 2 CTAs an SM; __launch_bounds__(512, 2).
 */
 
 #define DSA_TOPK_THREADS 512
@@ -58,6 +59,7 @@ struct TopkShared {
     unsigned hist0[DSA_TOPK_NB0];
     unsigned hist1[DSA_TOPK_NB1];
     unsigned hist2[DSA_TOPK_NB2];
+    unsigned coarse0[DSA_TOPK_NB0 / 32], coarse1[DSA_TOPK_NB1 / 32], coarse2[DSA_TOPK_NB2 / 32];
     unsigned buf_key[DSA_TOPK_CAP];
     unsigned buf_idx[DSA_TOPK_CAP];
     unsigned scan[DSA_TOPK_WARPS];
@@ -99,11 +101,24 @@ __device__ __forceinline__ void cluster_sync() {
 
 // The word at the same shared-memory offset as `local` in CTA `rank` of this cluster.
 __device__ __forceinline__ unsigned ld_rank(const unsigned* local, unsigned rank) {
-    const unsigned a = (unsigned)__cvta_generic_to_shared(local);
-    unsigned ra, v;
+    unsigned a, ra, v;
+    asm("{ .reg .u64 g; cvta.to.shared.u64 g, %1; cvt.u32.u64 %0, g; }" : "=r"(a) : "l"(local));
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(a), "r"(rank));
     asm volatile("ld.shared::cluster.u32 %0, [%1];" : "=r"(v) : "r"(ra) : "memory");
     return v;
+}
+
+// Read-only global loads (ld.global.nc: nothing in the launch writes the scores).
+__device__ __forceinline__ float ld_nc_f32(const float* p) {
+    float r;
+    asm("ld.global.nc.f32 %0, [%1];" : "=f"(r) : "l"(p));
+    return r;
+}
+
+__device__ __forceinline__ float4 ld_nc_f32x4(const float4* p) {
+    float4 r;
+    asm("ld.global.nc.v4.f32 {%0,%1,%2,%3}, [%4];" : "=f"(r.x), "=f"(r.y), "=f"(r.z), "=f"(r.w) : "l"(p));
+    return r;
 }
 
 // ---- block and warp helpers ---------------------------------------------------------------------
@@ -171,8 +186,8 @@ __device__ __forceinline__ void for_slice(const float* __restrict__ row, unsigne
         const unsigned hi4 = hi >> 2;
         unsigned i = (lo >> 2) + threadIdx.x;
         for (; i - lane + 31u + 3u * T < hi4; i += 4u * T) {
-            const float4 v0 = __ldg(p + i), v1 = __ldg(p + i + T), v2 = __ldg(p + i + 2u * T),
-                         v3 = __ldg(p + i + 3u * T);
+            const float4 v0 = ld_nc_f32x4(p + i), v1 = ld_nc_f32x4(p + i + T), v2 = ld_nc_f32x4(p + i + 2u * T),
+                         v3 = ld_nc_f32x4(p + i + 3u * T);
             const float4 v[4] = {v0, v1, v2, v3};
 #pragma unroll
             for (unsigned u = 0; u < 4; ++u) {
@@ -185,7 +200,7 @@ __device__ __forceinline__ void for_slice(const float* __restrict__ row, unsigne
         }
         for (; i - lane < hi4; i += T) {
             const bool ok = i < hi4;
-            const float4 v = ok ? __ldg(p + i) : make_float4(0.f, 0.f, 0.f, 0.f);
+            const float4 v = ok ? ld_nc_f32x4(p + i) : make_float4(0.f, 0.f, 0.f, 0.f);
             const unsigned e = 4u * i;
             f(e, v.x, ok);
             f(e + 1u, v.y, ok);
@@ -195,45 +210,90 @@ __device__ __forceinline__ void for_slice(const float* __restrict__ row, unsigne
     } else {
         for (unsigned i = lo + threadIdx.x; i - lane < hi; i += T) {
             const bool ok = i < hi;
-            f(i, ok ? __ldg(row + i) : 0.f, ok);
+            f(i, ok ? ld_nc_f32(row + i) : 0.f, ok);
         }
     }
 }
 
-// The cluster's merged histogram h (NB bins, every rank's copy summed), searched from the top for
-// the bin holding the kk-th largest key: s->found_bin = that bin and s->found_above = the count in
-// the bins above it; found_bin = 0 with found_above = the total when the histogram holds < kk.
-// Thread t owns bins NB - BPT (t + 1) .. NB - BPT t - 1 (thread 0 the highest), so an exclusive
-// prefix over threads is the count above a thread's bins.
-template <int NB, int CS>
-__device__ __forceinline__ void cluster_find_bin(const unsigned* h, unsigned kk, TopkShared* s) {
-    constexpr int BPT = NB / DSA_TOPK_THREADS;
-    const unsigned top = NB - 1 - BPT * threadIdx.x;  // highest bin of this thread
-    unsigned c[BPT];
-    unsigned mine = 0u;
+// The 32-bin group sums of this CTA's finished histogram h (NB bins) into coarse[NB / 32], so
+// that a cluster merge reads NB / 32 + 32 words of every rank instead of NB. Between a
+// __syncthreads (h complete) and the cluster barrier that publishes both.
+template <int NB>
+__device__ __forceinline__ void group_sums(const unsigned* h, unsigned* coarse) {
+    const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+    for (unsigned g = warp; g < (unsigned)NB / 32u; g += DSA_TOPK_WARPS) {
+        unsigned v = h[32u * g + lane];
 #pragma unroll
-    for (int j = 0; j < BPT; ++j) {
-        unsigned v = 0u;
-#pragma unroll
-        for (int r = 0; r < CS; ++r) v += ld_rank(h + (top - j), (unsigned)r);
-        c[j] = v;
-        mine += v;
+        for (unsigned o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL_MASK, v, o);
+        if (lane == 0) coarse[g] = v;
     }
-    unsigned total;
-    unsigned run = block_exclusive_scan(mine, s->scan, &total);
-    if (total < kk) {
-        if (threadIdx.x == 0) {
-            s->found_bin = 0u;
-            s->found_above = total;
-        }
-    } else {
+}
+
+// The cluster's merged histogram (every rank's h and coarse summed, after the barrier that
+// published them), searched from the top for the bin holding the kk-th largest key:
+// s->found_bin = that bin, s->found_above = the count in the bins above it; found_bin = 0 with
+// found_above = the total when the histogram holds fewer than kk. Warp 0 searches: first the
+// groups (lane l owns groups G - 1 - GPL l - j, lane 0 the highest, so an exclusive prefix over
+// lanes counts the groups above), then the 32 bins of the group found (lane l: bin 31 - l of it).
+template <int NB, int CS>
+__device__ __forceinline__ void cluster_find_bin(const unsigned* h, const unsigned* coarse, unsigned kk,
+                                                 TopkShared* s) {
+    constexpr int G = NB / 32, GPL = G / 32;
+    static_assert(GPL >= 1 && G % 32 == 0, "a lane owns whole groups");
+    if (threadIdx.x < 32) {
+        const unsigned lane = threadIdx.x;
+        unsigned c[GPL];
+        unsigned mine = 0u;
 #pragma unroll
-        for (int j = 0; j < BPT; ++j) {
-            if (run < kk && run + c[j] >= kk) {  // exactly one (thread, j) pair
-                s->found_bin = top - j;
-                s->found_above = run;
+        for (int j = 0; j < GPL; ++j) {
+            unsigned v = 0u;
+#pragma unroll
+            for (int r = 0; r < CS; ++r) v += ld_rank(coarse + (G - 1 - GPL * lane - j), (unsigned)r);
+            c[j] = v;
+            mine += v;
+        }
+        unsigned incl = mine;
+#pragma unroll
+        for (unsigned o = 1; o < 32; o <<= 1) {
+            const unsigned y = __shfl_up_sync(FULL_MASK, incl, o);
+            if (lane >= o) incl += y;
+        }
+        const unsigned total = __shfl_sync(FULL_MASK, incl, 31);
+        if (total < kk) {
+            if (lane == 0) {
+                s->found_bin = 0u;
+                s->found_above = total;
             }
-            run += c[j];
+        } else {
+            unsigned run = incl - mine, gsel = 0u, gabove = 0u;
+            bool hit = false;
+#pragma unroll
+            for (int j = 0; j < GPL; ++j) {
+                if (run < kk && run + c[j] >= kk) {  // exactly one (lane, j) pair
+                    hit = true;
+                    gsel = G - 1 - GPL * lane - j;
+                    gabove = run;
+                }
+                run += c[j];
+            }
+            const int src = __ffs(__ballot_sync(FULL_MASK, hit)) - 1;
+            gsel = __shfl_sync(FULL_MASK, gsel, src);
+            gabove = __shfl_sync(FULL_MASK, gabove, src);
+            const unsigned b = 32u * gsel + 31u - lane;
+            unsigned v = 0u;
+#pragma unroll
+            for (int r = 0; r < CS; ++r) v += ld_rank(h + b, (unsigned)r);
+            unsigned vi = v;
+#pragma unroll
+            for (unsigned o = 1; o < 32; o <<= 1) {
+                const unsigned y = __shfl_up_sync(FULL_MASK, vi, o);
+                if (lane >= o) vi += y;
+            }
+            const unsigned above = gabove + vi - v;
+            if (above < kk && above + v >= kk) {  // exactly one lane: the group holds >= kk - gabove
+                s->found_bin = b;
+                s->found_above = above;
+            }
         }
     }
     __syncthreads();
@@ -278,8 +338,10 @@ __device__ __forceinline__ void topk_body(const float* __restrict__ scores, int*
     for_slice(row, lo, hi, vec, [&](unsigned, float x, bool ok) {
         hist_add(s.hist0, ok ? topk_key(x) >> 21 : 0u, ok);
     });
+    __syncthreads();
+    group_sums<DSA_TOPK_NB0>(s.hist0, s.coarse0);
     cluster_sync();
-    cluster_find_bin<DSA_TOPK_NB0, CS>(s.hist0, k, &s);
+    cluster_find_bin<DSA_TOPK_NB0, CS>(s.hist0, s.coarse0, k, &s);
     const unsigned b0 = s.found_bin;
     unsigned G = s.found_above;  // keys above the bins found so far, over the row
 
@@ -316,8 +378,10 @@ __device__ __forceinline__ void topk_body(const float* __restrict__ scores, int*
             const bool in = ok && (key >> 21) == b0;
             hist_add(s.hist1, in ? (key >> 10) & 0x7ffu : 0u, in);
         });
+        __syncthreads();
+        group_sums<DSA_TOPK_NB1>(s.hist1, s.coarse1);
         cluster_sync();
-        cluster_find_bin<DSA_TOPK_NB1, CS>(s.hist1, kk1, &s);
+        cluster_find_bin<DSA_TOPK_NB1, CS>(s.hist1, s.coarse1, kk1, &s);
         b1 = s.found_bin;
         const unsigned above1 = s.found_above;
         const unsigned kk2 = kk1 - above1;
@@ -326,8 +390,10 @@ __device__ __forceinline__ void topk_body(const float* __restrict__ scores, int*
             const bool in = ok && (key >> 10) == prefix;
             hist_add(s.hist2, in ? key & 0x3ffu : 0u, in);
         });
+        __syncthreads();
+        group_sums<DSA_TOPK_NB2>(s.hist2, s.coarse2);
         cluster_sync();
-        cluster_find_bin<DSA_TOPK_NB2, CS>(s.hist2, kk2, &s);
+        cluster_find_bin<DSA_TOPK_NB2, CS>(s.hist2, s.coarse2, kk2, &s);
         b2 = s.found_bin;
         G += above1 + s.found_above;
         T = (prefix << 10) | b2;
@@ -384,7 +450,7 @@ __device__ __forceinline__ void topk_body(const float* __restrict__ scores, int*
             unsigned n = 0u;
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
-                eq[j] = e0 + j < hi && topk_key(__ldg(row + e0 + j)) == Tv;
+                eq[j] = e0 + j < hi && topk_key(ld_nc_f32(row + e0 + j)) == Tv;
                 n += eq[j];
             }
             unsigned tile_total;
