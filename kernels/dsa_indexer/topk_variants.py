@@ -2,7 +2,8 @@
 
 - ``radix_cluster`` (ours): ``topk_radix.cu``, a radix threshold select over a thread-block
   cluster per row (1, 2, 4 or 8 CTAs, picked so that M x CTAs fills the SMs), histograms merged
-  through distributed shared memory; never sorts the row.
+  through distributed shared memory; never sorts the row. ``radix_cluster4``: the same at 4 CTAs a
+  row whatever M (one CTA an SM at M = 32), to price the pick.
 - ``torch_topk`` (peer): ``torch.topk`` unsorted on our stream, non-finite picks mapped to -1 as a
   caller would.
 - ``flashinfer_topk`` / ``flashinfer_topk_lower`` (peers): ``flashinfer.top_k(x, k)`` as called by
@@ -51,10 +52,19 @@ def _supports_radix(geometry, point) -> str | None:
     return None
 
 
-def build_radix(geometry, point, inputs, backend) -> KernelStep:
+def _make_radix_build(cluster: int | None):
+    """The radix kernel's launcher, with a fixed cluster size or (None) pick_cluster's."""
+
+    def build(geometry, point, inputs, backend) -> KernelStep:
+        Mn = int(point["M"])
+        cs = cluster or pick_cluster(Mn, int(backend.props["multiProcessorCount"]))
+        return _radix_step(geometry, point, inputs, backend, cs)
+    return build
+
+
+def _radix_step(geometry, point, inputs, backend, cs: int) -> KernelStep:
     cp = backend.cp
     Mn, C, k = int(point["M"]), spec.n_candidates(geometry, point), spec.k_selected(geometry, point)
-    cs = pick_cluster(Mn, int(backend.props["multiProcessorCount"]))
     threads = radix_define("DSA_TOPK_THREADS")
     fn = get_kernel(backend, HERE / RADIX_SOURCE, f"dsa_topk_radix_c{cs}")
     scores = backend.to_device(inputs["scores"])
@@ -210,11 +220,15 @@ def _model_rows(scores: np.ndarray, k: int) -> np.ndarray:
 
 
 TOPK_VARIANTS = (
-    Variant("radix_cluster", "cuda", build_radix,
+    Variant("radix_cluster", "cuda", _make_radix_build(None),
             why="radix threshold select, 11/11/10-bit digits, one thread-block cluster per row (1-8 CTAs "
                 "so that M x CTAs fills the SMs) merging shared-memory histograms through distributed "
                 "shared memory; two reads of the row (the second from L2), the ties at the threshold "
                 "split over CTAs in index order",
+            supports=_supports_radix, sources=(RADIX_SOURCE,)),
+    Variant("radix_cluster4", "cuda", _make_radix_build(4),
+            why="radix_cluster at 4 CTAs a row whatever M: at M = 32 one CTA an SM (128 CTAs), where "
+                "the pick's 8 needs 2 CTAs an SM and 4 clusters of 8 in every GPC to run in one wave",
             supports=_supports_radix, sources=(RADIX_SOURCE,)),
     Variant("torch_topk", "cuda", lambda g, p, i, b: _TorchTopk(g, p, i, b),
             why="torch.topk(k, sorted=False) on our stream, non-finite picks mapped to -1",
