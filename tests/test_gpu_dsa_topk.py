@@ -15,7 +15,6 @@ from harness import backends, registry, runner
 from harness.backends import gpu_visible
 from harness.fuel import load_fuel
 from harness.verify import IndexSet, compare
-from kernels.dsa_indexer import topk_variants
 
 pytestmark = pytest.mark.skipif(not gpu_visible(), reason="no GPU visible (cupy finds no CUDA device)")
 
@@ -86,9 +85,9 @@ def _degenerate(kind: str, C: int, rng) -> np.ndarray:
                                                     (70, 8192, "per_token", 512), (140, 4100, "per_token", 64)],
                          ids=lambda v: str(v))
 @pytest.mark.parametrize("kind", ["all_minus_inf", "nan_inf_zeros", "one_level", "few_levels"])
-def test_ours_on_degenerate_rows_members_first(backend, kind, M, context, pooling, topk):
+@pytest.mark.parametrize("variant", [v for v in CASES if not v.peer], ids=lambda v: v.name)
+def test_ours_on_degenerate_rows_members_first(backend, variant, kind, M, context, pooling, topk):
     """Ours only: torch.topk ranks NaN above everything and +0 above -0, as its radix keys do."""
-    variant = COMP.variant("radix_cluster")
     point = _p(M, context, pooling, topk, "random")
     inputs, _ = runner._case(COMP, GEOMETRY, point, 29, None, backend)
     rng = np.random.default_rng(31)
@@ -103,4 +102,4 @@ def test_ours_on_degenerate_rows_members_first(backend, kind, M, context, poolin
     out = launch.outputs()["indices"]
     for check in (*COMP.checks(point).values(), STRICT):
         res = compare("indices", out, ref, check)
-        assert res.ok, f"{topk_variants.pick_cluster(M, 132)} CTAs a row: {res.describe()}"
+        assert res.ok, f"{variant.name} ({launch.note}): {res.describe()}"
