@@ -1,0 +1,128 @@
+"""A NumPy emulation of ``topk_radix.cu``'s selection logic, phase by phase, so that the multi-CTA
+design (histogram digits, cluster merges, the equal-key quota split over CTAs, the index-order
+take) is checked on the CPU against ``reference.topk`` before any GPU runs it
+(tests/test_dsa_topk.py), and the CPU backend can run it as a variant (``model_radix``).
+
+Every count is taken the way the kernel takes it (per-CTA histograms of the same digits, the same
+merge and bin search, members counted from histograms and written by comparisons), so a slip in
+the counting shows up here as an unwritten (poisoned) or duplicated slot, not only as a wrong set.
+What the emulation leaves out is the order within a CTA's shared-counter writes (the kernel's
+atomics give any order; here index order) and the warp-level aggregation, which changes no count.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+KEY_POSINF = 0xFF800000
+BIN_POSINF = KEY_POSINF >> 21          # 2044: the digit-0 bin of +inf, which holds +inf alone
+DIGITS = ((21, 2048), (10, 2048), (0, 1024))   # (shift, bins): key bits 31..21, 20..10, 9..0
+POISON = np.int32(np.uint32(0xAAAAAAAA).view(np.int32))
+
+
+def keys(scores: np.ndarray) -> np.ndarray:
+    """The kernel's order-preserving uint32 key of float32 scores: -0 folded onto +0, -inf and NaN
+    to 0 (the lowest key), +inf to 0xff800000 (above every finite score)."""
+    b = np.ascontiguousarray(scores, np.float32).view(np.uint32).copy()
+    b[b == 0x80000000] = 0
+    key = np.where(b & 0x80000000, ~b, b | 0x80000000).astype(np.uint32)
+    low = ((b & 0x7FFFFFFF) > 0x7F800000) | (b == 0xFF800000)
+    key[low] = 0
+    return key
+
+
+def _crossing(counts_desc: np.ndarray, kk: int) -> tuple[int, int]:
+    """Position j in a descending-order count vector where the running count first reaches kk,
+    and the count before it."""
+    before = np.concatenate([[0], np.cumsum(counts_desc)[:-1]])
+    j = int(np.flatnonzero((before < kk) & (before + counts_desc >= kk))[0])
+    return j, int(before[j])
+
+
+def find_bin(hist: np.ndarray, kk: int) -> tuple[int, int]:
+    """The bin holding the kk-th largest key of a merged histogram and the count above it; (0,
+    total) when the histogram holds fewer than kk. As cluster_find_bin: the 32-bin group first
+    (from the group sums), then the bin within it."""
+    total = int(hist.sum())
+    if total < kk:
+        return 0, total
+    groups = hist.reshape(-1, 32).sum(axis=1)
+    jg, gabove = _crossing(groups[::-1], kk)
+    g = len(groups) - 1 - jg
+    jb, above = _crossing(hist[32 * g:32 * g + 32][::-1], kk - gabove)
+    return 32 * g + 31 - jb, gabove + above
+
+
+@dataclasses.dataclass
+class RowTrace:
+    """What one row's selection decided, for tests: the threshold key, the CTAs that overflowed
+    their buffer, the per-CTA quota of keys equal to T, and which CTA took a partial quota."""
+
+    T: int
+    b0: int
+    overflow: list[bool]
+    quota: list[int]
+    partial: list[int]
+
+
+def select_row(scores: np.ndarray, k: int, cs: int, cap: int) -> tuple[np.ndarray, RowTrace]:
+    """One row as a cluster of ``cs`` CTAs with ``cap`` buffer entries each: ``(out [k] int32,
+    trace)``. out holds the members first, then -1; a slot the logic never wrote keeps POISON."""
+    key = keys(scores)
+    C = len(key)
+    L = -(-C // (4 * cs)) * 4
+    slices = [(min(C, c * L), min(C, c * L + L)) for c in range(cs)]
+    ks = [key[lo:hi] for lo, hi in slices]
+
+    def hists(level: int, masks) -> list[np.ndarray]:
+        shift, nb = DIGITS[level]
+        return [np.bincount(((kc[mk] >> shift) & (nb - 1)).astype(np.int64), minlength=nb) for kc, mk in zip(ks, masks)]
+
+    h0 = hists(0, [np.ones(len(kc), bool) for kc in ks])
+    b0, G = find_bin(sum(h0), k)
+    # pass 2's buffer: keys > 0 with digit 0 >= b0; a CTA with more than cap of them overflows
+    overflow = [int(((kc != 0) & ((kc >> 21) >= b0)).sum()) > cap for kc in ks]
+    T, b1, b2 = 0, 0, 0
+    h1 = h2 = None
+    if b0 != 0:
+        h1 = hists(1, [(kc >> 21) == b0 for kc in ks])
+        b1, above1 = find_bin(sum(h1), k - G)
+        prefix = (b0 << 11) | b1
+        h2 = hists(2, [(kc >> 10) == prefix for kc in ks])
+        b2, above2 = find_bin(sum(h2), k - G - above1)
+        G += above1 + above2
+        T = (prefix << 10) | b2
+    t_finite = b0 != 0 and T != KEY_POSINF
+    A = [int(h0[c][b0 + 1:].sum()) + (int(h1[c][b1 + 1:].sum() + h2[c][b2 + 1:].sum()) if b0 else 0)
+         for c in range(cs)]
+    P = [int(h0[c][BIN_POSINF]) if T < KEY_POSINF else 0 for c in range(cs)]
+    E = [int(h2[c][b2]) if t_finite else 0 for c in range(cs)]
+    Q = k - G
+    quota, eq_before = [], 0
+    for c in range(cs):
+        quota.append(min(E[c], max(Q - eq_before, 0)) if t_finite else 0)
+        eq_before += E[c]
+    members = [A[c] - P[c] + quota[c] for c in range(cs)]
+    out = np.full(k, POISON, np.int32)
+    partial = []
+    for c, ((lo, hi), kc) in enumerate(zip(slices, ks)):
+        base = sum(members[:c])
+        take_all_eq = t_finite and quota[c] == E[c]
+        chosen = (kc != 0) & (kc != KEY_POSINF) & ((kc > T) | (take_all_eq & (kc == T)))
+        idx = lo + np.flatnonzero(chosen)
+        out[base:base + len(idx)] = idx
+        if t_finite and 0 < quota[c] < E[c]:
+            partial.append(c)
+            eq = lo + np.flatnonzero(kc == T)[:quota[c]]      # index order: the lowest first
+            at = base + A[c] - P[c]
+            out[at:at + len(eq)] = eq
+    F = sum(members)
+    out[F:] = -1
+    return out, RowTrace(T=T, b0=b0, overflow=overflow, quota=quota, partial=partial)
+
+
+def select(scores: np.ndarray, k: int, cs: int, cap: int) -> np.ndarray:
+    """Every row of ``scores`` [M, C] float32 -> [M, k] int32 (select_row)."""
+    return np.stack([select_row(row, k, cs, cap)[0] for row in scores])

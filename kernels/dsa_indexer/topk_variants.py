@@ -1,0 +1,249 @@
+"""Launchers and declarations of the DSA top-k variants (component ``dsa_topk``).
+
+- ``radix_cluster`` (ours): ``topk_radix.cu``, a radix threshold select over a thread-block
+  cluster per row (1, 2, 4 or 8 CTAs, picked so that M x CTAs fills the SMs), histograms merged
+  through distributed shared memory; never sorts the row. ``radix_cluster4``: the same at 4 CTAs a
+  row whatever M (one CTA an SM at M = 32), to price the pick.
+- ``torch_topk`` (peer): ``torch.topk`` unsorted on our stream, non-finite picks mapped to -1 as a
+  caller would.
+- ``flashinfer_topk`` / ``flashinfer_topk_lower`` (peers): ``flashinfer.top_k(x, k)`` as called by
+  default (no tie rule), and with ``tie_break=SMALL`` (lower index among equal scores: our
+  contract); the row's note says which algorithm FlashInfer dispatched to.
+- ``ref_topk`` (CPU): reference.topk row by row; ``model_radix`` (CPU): topk_model, the kernel's
+  logic emulated in NumPy with the kernel's buffer size and cluster pick.
+
+Nothing here imports cupy, torch or flashinfer at import time.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+
+import numpy as np
+
+from harness.cuda import KernelCall, KernelStep, get_kernel
+from harness.registry import Launch, Variant
+from kernels.flashinfer_site import prepare_flashinfer
+from kernels.sparse_mla.variants import source_define
+
+from . import reference, topk_model
+from . import topk_spec as spec
+
+HERE = pathlib.Path(__file__).resolve().parent
+RADIX_SOURCE = "topk_radix.cu"
+CLUSTER_SIZES = (1, 2, 4, 8)        # the kernels topk_radix.cu instantiates (8: the portable limit)
+H200_SMS = 132
+
+
+def radix_define(name: str) -> int:
+    """A ``#define`` of topk_radix.cu (block size, buffer entries): declared once, in the source."""
+    return source_define(str(HERE / RADIX_SOURCE), name)
+
+
+def pick_cluster(M: int, sms: int) -> int:
+    """CTAs per row: the fewest that give every SM a CTA (M x CTAs >= SMs), else the most there are."""
+    return next((cs for cs in CLUSTER_SIZES if M * cs >= sms), CLUSTER_SIZES[-1])
+
+
+def _supports_radix(geometry, point) -> str | None:
+    if spec.n_candidates(geometry, point) >= 2 ** 31 or spec.k_selected(geometry, point) >= 2 ** 31:
+        return "the radix kernel indexes rows with 32-bit integers"
+    return None
+
+
+def _make_radix_build(cluster: int | None):
+    """The radix kernel's launcher, with a fixed cluster size or (None) pick_cluster's."""
+
+    def build(geometry, point, inputs, backend) -> KernelStep:
+        Mn = int(point["M"])
+        cs = cluster or pick_cluster(Mn, int(backend.props["multiProcessorCount"]))
+        return _radix_step(geometry, point, inputs, backend, cs)
+    return build
+
+
+def _radix_step(geometry, point, inputs, backend, cs: int) -> KernelStep:
+    cp = backend.cp
+    Mn, C, k = int(point["M"]), spec.n_candidates(geometry, point), spec.k_selected(geometry, point)
+    threads = radix_define("DSA_TOPK_THREADS")
+    fn = get_kernel(backend, HERE / RADIX_SOURCE, f"dsa_topk_radix_c{cs}")
+    scores = backend.to_device(inputs["scores"])
+    with backend.stream:
+        buffers = {"indices": cp.empty((Mn, k), cp.int32)}
+    kernels = [KernelCall(fn, (cs, Mn), threads, 0, lambda b: (scores, b["indices"], np.int32(C), np.int32(k)))]
+    step = KernelStep(backend, kernels, buffers, {}, {"indices": topk_model.POISON},
+                      lambda b: {"indices": backend.to_host(b["indices"])}, dependent=False)
+    step.note = f"cluster of {cs} CTAs per row ({Mn * cs} CTAs), {radix_define('DSA_TOPK_CAP')} buffer entries a CTA"
+    return step.ready()
+
+
+def _torch_ready() -> str | None:
+    try:
+        import torch
+
+        return None if torch.cuda.is_available() else "torch sees no CUDA device"
+    except Exception as exc:
+        return f"torch not importable: {type(exc).__name__}: {exc}"
+
+
+class _TorchRows(Launch):
+    """The scores on the device as a torch tensor on our stream, and an int32 output a peer's
+    indices are copied into, non-finite picks as -1 (what a caller of a values + indices top-k
+    does to get this op's contract)."""
+
+    def __init__(self, geometry, point, inputs, backend):
+        import torch
+
+        self.torch, self.backend = torch, backend
+        self.k = spec.k_selected(geometry, point)
+        self.ext = torch.cuda.ExternalStream(backend.stream.ptr)
+        dev = torch.device("cuda", backend.device_id)
+        with torch.cuda.stream(self.ext):
+            self.x = torch.from_numpy(inputs["scores"]).to(dev)
+            self.out = torch.empty((self.x.shape[0], self.k), dtype=torch.int32, device=dev)
+        backend.stream.synchronize()
+
+    def poison(self) -> None:
+        with self.torch.cuda.stream(self.ext):
+            self.out.fill_(int(topk_model.POISON))
+
+    def _select(self):
+        raise NotImplementedError
+
+    def __call__(self) -> None:
+        torch = self.torch
+        with torch.cuda.stream(self.ext):
+            values, idx = self._select()
+            self.out.copy_(torch.where(torch.isfinite(values), idx, -1))
+
+    def outputs(self) -> dict[str, np.ndarray]:
+        self.backend.stream.synchronize()
+        with self.torch.cuda.stream(self.ext):
+            return {"indices": self.out.cpu().numpy()}
+
+
+class _TorchTopk(_TorchRows):
+    note = "torch.topk(largest=True, sorted=False), non-finite picks -> -1"
+
+    def _select(self):
+        return self.torch.topk(self.x, self.k, dim=1, largest=True, sorted=False)
+
+
+# FlashInfer's TopKTieBreak: NONE = 0 (no tie rule), SMALL = 1 (prefer smaller indices)
+FI_TIE_NONE, FI_TIE_SMALL = 0, 1
+
+
+class _FlashInferTopk(_TorchRows):
+    """``flashinfer.top_k(x, k, tie_break=...)``, unsorted, on our stream."""
+
+    def __init__(self, geometry, point, inputs, backend, tie_break: int):
+        reason = prepare_flashinfer()
+        if reason:
+            raise RuntimeError(reason)
+        super().__init__(geometry, point, inputs, backend)
+        import flashinfer
+
+        self.flashinfer, self.tie_break = flashinfer, tie_break
+        self.note = (f"FlashInfer {flashinfer.__version__} top_k(tie_break={tie_break}, sorted=False): "
+                     f"{self._dispatch()}; non-finite picks -> -1")
+
+    def _dispatch(self) -> str:
+        """Which backend FlashInfer's own dispatch picks for this call, eager and under a graph
+        capture (its functions, asked with our arguments)."""
+        try:
+            from flashinfer import topk as fi
+
+            algo = os.environ.get("FLASHINFER_TOPK_ALGO")
+            M, C = self.x.shape
+            clusters = fi.can_use_clusters_topk(algo, self.x.device, False, self.tie_break, False)
+            cub = fi.can_use_cub_topk(algo, self.x, self.tie_break, False, False)
+
+            def pick(graph: bool) -> str:
+                if cub and fi.is_cub_topk_beneficial(algo, M, C, self.k, self.x.dtype, self.tie_break, graph,
+                                                     clusters):
+                    return "CUB DeviceBatchedTopK"
+                return "clusters" if clusters and not graph else "radix"
+            return f"eager {pick(False)}, graph {pick(True)}" + (f", FLASHINFER_TOPK_ALGO={algo}" if algo else "")
+        except Exception as exc:
+            return f"dispatch unknown ({type(exc).__name__}: {exc})"[:200]
+
+    def _select(self):
+        return self.flashinfer.top_k(self.x, self.k, tie_break=self.tie_break)
+
+
+def _supports_flashinfer(geometry, point) -> str | None:
+    """A reason unless torch sees a Hopper GPU and FlashInfer imports with its prebuilt modules."""
+    try:
+        reason = _torch_ready()
+        if reason:
+            return reason
+        import torch
+
+        major, minor = torch.cuda.get_device_capability()
+        if major != 9:
+            return f"the FlashInfer top-k modules carried here are prebuilt for sm_90a; this device is sm_{major}{minor}"
+        return prepare_flashinfer()
+    except Exception as exc:
+        return f"flashinfer top-k support check failed: {type(exc).__name__}: {exc}"[:500]
+
+
+def _supports_flashinfer_no_tie(geometry, point) -> str | None:
+    if point["score_rows"] == "ties":
+        return ("flashinfer.top_k's default tie_break=NONE promises no rule among equal scores; "
+                "flashinfer_topk_lower (tie_break=SMALL) runs the ties rows")
+    return _supports_flashinfer(geometry, point)
+
+
+class _HostTopk(Launch):
+    """CPU backend: a NumPy selection of every row."""
+
+    def __init__(self, select, geometry, point, inputs):
+        self.select, self.scores = select, inputs["scores"]
+        self.k = spec.k_selected(geometry, point)
+
+    def poison(self) -> None:
+        self.out = np.full((len(self.scores), self.k), topk_model.POISON, np.int32)
+
+    def __call__(self) -> None:
+        self.out = self.select(self.scores, self.k)
+
+    def outputs(self) -> dict[str, np.ndarray]:
+        return {"indices": self.out.copy()}
+
+
+def _reference_rows(scores: np.ndarray, k: int) -> np.ndarray:
+    return np.stack([reference.topk(row, k) for row in scores])
+
+
+def _model_rows(scores: np.ndarray, k: int) -> np.ndarray:
+    return topk_model.select(scores, k, pick_cluster(len(scores), H200_SMS), radix_define("DSA_TOPK_CAP"))
+
+
+TOPK_VARIANTS = (
+    Variant("radix_cluster", "cuda", _make_radix_build(None),
+            why="radix threshold select, 11/11/10-bit digits, one thread-block cluster per row (1-8 CTAs "
+                "so that M x CTAs fills the SMs) merging shared-memory histograms through distributed "
+                "shared memory; two reads of the row (the second from L2), the ties at the threshold "
+                "split over CTAs in index order",
+            supports=_supports_radix, sources=(RADIX_SOURCE,)),
+    Variant("radix_cluster4", "cuda", _make_radix_build(4),
+            why="radix_cluster at 4 CTAs a row whatever M: at M = 32 one CTA an SM (128 CTAs), where "
+                "the pick's 8 needs 2 CTAs an SM and 4 clusters of 8 in every GPC to run in one wave",
+            supports=_supports_radix, sources=(RADIX_SOURCE,)),
+    Variant("torch_topk", "cuda", lambda g, p, i, b: _TorchTopk(g, p, i, b),
+            why="torch.topk(k, sorted=False) on our stream, non-finite picks mapped to -1",
+            supports=lambda g, p: _torch_ready(), peer=True),
+    Variant("flashinfer_topk", "cuda", lambda g, p, i, b: _FlashInferTopk(g, p, i, b, FI_TIE_NONE),
+            why="flashinfer.top_k(x, k) as engines call it (tie_break NONE, unsorted); the note names "
+                "the backend FlashInfer dispatched to",
+            supports=_supports_flashinfer_no_tie, peer=True, packages=("flashinfer-python",)),
+    Variant("flashinfer_topk_lower", "cuda", lambda g, p, i, b: _FlashInferTopk(g, p, i, b, FI_TIE_SMALL),
+            why="flashinfer.top_k(x, k, tie_break=SMALL): smaller indices win among equal scores, our "
+                "contract",
+            supports=_supports_flashinfer, peer=True, packages=("flashinfer-python",)),
+    Variant("ref_topk", "cpu", lambda g, p, i, b: _HostTopk(_reference_rows, g, p, i),
+            why="reference.topk row by row on the host (a float64 lexsort)"),
+    Variant("model_radix", "cpu", lambda g, p, i, b: _HostTopk(_model_rows, g, p, i),
+            why="topk_radix.cu's logic emulated in NumPy (topk_model): histograms, merges, quota split",
+            sources=("topk_model.py",)),
+)

@@ -1,0 +1,250 @@
+"""The DSA top-k component on the CPU: the score rows of every kind, the reference against a plain
+sort, the NumPy emulation of topk_radix.cu's multi-CTA logic (histogram digits, cluster merges, the
+equal-key quota split, the index-order take, buffer overflow) against reference.topk on random,
+tied, few-eligible, all -inf and non-finite rows, the counts, the CPU variants through the runner,
+and the IndexSet check failing a wrong member and a tie resolved the other way."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from harness import backends, registry, runner
+from harness.verify import IndexSet, compare
+from kernels.dsa_indexer import reference as rules
+from kernels.dsa_indexer import topk_model, topk_spec as spec, topk_variants
+
+QUICK = SimpleNamespace(warmup=0, min_reps=2, max_reps=3, min_time_ms=0.0, max_noise=1.0, timeout_s=5.0,
+                        cache="auto", graph=False, chain=1)
+STRICT = IndexSet(scores="scores", tie="lower_index", masked=-1, masked_positions=True)
+
+
+def _point(**kw):
+    return {"M": 5, "context": 8192, "pooling": "per_token", "topk": 2048, "score_rows": "random", **kw}
+
+
+def _sorted_rule(scores: np.ndarray, k: int) -> np.ndarray:
+    """The rule by a plain Python sort: (-score, index), NaN as -inf, non-finite picks -1."""
+    s = [(-np.inf if np.isnan(x) else float(x)) for x in scores]
+    order = sorted(range(len(s)), key=lambda i: (-s[i], i))[:k]
+    members = [i for i in order if np.isfinite(s[i])]
+    return np.array(members + [-1] * (k - len(members)), np.int32)
+
+
+def _rows(kind: str, C: int, k: int, rng) -> np.ndarray:
+    """Degenerate and ordinary rows for the emulation: float32 [C]."""
+    if kind == "random":
+        return rng.standard_normal(C).astype(np.float32)
+    if kind == "ties":              # few values, zeros of both signs among them
+        return rng.choice(np.array([-1.0, -0.0, 0.0, 0.5, 2.0], np.float32), C, p=[.2, .2, .2, .2, .2])
+    if kind == "few_eligible":
+        row = np.full(C, -np.inf, np.float32)
+        e = int(rng.integers(0, k))
+        row[rng.choice(C, e, replace=False)] = rng.standard_normal(e)
+        return row
+    if kind == "all_minus_inf":
+        return np.full(C, -np.inf, np.float32)
+    if kind == "non_finite":       # NaN as -inf, +inf chosen first and then -1, extremes
+        vals = np.array([np.nan, -np.nan, np.inf, -np.inf, 3.4e38, -3.4e38, 1e-45, -1e-45, 1.0], np.float32)
+        return rng.choice(vals, C)
+    if kind == "sorted":
+        return np.sort(rng.standard_normal(C).astype(np.float32))
+    raise ValueError(kind)
+
+
+KINDS = ("random", "ties", "few_eligible", "all_minus_inf", "non_finite", "sorted")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_reference_is_the_plain_sort_rule(kind):
+    rng = np.random.default_rng(7)
+    for C, k in ((50, 7), (300, 64), (33, 40)):
+        row = _rows(kind, C, k, rng)
+        assert np.array_equal(rules.topk(row.astype(np.float64), k), _sorted_rule(row, k)), (kind, C, k)
+
+
+def test_keys_preserve_order_and_fold_the_special_values():
+    x = np.sort(np.random.default_rng(0).standard_normal(1000).astype(np.float32) * 1e3)
+    x = np.concatenate([[-3.4e38], x, [3.4e38]]).astype(np.float32)
+    key = topk_model.keys(x)
+    assert (np.diff(key.astype(np.int64)) >= 0).all() and key.min() > 0
+    special = topk_model.keys(np.array([-0.0, 0.0, -np.inf, np.nan, -np.nan, np.inf], np.float32))
+    assert special[0] == special[1] == 0x80000000
+    assert special[2] == special[3] == special[4] == 0
+    assert special[5] == topk_model.KEY_POSINF and special[5] >> 21 == topk_model.BIN_POSINF
+    assert topk_model.keys(np.array([3.4e38], np.float32))[0] < topk_model.KEY_POSINF
+    assert topk_model.keys(np.array([-3.4e38], np.float32))[0] >> 21 >= 4   # bins 1..3 hold no key
+
+
+@pytest.mark.parametrize("cap", [4, 3072], ids=["cap4-overflow", "cap3072"])
+@pytest.mark.parametrize("cs", [1, 2, 4, 8])
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_radix_emulation_gives_the_reference_set(kind, cs, cap):
+    """Several rows per case, irregular lengths (C % 4 != 0, slices of unequal length, empty
+    slices when C < 4 cs), k from 1 to C: the emulation's row is the reference's exactly, members
+    first and then -1, no slot left unwritten."""
+    rng = np.random.default_rng(hash((kind, cs, cap)) % 2 ** 32)
+    for C, k in ((1, 1), (7, 3), (2049, 512), (3001, 2048), (4096, 1), (999, 999)):
+        row = _rows(kind, C, k, rng)
+        out, _ = topk_model.select_row(row, k, cs, cap)
+        ref = rules.topk(row.astype(np.float64), k)
+        res = compare("indices", out[None], {"indices": ref[None], "scores": row[None].astype(np.float64)}, STRICT)
+        assert res.ok, (kind, C, k, res.describe())
+
+
+def test_the_emulation_takes_a_partial_quota_in_index_order_across_ctas():
+    """A level of equal scores straddles the k-th and every slice: the lower ranks take all their
+    equal keys, one CTA a part (the lowest indices), the higher ones none."""
+    rng = np.random.default_rng(1)
+    C, k, cs = 8000, 500, 4
+    row = rng.integers(0, 10, C).astype(np.float32)        # ~800 a level: the top level is the k-th
+    out, trace = topk_model.select_row(row, k, cs, 3072)
+    assert trace.partial, trace
+    c = trace.partial[0]
+    assert all(q > 0 for q in trace.quota[:c]) and all(q == 0 for q in trace.quota[c + 1:])
+    assert sum(trace.quota) == k and np.array_equal(np.sort(out), np.sort(rules.topk(row.astype(np.float64), k)))
+    assert np.array_equal(np.sort(out), np.flatnonzero(row == 9)[:k])
+
+
+def test_the_emulation_overflows_the_buffer_on_sorted_rows_and_stays_exact():
+    rng = np.random.default_rng(2)
+    row = np.sort(rng.standard_normal(262144).astype(np.float32))
+    out, trace = topk_model.select_row(row, 2048, 8, 3072)
+    assert trace.overflow[-1] and not any(trace.overflow[:-1])   # the top keys all live in the last slice
+    assert set(out.tolist()) == set(range(262144 - 2048, 262144))
+
+
+@pytest.mark.parametrize("kind", spec.SCORE_ROW_KINDS)
+@pytest.mark.parametrize("pooling", ["pooled", "per_token"])
+def test_score_rows_of_each_kind(geometry, kind, pooling):
+    point = _point(score_rows=kind, pooling=pooling, context=32768, M=6)
+    C, k = spec.n_candidates(geometry, point), spec.k_selected(geometry, point)
+    scores = spec.make_inputs(geometry, point, np.random.default_rng(3))["scores"]
+    assert scores.dtype == np.float32 and scores.shape == (6, C)
+    for m in range(6):
+        e = spec.eligible(geometry, point, m)
+        assert e == ((32768 - m % 4) // 4 if pooling == "pooled" else 32768 - m % 4)
+        row = scores[m]
+        assert np.isneginf(row[e:]).all()
+        finite = row[np.isfinite(row)]
+        assert not np.isnan(row).any() and not (row == 0).any()
+        if kind == "few_eligible":
+            assert len(finite) < k and (m != 0 or len(finite) == 0)
+            continue
+        assert len(finite) == e
+        if kind == "sorted":
+            assert (np.diff(finite) >= 0).all()
+        if kind == "ties":
+            kth = np.sort(finite)[::-1][k - 1]
+            above, equal = int((finite > kth).sum()), int((finite == kth).sum())
+            assert above < k < above + equal, "the k-th level straddles the boundary"
+            assert len(np.unique(finite)) < 64
+        if kind == "random":
+            assert abs(finite.mean()) < 0.05 and abs(finite.std() - 1) < 0.05
+
+
+def test_counts_and_the_model_point(geometry):
+    point = _point(M=32, context=262144, pooling="pooled")
+    assert spec.n_candidates(geometry, point) == 65536 and spec.k_selected(geometry, point) == 512
+    assert spec.k_selected(geometry, {**point, "topk": 8192}) == 2048     # index_topk counted in pools
+    per_token = {**point, "pooling": "per_token"}
+    assert spec.n_candidates(geometry, per_token) == 262144 and spec.k_selected(geometry, per_token) == 2048
+    assert spec.bytes_moved(geometry, per_token) == 32 * 262144 * 4 + 32 * 2048 * 4
+    assert spec.flops(geometry, per_token) == 0
+    assert registry.get("dsa_topk").layers(geometry) == geometry.n_dsa_layers
+
+
+def test_point_rules_are_one_line(geometry):
+    assert "whole number of pools" in spec.check_point(geometry, _point(pooling="pooled", topk=2050))
+    assert "allowed: topk <= 8192" in spec.check_point(geometry, _point(context=8192, topk=16384))
+    assert spec.check_point(geometry, _point()) is None
+
+
+def test_reference_samples_streams_only_for_large_rows(geometry):
+    assert spec.reference_streams(geometry, _point(M=64, context=8192)) is None
+    assert spec.reference_streams(geometry, _point(M=32, context=262144)) == [0, 10, 21, 31]
+    point = _point(M=3, context=8192)
+    inputs = spec.make_inputs(geometry, point, np.random.default_rng(4))
+    ref = spec.reference(geometry, point, inputs)
+    assert ref["indices"].shape == (3, 2048) and ref["scores"].dtype == np.float64
+    assert np.array_equal(ref["indices"][1], _sorted_rule(inputs["scores"][1], 2048))
+
+
+@pytest.mark.parametrize("variant", ["ref_topk", "model_radix"])
+@pytest.mark.parametrize("kind", spec.SCORE_ROW_KINDS)
+def test_cpu_variants_pass_through_the_runner(geometry, variant, kind):
+    comp = registry.get("dsa_topk")
+    point = _point(score_rows=kind, pooling="pooled", context=16388, M=3)   # C = 4097: C % 4 != 0
+    row = runner.measure(comp, comp.variant(variant), point, geometry, backends.CpuBackend(), QUICK, seed=5,
+                         roofline=None)
+    assert row["status"] == "ok", row["reason"]
+    assert row["bytes"] == spec.bytes_moved(geometry, point)
+
+
+def test_the_check_fails_a_wrong_member_and_a_tie_taken_the_other_way(geometry):
+    comp = registry.get("dsa_topk")
+    point = _point(score_rows="ties", M=2)
+    inputs = spec.make_inputs(geometry, point, np.random.default_rng(6))
+    ref = spec.reference(geometry, point, inputs)
+    (check,) = comp.checks(point).values()
+    out = ref["indices"].copy()
+    rng = np.random.default_rng(0)
+    out[0] = rng.permutation(out[0])              # any order passes
+    assert compare("indices", out, ref, check).ok
+    s = ref["scores"][0]
+    chosen = set(ref["indices"][0].tolist())
+    kth = min(s[i] for i in chosen)
+    # a tie resolved the other way: drop the highest-index member at the k-th score, take the
+    # lowest-index candidate of that score left out
+    tied_in = max(i for i in chosen if s[i] == kth)
+    tied_out = next(i for i in range(len(s)) if s[i] == kth and i not in chosen)
+    swapped = out.copy()
+    swapped[0][swapped[0] == tied_in] = tied_out
+    res = compare("indices", swapped, ref, check)
+    assert not res.ok and "lower_index keeps the lower index" in res.detail, res.describe()
+    wrong = out.copy()
+    loser = next(i for i in range(len(s)) if np.isfinite(s[i]) and s[i] < kth)   # never chosen
+    wrong[0][0] = loser
+    res = compare("indices", wrong, ref, check)
+    assert not res.ok and f"wrong member {loser}" in res.detail, res.describe()
+    poisoned = out.copy()
+    poisoned[1][5] = topk_model.POISON
+    assert compare("indices", poisoned, ref, check).unwritten == 1
+
+
+def test_few_eligible_rows_need_their_minus_one_slots(geometry):
+    point = _point(score_rows="few_eligible", M=3)
+    inputs = spec.make_inputs(geometry, point, np.random.default_rng(8))
+    ref = spec.reference(geometry, point, inputs)
+    (check,) = registry.get("dsa_topk").checks(point).values()
+    assert (ref["indices"][0] == -1).all(), "row 0 has no eligible candidate"
+    out = ref["indices"].copy()
+    out[2] = out[2][::-1]                          # -1 slots anywhere: still the same row
+    assert compare("indices", out, ref, check).ok
+    out[2][out[2] == -1] = np.flatnonzero(np.isneginf(ref["scores"][2]))[:int((out[2] == -1).sum())]
+    assert not compare("indices", out, ref, check).ok   # a -inf candidate in a -1 slot
+
+
+@pytest.mark.parametrize("M,expect", [(1, 8), (8, 8), (16, 8), (17, 8), (32, 8), (33, 4), (64, 4), (66, 2),
+                                      (132, 1), (4096, 1)])
+def test_cluster_pick_fills_the_sms(M, expect):
+    assert topk_variants.pick_cluster(M, 132) == expect
+
+
+def test_the_launcher_reads_the_kernel_declarations():
+    assert topk_variants.radix_define("DSA_TOPK_THREADS") == 512
+    assert topk_variants.radix_define("DSA_TOPK_CAP") >= 2048
+    text = (topk_variants.HERE / topk_variants.RADIX_SOURCE).read_text()
+    for cs in topk_variants.CLUSTER_SIZES:
+        assert f"DSA_TOPK_KERNEL({cs})" in text
+
+
+def test_gpu_variants_skip_with_a_reason_here(geometry):
+    comp = registry.get("dsa_topk")
+    ties = _point(score_rows="ties")
+    assert "tie_break" in comp.variant("flashinfer_topk").supports(geometry, ties)
+    if not backends.gpu_visible():
+        for name in ("torch_topk", "flashinfer_topk_lower"):
+            assert comp.variant(name).supports(geometry, _point())
