@@ -118,12 +118,17 @@ def make_inputs(geometry, point, rng: np.random.Generator) -> dict[str, np.ndarr
 
 
 def reference_streams(geometry, point):
-    """A sample of 4 streams at large M, chosen so that their m % kpool (their tails) differ:
-    0, M // 3, 2M // 3, M - 1 give residues 0, 2, 1, 3 at M = 32 and 0, 1, 2, 3 at M = 64."""
-    Mn = int(point["M"])
+    """A sample of one stream per tail length (m % kpool) when M is large, spread over the batch:
+    for residue i, the stream i / (kpool - 1) of the way along the streams with that residue
+    (0, 9, 22, 31 at M = 32; 0, 21, 42, 63 at M = 64; 0, 1, 2, 3 at M = 5)."""
+    Mn, kpool = int(point["M"]), int(geometry.indexer.kpool)
     if Mn <= REFERENCE_STREAMS:
         return None
-    return sorted({0, Mn // 3, (2 * Mn) // 3, Mn - 1})
+    picks = []
+    for i in range(min(kpool, Mn)):
+        same = range(i, Mn, kpool)
+        picks.append(same[round(i / (kpool - 1) * (len(same) - 1))])
+    return sorted(picks)
 
 
 def reference(geometry, point, inputs) -> dict[str, np.ndarray]:

@@ -75,6 +75,15 @@ def build_compress(geometry, point, inputs, backend) -> KernelStep:
     return step.ready()
 
 
+def torch_compress(keys, gates, ape, incomplete):
+    """The torch peer's math (any device): keys, gates [M, P, kpool, D] bfloat16, ape [kpool, D]
+    float32, incomplete [M, P] bool -> [M, P, D] float32 (the caller rounds it to BF16)."""
+    import torch
+
+    w = torch.softmax(gates.float() + ape, dim=2)
+    return (w * keys.float()).sum(dim=2).masked_fill_(incomplete[:, :, None], 0.0)
+
+
 class _TorchCompress(Launch):
     """torch, as an engineer writes it, on our stream: the [M, context, 128] keys and gates viewed
     as [M, P, 4, 128], widened to FP32, ape added, softmax over the slot axis, the weighted sum,
@@ -102,11 +111,8 @@ class _TorchCompress(Launch):
             self.out.view(self.torch.int16).fill_(-1)                                    # BF16 NaN bits
 
     def __call__(self) -> None:
-        torch = self.torch
-        with torch.cuda.stream(self.ext):
-            w = torch.softmax(self.gates.float() + self.ape, dim=2)
-            pooled = (w * self.keys.float()).sum(dim=2)
-            self.out.copy_(pooled.masked_fill_(self.incomplete[:, :, None], 0.0))
+        with self.torch.cuda.stream(self.ext):
+            self.out.copy_(torch_compress(self.keys, self.gates, self.ape, self.incomplete))
 
     def outputs(self) -> dict[str, np.ndarray]:
         self.backend.stream.synchronize()
@@ -123,6 +129,11 @@ def _supports_torch_compress(geometry, point) -> str | None:
             return "torch sees no CUDA device"
     except Exception as exc:
         return f"torch not importable: {type(exc).__name__}: {exc}"
+    return torch_temporaries_reason(geometry, point)
+
+
+def torch_temporaries_reason(geometry, point) -> str | None:
+    """Why the torch peer's FP32 temporaries would not fit, or None."""
     _, D = kpool_spec.dims(geometry)
     need = 5 * int(point["M"]) * int(point["context"]) * D * 4
     if need > TORCH_TEMPORARY_LIMIT:
