@@ -302,3 +302,22 @@ def test_ref_expand_passes_through_the_runner(geometry, point):
     row = runner.measure(comp, comp.variant("ref_expand"), point, geometry, CPU, QUICK, seed=3, roofline=None)
     assert row["status"] == "ok", row["reason"]
     assert row["bytes"] == expand_spec.bytes_moved(geometry, point)
+
+
+def test_every_point_of_the_experiment_is_valid(geometry):
+    """The sweep's grid (experiments/experiment/kpool_compress.yaml) passes each component's rules."""
+    import itertools
+
+    import yaml
+
+    from harness.fuel import REPO_ROOT
+
+    conf = yaml.safe_load((REPO_ROOT / "experiments/experiment/kpool_compress.yaml").read_text())
+    params = {k: str(v).split(",") for k, v in conf["hydra"]["sweeper"]["params"].items()}
+    assert conf["timing"]["cache"] == "flush"
+    for name, Mn, context in itertools.product(params["component"], params["M"], params["context"]):
+        comp = registry.get(name)
+        point = {"M": int(Mn), "context": int(context)}
+        if "topk" in comp.axis_names:
+            point["topk"] = geometry.indexer.index_topk
+        assert comp.check_point(geometry, point) is None, (name, point)
