@@ -295,8 +295,8 @@ def test_expand_axis_rules(geometry):
     assert "whole number of pools" in expand_spec.check_point(geometry, _expand_point(topk=2046))
 
 
-@pytest.mark.parametrize("point", [_expand_point(), _expand_point(context=1024), _expand_point(M=5, topk=64, context=8196)],
-                         ids=str)
+@pytest.mark.parametrize("point", [_expand_point(), _expand_point(context=1024),
+                                   _expand_point(M=5, topk=64, context=8196)], ids=str)
 def test_ref_expand_passes_through_the_runner(geometry, point):
     comp = registry.get("dsa_expand")
     row = runner.measure(comp, comp.variant("ref_expand"), point, geometry, CPU, QUICK, seed=3, roofline=None)

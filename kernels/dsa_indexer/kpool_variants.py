@@ -48,7 +48,8 @@ def _supports_compress_kernel(geometry, point) -> str | None:
     if (kpool, D) != (4, 128):
         return f"kpool_compress.cu is written for pools of 4 and 128 channels; got {kpool} x {D}"
     if int(point["M"]) * kpool_spec.pools(geometry, point) * GROUPS >= 2 ** 31 - 2 ** 26:
-        return "more than 2^31 work items (pools x 16 channel groups): the kernel's item index is int32"
+        return ("2^31 - 2^26 or more work items (pools x 16 channel groups): the kernel's item index "
+                "and stride are int32")
     return None
 
 
