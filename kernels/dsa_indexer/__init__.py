@@ -6,11 +6,11 @@ kpool_compress -> index_scores -> topk -> expand_selection as kernels.
 - one module set per component (spec, variants, .cu designs), registered below.
 """
 
-# -- dsa_topk: the standalone top-k selection (topk_spec, topk_variants, topk_radix.cu) ----------
 import pathlib as _pathlib
 
 from harness.registry import Component as _Component, register as _register
 
+# -- dsa_topk: the standalone top-k selection (topk_spec, topk_variants, topk_radix.cu) ----------
 from . import topk_spec as _topk_spec
 from .topk_variants import TOPK_VARIANTS as _TOPK_VARIANTS
 
@@ -24,3 +24,26 @@ TOPK = _register(_Component(
     folder=str(_pathlib.Path(__file__).parent),
     summary="the DSA top-k: the k best of C indexer scores per stream (lower index wins ties; -1 for "
             "non-finite picks and missing candidates): indices [M, k] int32"))
+
+# -- kpool compress and expand (kpool_spec.py, expand_spec.py, kpool_variants.py) ----------------
+from . import expand_spec as _expand_spec, kpool_spec as _kpool_spec
+from .kpool_variants import COMPRESS_VARIANTS as _COMPRESS_VARIANTS, EXPAND_VARIANTS as _EXPAND_VARIANTS
+
+KPOOL_COMPRESS = _register(_Component(
+    name="kpool_compress", axes=_kpool_spec.AXES, layers=lambda geometry: geometry.n_dsa_layers,
+    make_inputs=_kpool_spec.make_inputs, reference=_kpool_spec.reference, checks=_kpool_spec.checks,
+    bytes_moved=_kpool_spec.bytes_moved, flops=_kpool_spec.flops, variants=_COMPRESS_VARIANTS,
+    summary="per-token indexer keys and gates -> one pooled key per complete pool of 4 (per-channel "
+            "softmax blend with the slot bias): pooled [M, context / 4, 128] BF16",
+    check_point=_kpool_spec.check_point, resident=(_kpool_spec.KEYS, _kpool_spec.GATES),
+    reference_streams=_kpool_spec.reference_streams,
+    # the host backend runs the float32 variant over every stream: small points only
+    cpu_max_bytes=256 << 20, folder=str(_pathlib.Path(__file__).parent)))
+
+DSA_EXPAND = _register(_Component(
+    name="dsa_expand", axes=_expand_spec.AXES, layers=lambda geometry: geometry.n_dsa_layers,
+    make_inputs=_expand_spec.make_inputs, reference=_expand_spec.reference, checks=_expand_spec.checks,
+    bytes_moved=_expand_spec.bytes_moved, flops=lambda geometry, point: 0, variants=_EXPAND_VARIANTS,
+    summary="the top-k's pools -> token rows: 4 tokens a pool, the tail, dense below index_topk, "
+            "-1 to the padded width: selection [M, 2112] int32",
+    check_point=_expand_spec.check_point, folder=str(_pathlib.Path(__file__).parent)))
