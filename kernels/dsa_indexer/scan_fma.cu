@@ -8,7 +8,8 @@ and 262144 per-token keys that is 68.7 GFLOP, ~1 ms at 100% FFMA issue against ~
 reads: compute-bound by about 2x before any overhead (SCAN_NOTES.md).
 
 Shape: block SCAN_FMA_THREADS (256), each thread two candidates (SCAN_FMA_CANDS), 512 a CTA; grid
-(ceil(C / 512), M). q[m] is staged once per CTA in shared memory as float [128 dims][32 heads] (16
+(ceil(C / 512), M); __launch_bounds__(256, 2): <= 128 registers, 2 CTAs (16 warps) an SM (unbounded,
+ptxas took 130 for cand_dim bf16: one CTA an SM). q[m] is staged once per CTA in shared memory as float [128 dims][32 heads] (16
 KiB; head fastest, so the 4 heads of a float4 are one broadcast LDS.128, every lane the same
 address) and w[m] as float [32]. The thread keeps 2 x 32 FP32 accumulators; per 8 dims it loads
 its two keys' 8 values (cand_dim: one 16-byte (bf16) / 8-byte (fp8) load per key; dim_cand: one
@@ -150,7 +151,8 @@ __device__ __forceinline__ void scan_fma(const bf16* __restrict__ q, const float
     if (any) {
         Raw<FP8, DIM_CAND> cur, nxt;
         load_chunk<FP8, DIM_CAND>(cur, keys, (size_t)m, C, Cpad, cand, valid, 0);
-#pragma unroll 1
+        // unrolled by 2 so cur / nxt alternate registers (a copy of nxt would wait for its loads)
+#pragma unroll 2
         for (int d0 = 0; d0 < SCAN_DIM; d0 += SCAN_FMA_CHUNK) {
             if (d0 + SCAN_FMA_CHUNK < SCAN_DIM)
                 load_chunk<FP8, DIM_CAND>(nxt, keys, (size_t)m, C, Cpad, cand, valid, d0 + SCAN_FMA_CHUNK);
@@ -189,7 +191,7 @@ __device__ __forceinline__ void scan_fma(const bf16* __restrict__ q, const float
 }
 
 #define SCAN_FMA_KERNEL(NAME, FP8, DIM_CAND)                                                                  \
-    extern "C" __global__ void __launch_bounds__(SCAN_FMA_THREADS)                                           \
+    extern "C" __global__ void __launch_bounds__(SCAN_FMA_THREADS, 2)                                        \
     NAME(const bf16* __restrict__ q, const float* __restrict__ w, const unsigned char* __restrict__ keys,      \
          const float* __restrict__ scales, const int* __restrict__ eligible, float* __restrict__ scores, int M, \
          int C, int Cpad) {                                                                                   \

@@ -43,7 +43,10 @@ scan_mma_bf16 / scan_mma_fp8: a persistent grid (as many CTAs as fit, the launch
     tiles is written: rows < eligible[m] their score, the other rows < C -inf. A tile that reaches
     past eligible[m] loads only its eligible rows (zeros otherwise).
     Pipeline: the next tile's loads are issued before this tile's MMAs (2 tiles of loads in flight
-    per warp: 8 KiB bf16, 4 KiB fp8); all asm is volatile so that order is kept.
+    per warp: 8 KiB bf16, 4 KiB fp8); all asm is volatile so that order is kept, and the two tile
+    buffers alternate (the loop is unrolled by two: copying a buffer whose loads are in flight would
+    wait for them). __launch_bounds__(128, 3): <= 168 registers, 12 warps an SM, up to 96 KiB of
+    key loads in flight an SM (bf16).
 */
 
 #include "scan_common.cuh"
@@ -133,6 +136,77 @@ __device__ __forceinline__ void stream_setup(unsigned (&bq)[4][8][2], float (&wr
     }
 }
 
+// One tile of the stream-major walk: issue the next tile's loads (into nxt), then this tile's
+// MMAs and scores (from cur); advance (m, tile, elig) and rebuild q's fragments at a stream change.
+// The caller alternates the two buffers (no register copy of a tile whose loads are in flight: a
+// move would wait for the data and leave a single tile in flight).
+template <bool FP8>
+__device__ __forceinline__ void mma_step(Tile<FP8>& cur, Tile<FP8>& nxt, int idx, int last, int& m,
+                                         int& tile, int& elig, unsigned (&bq)[4][8][2], float (&wr)[4][2],
+                                         const bf16* __restrict__ q, const float* __restrict__ w,
+                                         const unsigned char* __restrict__ keys, const float* __restrict__ scales,
+                                         const int* __restrict__ eligible, float* __restrict__ scores, int C,
+                                         int ntiles, int g, int t) {
+    // the next tile (maybe of the next stream): its loads go out before this tile's MMAs
+    int nm = m, ntile = tile + 1, nelig = elig;
+    const bool more = idx + 1 < last;
+    if (ntile == ntiles) {
+        nm = m + 1;
+        ntile = 0;
+        if (more) nelig = ld_nc_s32(eligible + nm);
+    }
+    if (more) load_tile<FP8>(nxt, keys, scales, (size_t)nm * (size_t)C, ntile * SCAN_MMA_TILE, nelig, g, t);
+
+    const int c0 = tile * SCAN_MMA_TILE;
+    float acc[4][4];
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[nt][j] = 0.0f;
+#pragma unroll
+    for (int s = 0; s < 8; ++s) {
+        unsigned a0, a1, a2, a3;  // row g low k, row g + 8 low k, row g high k, row g + 8 high k
+        if constexpr (FP8) {
+            const unsigned w0 = word_of(cur.v[0][s >> 2], s & 3), w1 = word_of(cur.v[1][s >> 2], s & 3);
+            a0 = e4m3x2_to_f16x2((unsigned short)(w0 & 0xFFFFu));
+            a2 = e4m3x2_to_f16x2((unsigned short)(w0 >> 16));
+            a1 = e4m3x2_to_f16x2((unsigned short)(w1 & 0xFFFFu));
+            a3 = e4m3x2_to_f16x2((unsigned short)(w1 >> 16));
+        } else {
+            const int lo = 2 * (s & 1);
+            a0 = word_of(cur.v[0][s >> 1], lo);
+            a2 = word_of(cur.v[0][s >> 1], lo + 1);
+            a1 = word_of(cur.v[1][s >> 1], lo);
+            a3 = word_of(cur.v[1][s >> 1], lo + 1);
+        }
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt) {
+            if constexpr (FP8) mma_f16(acc[nt], a0, a1, a2, a3, bq[nt][s][0], bq[nt][s][1]);
+            else mma_bf16(acc[nt], a0, a1, a2, a3, bq[nt][s][0], bq[nt][s][1]);
+        }
+    }
+    float lo = 0.0f, hi = 0.0f;  // rows g and g + 8, this thread's 8 heads
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) {
+        lo += wr[nt][0] * fmaxf(acc[nt][0], 0.0f) + wr[nt][1] * fmaxf(acc[nt][1], 0.0f);
+        hi += wr[nt][0] * fmaxf(acc[nt][2], 0.0f) + wr[nt][1] * fmaxf(acc[nt][3], 0.0f);
+    }
+    lo += __shfl_xor_sync(FULL_MASK, lo, 1);
+    hi += __shfl_xor_sync(FULL_MASK, hi, 1);
+    lo += __shfl_xor_sync(FULL_MASK, lo, 2);
+    hi += __shfl_xor_sync(FULL_MASK, hi, 2);
+    // t = 0 writes row g, t = 1 row g + 8 (fp8: each loaded the scale of that row)
+    const int row = c0 + g + 8 * (t & 1);
+    float value = (t & 1) ? hi : lo;
+    if constexpr (FP8) value *= cur.scale;
+    if (t < 2 && row < C) scores[(size_t)m * (size_t)C + row] = row < elig ? value : neg_inf();
+
+    if (more && nm != m) stream_setup<FP8>(bq, wr, q, w, nm, g, t);  // after the last MMA of stream m
+    m = nm;
+    tile = ntile;
+    elig = nelig;
+}
+
 template <bool FP8>
 __device__ __forceinline__ void scan_mma(const bf16* __restrict__ q, const float* __restrict__ w,
                                          const unsigned char* __restrict__ keys, const float* __restrict__ scales,
@@ -142,82 +216,29 @@ __device__ __forceinline__ void scan_mma(const bf16* __restrict__ q, const float
     const int g = lane >> 2, t = lane & 3;
     // Work: the M x ntiles tiles flattened stream-major; warp gw takes [gw tpw, (gw + 1) tpw).
     const int ntiles = (C + SCAN_MMA_TILE - 1) / SCAN_MMA_TILE;
-    const long long total = (long long)M * ntiles;
-    const long long first = ((long long)blockIdx.x * SCAN_MMA_WARPS + warp) * tiles_per_warp;
-    const long long last = min(first + (long long)tiles_per_warp, total);
+    // ints: M x C < 2^31 (scan_spec.check_point), so the tile count and every index below fit
+    const int total = M * ntiles;
+    const int first = (blockIdx.x * SCAN_MMA_WARPS + warp) * tiles_per_warp;
+    const int last = min(first + tiles_per_warp, total);
     if (first >= last) return;  // no barrier in this kernel: a warp may leave on its own
-    int m = (int)(first / ntiles), tile = (int)(first % ntiles);
+    int m = first / ntiles, tile = first % ntiles;
     int elig = ld_nc_s32(eligible + m);
 
     unsigned bq[4][8][2];
     float wr[4][2];
     stream_setup<FP8>(bq, wr, q, w, m, g, t);
 
-    Tile<FP8> cur, nxt;
-    load_tile<FP8>(cur, keys, scales, (size_t)m * (size_t)C, tile * SCAN_MMA_TILE, elig, g, t);
+    Tile<FP8> a, b;
+    load_tile<FP8>(a, keys, scales, (size_t)m * (size_t)C, tile * SCAN_MMA_TILE, elig, g, t);
 #pragma unroll 1
-    for (long long idx = first; idx < last; ++idx) {
-        // the next tile (maybe of the next stream): its loads go out before this tile's MMAs
-        int nm = m, ntile = tile + 1, nelig = elig;
-        const bool more = idx + 1 < last;
-        if (ntile == ntiles) {
-            nm = m + 1;
-            ntile = 0;
-            if (more) nelig = ld_nc_s32(eligible + nm);
-        }
-        if (more) load_tile<FP8>(nxt, keys, scales, (size_t)nm * (size_t)C, ntile * SCAN_MMA_TILE, nelig, g, t);
-
-        const int c0 = tile * SCAN_MMA_TILE;
-        float acc[4][4];
-#pragma unroll
-        for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-            for (int j = 0; j < 4; ++j) acc[nt][j] = 0.0f;
-#pragma unroll
-        for (int s = 0; s < 8; ++s) {
-            unsigned a0, a1, a2, a3;  // row g low k, row g + 8 low k, row g high k, row g + 8 high k
-            if constexpr (FP8) {
-                const unsigned w0 = word_of(cur.v[0][s >> 2], s & 3), w1 = word_of(cur.v[1][s >> 2], s & 3);
-                a0 = e4m3x2_to_f16x2((unsigned short)(w0 & 0xFFFFu));
-                a2 = e4m3x2_to_f16x2((unsigned short)(w0 >> 16));
-                a1 = e4m3x2_to_f16x2((unsigned short)(w1 & 0xFFFFu));
-                a3 = e4m3x2_to_f16x2((unsigned short)(w1 >> 16));
-            } else {
-                const int lo = 2 * (s & 1);
-                a0 = word_of(cur.v[0][s >> 1], lo);
-                a2 = word_of(cur.v[0][s >> 1], lo + 1);
-                a1 = word_of(cur.v[1][s >> 1], lo);
-                a3 = word_of(cur.v[1][s >> 1], lo + 1);
-            }
-#pragma unroll
-            for (int nt = 0; nt < 4; ++nt) {
-                if constexpr (FP8) mma_f16(acc[nt], a0, a1, a2, a3, bq[nt][s][0], bq[nt][s][1]);
-                else mma_bf16(acc[nt], a0, a1, a2, a3, bq[nt][s][0], bq[nt][s][1]);
-            }
-        }
-        float lo = 0.0f, hi = 0.0f;  // rows g and g + 8, this thread's 8 heads
-#pragma unroll
-        for (int nt = 0; nt < 4; ++nt) {
-            lo += wr[nt][0] * fmaxf(acc[nt][0], 0.0f) + wr[nt][1] * fmaxf(acc[nt][1], 0.0f);
-            hi += wr[nt][0] * fmaxf(acc[nt][2], 0.0f) + wr[nt][1] * fmaxf(acc[nt][3], 0.0f);
-        }
-        lo += __shfl_xor_sync(FULL_MASK, lo, 1);
-        hi += __shfl_xor_sync(FULL_MASK, hi, 1);
-        lo += __shfl_xor_sync(FULL_MASK, lo, 2);
-        hi += __shfl_xor_sync(FULL_MASK, hi, 2);
-        // t = 0 writes row g, t = 1 row g + 8 (fp8: each loaded the scale of that row)
-        const int row = c0 + g + 8 * (t & 1);
-        float value = (t & 1) ? hi : lo;
-        if constexpr (FP8) value *= cur.scale;
-        if (t < 2 && row < C) scores[(size_t)m * (size_t)C + row] = row < elig ? value : neg_inf();
-
-        if (more && nm != m) stream_setup<FP8>(bq, wr, q, w, nm, g, t);  // after the last MMA of stream m
-        m = nm;
-        tile = ntile;
-        elig = nelig;
-        cur = nxt;
+    for (int idx = first; idx < last; idx += 2) {
+        mma_step<FP8>(a, b, idx, last, m, tile, elig, bq, wr, q, w, keys, scales, eligible, scores, C, ntiles, g, t);
+        if (idx + 1 >= last) break;
+        mma_step<FP8>(b, a, idx + 1, last, m, tile, elig, bq, wr, q, w, keys, scales, eligible, scores, C, ntiles, g,
+                      t);
     }
 }
+
 
 extern "C" __global__ void __launch_bounds__(SCAN_MMA_THREADS, 3)
 scan_mma_bf16(const bf16* __restrict__ q, const float* __restrict__ w, const unsigned char* __restrict__ keys,
