@@ -330,3 +330,41 @@ def test_cuda_variants_say_why_they_skip(geometry):
     assert reason and "dim_cand" in reason
     assert comp.variant("scan_mma").supports(geometry, _point()) is None
     assert comp.variant("scan_fma").supports(geometry, _point(key_layout="dim_cand", key_dtype="fp8")) is None
+
+
+# -- the floor's dim_cand word assembly, emulated ------------------------------------------------------
+
+
+def _byte_perm(x: int, y: int, s: int) -> int:
+    """CUDA __byte_perm: result byte i = byte (s >> 4 i) & 7 of the 8 bytes {y, x} (x bytes 0-3)."""
+    pool = x | (y << 32)
+    return sum(((pool >> (8 * ((s >> (4 * i)) & 7))) & 0xFF) << (8 * i) for i in range(4))
+
+
+@pytest.mark.parametrize("fp8_keys", [False, True], ids=["bf16", "fp8"])
+def test_stream_dim_cand_word_assembly_gives_the_cand_dim_checksum(fp8_keys):
+    """scan_stream_dim_cand: one thread's 16-byte column block XORed over the dim rows by dim
+    phase, then each candidate's word built by byte permutes, as the kernel does."""
+    rng = np.random.default_rng(7)
+    cands, phases = (16, 4) if fp8_keys else (8, 2)
+    keys = rng.integers(0, 256 if fp8_keys else 65536, (cands, 128)).astype(np.uint8 if fp8_keys else np.uint16)
+    column = np.ascontiguousarray(keys.T)                          # [128 dims][cands]: the block of each row
+    acc = [[0, 0, 0, 0] for _ in range(phases)]
+    for d in range(128):
+        words = column[d].view(np.uint32).tolist()
+        acc[d % phases] = [a ^ wd for a, wd in zip(acc[d % phases], words)]
+    out = []
+    if fp8_keys:
+        def gather(a, b, c, e, byte):
+            sel = byte | ((byte + 4) << 4)
+            return _byte_perm(_byte_perm(a, b, sel), _byte_perm(c, e, sel), 0x5410)
+        out = [0] * 16
+        for k in range(4):
+            for b in range(4):
+                out[4 * k + b] = gather(acc[0][k], acc[1][k], acc[2][k], acc[3][k], b)
+    else:
+        out = [0] * 8
+        for k in range(4):
+            out[2 * k] = _byte_perm(acc[0][k], acc[1][k], 0x5410)
+            out[2 * k + 1] = _byte_perm(acc[0][k], acc[1][k], 0x7632)
+    assert out == spec.key_checksums(keys, None).tolist()
