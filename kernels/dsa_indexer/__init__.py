@@ -47,3 +47,33 @@ DSA_EXPAND = _register(_Component(
     summary="the top-k's pools -> token rows: 4 tokens a pool, the tail, dense below index_topk, "
             "-1 to the padded width: selection [M, 2112] int32",
     check_point=_expand_spec.check_point, folder=str(_pathlib.Path(__file__).parent)))
+
+# -- indexer scan and its stream-only floor (scan_spec, scan_variants, scan_*.cu) ----------------
+from . import scan_spec, scan_variants
+
+_scan_common = dict(
+    axes=scan_spec.AXES,
+    layers=lambda geometry: geometry.n_dsa_layers,
+    make_inputs=scan_spec.make_inputs,
+    check_point=scan_spec.check_point,
+    resident=scan_spec.RESIDENT,
+    reference_streams=scan_spec.reference_streams,
+    # the host backend scores every stream in NumPy, ten calls a timing batch: small key sets only
+    # (the CPU run of experiment indexer_scan at M = 1 stays under a minute)
+    cpu_max_bytes=16 << 20,
+    folder=str(_pathlib.Path(__file__).parent),
+)
+
+SCAN = _register(_Component(
+    name="indexer_scan", reference=scan_spec.reference, checks=scan_spec.checks,
+    bytes_moved=scan_spec.bytes_moved, flops=scan_spec.flops, footprint=scan_spec.footprint,
+    variants=scan_variants.SCAN_VARIANTS,
+    summary="lightning indexer scan: scores[M, C] = sum_j w_j relu(q_j . key_c), -inf past the eligible keys",
+    **_scan_common))
+
+STREAM = _register(_Component(
+    name="indexer_stream", reference=scan_spec.stream_reference, checks=scan_spec.stream_checks,
+    bytes_moved=scan_spec.stream_bytes, flops=lambda geometry, point: 0, footprint=scan_spec.stream_footprint,
+    variants=scan_variants.STREAM_VARIANTS,
+    summary="the scan's eligible keys read once and XORed per key: the indexer scan's stream-only floor",
+    **_scan_common))

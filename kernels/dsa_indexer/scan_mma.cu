@@ -1,0 +1,254 @@
+/*
+DSA indexer scan, design scan_mma: tensor cores (mma.sync.aligned.m16n8k16.row.col.f32, bf16 x bf16
+for bf16 keys, f16 x f16 for fp8 keys), keys streamed from global memory straight into the A
+fragments (no shared memory at all). The op, layouts and conventions: scan_common.cuh. key_layout
+cand_dim only (the launcher refuses dim_cand: scan_variants.py says why).
+
+Per warp, a tile of 16 keys c0 .. c0 + 15:  D[16 keys x 32 heads] = K[16 x 128] . Q^T[128 x 32]
+as 4 n-tiles (8 heads each) x 8 k-steps (16 dims each) = 32 MMAs; then relu, x w[head], the sum of
+the 8 heads a thread holds, two quad shuffles -> the scores of keys c0 + g and c0 + g + 8.
+
+Fragment layouts (PTX ISA, m16n8k16; g = lane >> 2, t = lane & 3; a .b32 register holds two 16-bit
+values, the lower k / column in the low half):
+    A (16 x 16, row): a0 = (row g, k 2t, 2t+1)  a1 = (row g+8, k 2t, 2t+1)
+                      a2 = (row g, k 2t+8, 2t+9) a3 = (row g+8, k 2t+8, 2t+9)
+    B (16 x 8, col):  b0 = (k 2t, 2t+1; n g)     b1 = (k 2t+8, 2t+9; n g)
+    D (16 x 8, f32):  d0, d1 = (row g, n 2t, 2t+1)   d2, d3 = (row g+8, n 2t, 2t+1)
+
+The dim permutation. A dot product sums over dims, so any permutation of the dim axis applied to
+BOTH the keys and q leaves every score unchanged. We pick the one that lets lane (g, t) fill its A
+fragments with 16-byte loads of contiguous key bytes: load i of key row r reads bytes
+[64 i + 16 t, +16) (bf16: i < 4, 8 dims a load; fp8: i < 2, 16 codes a load); for one row the 4
+lanes of a quad read 64 contiguous bytes, so every load instruction covers whole 32-byte sectors of
+8 rows. Logical k-step s, k index kk = 2t + e + 8 hi (e, hi in {0, 1}) is physical dim
+    bf16: p = 32 (s >> 1) + 8 t + 4 (s & 1) + 2 hi + e      (load s >> 1, words 2 (s & 1) + hi)
+    fp8:  p = 64 (s >> 2) + 16 t + 4 (s & 3) + 2 hi + e     (load s >> 2, word s & 3, half hi)
+(a bijection of 0..127: the bit fields do not overlap; tests/test_indexer_scan.py checks it and
+that the permuted fragments give the same dot products, in NumPy). q's B fragments use the same
+map: b0 / b1 of step s, n-tile nt are q[8 nt + g][p0 .. p0 + 1] / [p0 + 2 .. p0 + 3] with p0 the
+dim of (s, t, hi = 0, e = 0): one 8-byte load of q per (nt, s), built once per warp in registers
+(4 n-tiles x 8 steps x 2 = 64 registers).
+
+fp8: 16 codes a load, converted two at a time by cvt.rn.f16x2.e4m3x2 (exact: every e4m3 value is
+an f16); q converted to f16 once (exact for BF16 values with 2^-14 <= |x| <= 65504: f16 has more
+mantissa bits than BF16; q ~ N(0, 1) only loses bits below 2^-14, by less than 2^-25 absolute);
+the head sum is multiplied by the key's scale (s > 0: relu(s x) = s relu(x)).
+
+scan_mma_bf16 / scan_mma_fp8: a persistent grid (as many CTAs as fit, the launcher's
+    harness.cuda.persistent_grid), block SCAN_MMA_THREADS, 1-D. The M x ceil(C / 16) tiles are
+    flattened stream-major and dealt in contiguous runs: warp gw = x SCAN_MMA_WARPS + w takes
+    tiles [gw tiles_per_warp, (gw + 1) tiles_per_warp) (the launcher makes the runs cover them
+    all), so every warp streams the same number of tiles (no tail wave) and crosses a stream
+    boundary at most once or twice (it rebuilds q's fragments and w there). Every score of its
+    tiles is written: rows < eligible[m] their score, the other rows < C -inf. A tile that reaches
+    past eligible[m] loads only its eligible rows (zeros otherwise).
+    Pipeline: the next tile's loads are issued before this tile's MMAs (2 tiles of loads in flight
+    per warp: 8 KiB bf16, 4 KiB fp8); all asm is volatile so that order is kept, and the two tile
+    buffers alternate (the loop is unrolled by two: copying a buffer whose loads are in flight would
+    wait for them). __launch_bounds__(128, 3): <= 168 registers, 12 warps an SM, up to 96 KiB of
+    key loads in flight an SM (bf16).
+*/
+
+#include "scan_common.cuh"
+
+#define SCAN_MMA_THREADS 128
+#define SCAN_MMA_WARPS 4
+static_assert(SCAN_MMA_WARPS * 32 == SCAN_MMA_THREADS, "warps per CTA");
+#define SCAN_MMA_TILE 16
+
+__device__ __forceinline__ void mma_bf16(float (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
+                                         unsigned b0, unsigned b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void mma_f16(float (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
+                                        unsigned b0, unsigned b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ unsigned word_of(const uint4& v, int i) {
+    return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;  // i is a compile-time constant
+}
+
+template <bool FP8>
+struct Tile {
+    static constexpr int KEY_BYTES = FP8 ? 128 : 256;
+    static constexpr int LOADS = FP8 ? 2 : 4;     // 16-byte loads per key row per lane
+    uint4 v[2][LOADS];                             // [row g, row g + 8][load i]
+    float scale;                                   // fp8: the scale of row g + 8 (t & 1)
+};
+
+template <bool FP8>
+__device__ __forceinline__ void load_tile(Tile<FP8>& tile, const unsigned char* __restrict__ keys,
+                                          const float* __restrict__ scales, size_t stream, int c0, int elig,
+                                          int g, int t) {
+    constexpr int KB = Tile<FP8>::KEY_BYTES, L = Tile<FP8>::LOADS;
+    const unsigned char* base = keys + (stream + (size_t)c0) * KB + 16 * t;
+    if (c0 + SCAN_MMA_TILE <= elig) {  // warp-uniform: every row eligible
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+#pragma unroll
+            for (int i = 0; i < L; ++i) tile.v[r][i] = ld_nc_v4(base + (size_t)(g + 8 * r) * KB + 64 * i);
+    } else {
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+#pragma unroll
+            for (int i = 0; i < L; ++i) {
+                tile.v[r][i] = make_uint4(0u, 0u, 0u, 0u);
+                if (c0 + g + 8 * r < elig) tile.v[r][i] = ld_nc_v4(base + (size_t)(g + 8 * r) * KB + 64 * i);
+            }
+    }
+    if constexpr (FP8) {
+        const int row = c0 + g + 8 * (t & 1);
+        tile.scale = row < elig ? ld_nc_f32(scales + stream + row) : 0.0f;
+    }
+}
+
+// q's B fragments in the permuted dim order (header) and the weights of the heads this thread's D
+// elements hold (8 nt + 2 t + {0, 1}), for stream m.
+template <bool FP8>
+__device__ __forceinline__ void stream_setup(unsigned (&bq)[4][8][2], float (&wr)[4][2], const bf16* __restrict__ q,
+                                             const float* __restrict__ w, int m, int g, int t) {
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int s = 0; s < 8; ++s) {
+            const int p0 = FP8 ? 64 * (s >> 2) + 16 * t + 4 * (s & 3) : 32 * (s >> 1) + 8 * t + 4 * (s & 1);
+            const uint2 v = ld_nc_v2(q + ((size_t)m * SCAN_HEADS + 8 * nt + g) * SCAN_DIM + p0);
+            if constexpr (FP8) {
+                bq[nt][s][0] = pack_f16x2(bf_lo(v.x), bf_hi(v.x));
+                bq[nt][s][1] = pack_f16x2(bf_lo(v.y), bf_hi(v.y));
+            } else {
+                bq[nt][s][0] = v.x;
+                bq[nt][s][1] = v.y;
+            }
+        }
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) {
+        wr[nt][0] = ld_nc_f32(w + (size_t)m * SCAN_HEADS + 8 * nt + 2 * t);
+        wr[nt][1] = ld_nc_f32(w + (size_t)m * SCAN_HEADS + 8 * nt + 2 * t + 1);
+    }
+}
+
+// One tile of the stream-major walk: issue the next tile's loads (into nxt), then this tile's
+// MMAs and scores (from cur); advance (m, tile, elig) and rebuild q's fragments at a stream change.
+// The caller alternates the two buffers (no register copy of a tile whose loads are in flight: a
+// move would wait for the data and leave a single tile in flight).
+template <bool FP8>
+__device__ __forceinline__ void mma_step(Tile<FP8>& cur, Tile<FP8>& nxt, int idx, int last, int& m,
+                                         int& tile, int& elig, unsigned (&bq)[4][8][2], float (&wr)[4][2],
+                                         const bf16* __restrict__ q, const float* __restrict__ w,
+                                         const unsigned char* __restrict__ keys, const float* __restrict__ scales,
+                                         const int* __restrict__ eligible, float* __restrict__ scores, int C,
+                                         int ntiles, int g, int t) {
+    // the next tile (maybe of the next stream): its loads go out before this tile's MMAs
+    int nm = m, ntile = tile + 1, nelig = elig;
+    const bool more = idx + 1 < last;
+    if (ntile == ntiles) {
+        nm = m + 1;
+        ntile = 0;
+        if (more) nelig = ld_nc_s32(eligible + nm);
+    }
+    if (more) load_tile<FP8>(nxt, keys, scales, (size_t)nm * (size_t)C, ntile * SCAN_MMA_TILE, nelig, g, t);
+
+    const int c0 = tile * SCAN_MMA_TILE;
+    float acc[4][4];
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[nt][j] = 0.0f;
+#pragma unroll
+    for (int s = 0; s < 8; ++s) {
+        unsigned a0, a1, a2, a3;  // row g low k, row g + 8 low k, row g high k, row g + 8 high k
+        if constexpr (FP8) {
+            const unsigned w0 = word_of(cur.v[0][s >> 2], s & 3), w1 = word_of(cur.v[1][s >> 2], s & 3);
+            a0 = e4m3x2_to_f16x2((unsigned short)(w0 & 0xFFFFu));
+            a2 = e4m3x2_to_f16x2((unsigned short)(w0 >> 16));
+            a1 = e4m3x2_to_f16x2((unsigned short)(w1 & 0xFFFFu));
+            a3 = e4m3x2_to_f16x2((unsigned short)(w1 >> 16));
+        } else {
+            const int lo = 2 * (s & 1);
+            a0 = word_of(cur.v[0][s >> 1], lo);
+            a2 = word_of(cur.v[0][s >> 1], lo + 1);
+            a1 = word_of(cur.v[1][s >> 1], lo);
+            a3 = word_of(cur.v[1][s >> 1], lo + 1);
+        }
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt) {
+            if constexpr (FP8) mma_f16(acc[nt], a0, a1, a2, a3, bq[nt][s][0], bq[nt][s][1]);
+            else mma_bf16(acc[nt], a0, a1, a2, a3, bq[nt][s][0], bq[nt][s][1]);
+        }
+    }
+    float lo = 0.0f, hi = 0.0f;  // rows g and g + 8, this thread's 8 heads
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) {
+        lo += wr[nt][0] * fmaxf(acc[nt][0], 0.0f) + wr[nt][1] * fmaxf(acc[nt][1], 0.0f);
+        hi += wr[nt][0] * fmaxf(acc[nt][2], 0.0f) + wr[nt][1] * fmaxf(acc[nt][3], 0.0f);
+    }
+    lo += __shfl_xor_sync(FULL_MASK, lo, 1);
+    hi += __shfl_xor_sync(FULL_MASK, hi, 1);
+    lo += __shfl_xor_sync(FULL_MASK, lo, 2);
+    hi += __shfl_xor_sync(FULL_MASK, hi, 2);
+    // t = 0 writes row g, t = 1 row g + 8 (fp8: each loaded the scale of that row)
+    const int row = c0 + g + 8 * (t & 1);
+    float value = (t & 1) ? hi : lo;
+    if constexpr (FP8) value *= cur.scale;
+    if (t < 2 && row < C) scores[(size_t)m * (size_t)C + row] = row < elig ? value : neg_inf();
+
+    if (more && nm != m) stream_setup<FP8>(bq, wr, q, w, nm, g, t);  // after the last MMA of stream m
+    m = nm;
+    tile = ntile;
+    elig = nelig;
+}
+
+template <bool FP8>
+__device__ __forceinline__ void scan_mma(const bf16* __restrict__ q, const float* __restrict__ w,
+                                         const unsigned char* __restrict__ keys, const float* __restrict__ scales,
+                                         const int* __restrict__ eligible, float* __restrict__ scores, int M, int C,
+                                         int tiles_per_warp) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int g = lane >> 2, t = lane & 3;
+    // Work: the M x ntiles tiles flattened stream-major; warp gw takes [gw tpw, (gw + 1) tpw).
+    const int ntiles = (C + SCAN_MMA_TILE - 1) / SCAN_MMA_TILE;
+    // ints: M x C < 2^31 (scan_spec.check_point), so the tile count and every index below fit
+    const int total = M * ntiles;
+    const int first = (blockIdx.x * SCAN_MMA_WARPS + warp) * tiles_per_warp;
+    const int last = min(first + tiles_per_warp, total);
+    if (first >= last) return;  // no barrier in this kernel: a warp may leave on its own
+    int m = first / ntiles, tile = first % ntiles;
+    int elig = ld_nc_s32(eligible + m);
+
+    unsigned bq[4][8][2];
+    float wr[4][2];
+    stream_setup<FP8>(bq, wr, q, w, m, g, t);
+
+    Tile<FP8> a, b;
+    load_tile<FP8>(a, keys, scales, (size_t)m * (size_t)C, tile * SCAN_MMA_TILE, elig, g, t);
+#pragma unroll 1
+    for (int idx = first; idx < last; idx += 2) {
+        mma_step<FP8>(a, b, idx, last, m, tile, elig, bq, wr, q, w, keys, scales, eligible, scores, C, ntiles, g, t);
+        if (idx + 1 >= last) break;
+        mma_step<FP8>(b, a, idx + 1, last, m, tile, elig, bq, wr, q, w, keys, scales, eligible, scores, C, ntiles, g,
+                      t);
+    }
+}
+
+
+extern "C" __global__ void __launch_bounds__(SCAN_MMA_THREADS, 3)
+scan_mma_bf16(const bf16* __restrict__ q, const float* __restrict__ w, const unsigned char* __restrict__ keys,
+              const int* __restrict__ eligible, float* __restrict__ scores, int M, int C, int tiles_per_warp) {
+    scan_mma<false>(q, w, keys, nullptr, eligible, scores, M, C, tiles_per_warp);
+}
+
+extern "C" __global__ void __launch_bounds__(SCAN_MMA_THREADS, 3)
+scan_mma_fp8(const bf16* __restrict__ q, const float* __restrict__ w, const unsigned char* __restrict__ keys,
+             const float* __restrict__ scales, const int* __restrict__ eligible, float* __restrict__ scores, int M,
+             int C, int tiles_per_warp) {
+    scan_mma<true>(q, w, keys, scales, eligible, scores, M, C, tiles_per_warp);
+}

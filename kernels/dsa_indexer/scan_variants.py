@@ -1,0 +1,279 @@
+"""Launchers and declarations of the indexer scan's variants and of its stream-only floor.
+
+- ``scan_fma`` (CUDA cores): ``scan_fma.cu``, both layouts, bf16 and fp8; FP32-FMA bound.
+- ``scan_mma`` (tensor cores): ``scan_mma.cu``, keys straight from global memory into the MMA A
+  fragments through a dim permutation; cand_dim only.
+- ``torch_bmm`` (peer): bmm(keys, q^T) in BF16, relu, x w, the head sum in FP32, masked_fill -inf.
+- ``ref_scan`` (CPU backend): float32 NumPy on the host, every stream.
+- ``stream_xor`` (component ``indexer_stream``): ``scan_stream.cu``, the same key bytes read once
+  and XORed per key: the family's floor. ``numpy_stream``: the same on the host.
+
+Nothing here imports cupy or torch.cuda at import time.
+"""
+
+from __future__ import annotations
+
+import pathlib
+
+import numpy as np
+
+from harness.cuda import KernelCall, KernelStep, ctas_per_sm, get_kernel
+from harness.registry import Launch, Variant
+from kernels.kda_decode.reference import bf16_to_float
+from kernels.sparse_mla.variants import source_define
+
+from . import scan_spec as spec
+
+HERE = pathlib.Path(__file__).resolve().parent
+
+
+def define(source: str, name: str) -> int:
+    """``#define NAME <integer>`` of one of this folder's .cu files (sparse_mla's reader, given
+    an absolute path): what a launcher must agree with the kernel on, declared once there."""
+    return source_define(str(HERE / source), name)
+
+
+def _supports_cuda(geometry, point) -> str | None:
+    H, D = spec.dims(geometry)
+    if (H, D) != (32, 128):
+        return f"the scan kernels are written for 32 heads x 128; got {H} x {D}"
+    return None
+
+
+def _supports_mma(geometry, point) -> str | None:
+    if point["key_layout"] == "dim_cand":
+        return ("scan_mma reads keys straight into A fragments (a key's dims contiguous); with dim_cand the "
+                "two dims of one fragment register sit in different rows, which needs a shared-memory "
+                "transpose (ldmatrix.trans) that this design does not have")
+    return _supports_cuda(geometry, point)
+
+
+class _Device:
+    """The host inputs on the device (q, w, eligible); the keys and scales are resident."""
+
+    def __init__(self, backend, inputs):
+        self.q = backend.to_device(inputs["q"])
+        self.w = backend.to_device(inputs["w"])
+        self.eligible = backend.to_device(inputs["eligible"])
+        self.keys = inputs.resident["keys"]
+        scales = inputs.resident["key_scales"]
+        # bf16 keys have no scales (an empty array); a kernel that never reads the pointer gets the keys'
+        self.scales = scales if scales.size else self.keys
+
+
+def _scores_step(backend, point, kernels, C: int) -> KernelStep:
+    """A step writing scores [M, C] FP32, poisoned with NaN (every element must be written)."""
+    cp = backend.cp
+    with backend.stream:
+        buffers = {"scores": cp.empty((int(point["M"]), C), cp.float32)}
+    return KernelStep(backend, kernels, buffers, {}, {"scores": np.float32(np.nan)},
+                      lambda b: {"scores": backend.to_host(b["scores"]).astype(np.float64)}, dependent=False)
+
+
+def build_fma(geometry, point, inputs, backend) -> KernelStep:
+    reason = _supports_cuda(geometry, point)
+    if reason:
+        raise ValueError(f"scan_fma: {reason}")
+    d = _Device(backend, inputs)
+    Mn, C, Cp = int(point["M"]), spec.n_candidates(geometry, point), spec.padded_candidates(geometry, point)
+    per_cta = define("scan_fma.cu", "SCAN_FMA_PER_CTA")
+    threads = define("scan_fma.cu", "SCAN_FMA_THREADS")
+    fn = get_kernel(backend, HERE / "scan_fma.cu", f"scan_fma_{point['key_layout']}_{point['key_dtype']}")
+    kernels = [KernelCall(fn, (-(-C // per_cta), Mn), threads, 0, lambda b: (
+        d.q, d.w, d.keys, d.scales, d.eligible, b["scores"], np.int32(Mn), np.int32(C), np.int32(Cp)))]
+    step = _scores_step(backend, point, kernels, C)
+    return step.ready()
+
+
+def mma_tiles_per_warp(total_tiles: int, ctas: int, warps: int) -> int:
+    """Tiles a warp streams when ``ctas`` persistent CTAs of ``warps`` warps share ``total_tiles``:
+    the fewest that cover them all."""
+    return max(1, -(-total_tiles // (ctas * warps)))
+
+
+def build_mma(geometry, point, inputs, backend) -> KernelStep:
+    reason = _supports_mma(geometry, point)
+    if reason:
+        raise ValueError(f"scan_mma: {reason}")
+    d = _Device(backend, inputs)
+    Mn, C = int(point["M"]), spec.n_candidates(geometry, point)
+    threads, warps = define("scan_mma.cu", "SCAN_MMA_THREADS"), define("scan_mma.cu", "SCAN_MMA_WARPS")
+    tile = define("scan_mma.cu", "SCAN_MMA_TILE")
+    fp8 = point["key_dtype"] == "fp8"
+    fn = get_kernel(backend, HERE / "scan_mma.cu", f"scan_mma_{point['key_dtype']}")
+    total = Mn * -(-C // tile)
+    # persistent: as many CTAs as fit at once, never more than give each warp one tile
+    ctas = min(int(backend.props["multiProcessorCount"]) * ctas_per_sm(fn, backend.props, threads, 0),
+               -(-total // warps))
+    tpw = mma_tiles_per_warp(total, ctas, warps)
+    ctas = -(-total // (tpw * warps))
+    if fp8:
+        args = lambda b: (d.q, d.w, d.keys, d.scales, d.eligible, b["scores"], np.int32(Mn), np.int32(C),  # noqa: E731
+                          np.int32(tpw))
+    else:
+        args = lambda b: (d.q, d.w, d.keys, d.eligible, b["scores"], np.int32(Mn), np.int32(C), np.int32(tpw))  # noqa: E731
+    step = _scores_step(backend, point, [KernelCall(fn, ctas, threads, 0, args)], C)
+    step.note = f"{ctas} persistent CTAs, {tpw} tiles of 16 keys a warp"
+    return step.ready()
+
+
+def build_stream(geometry, point, inputs, backend) -> KernelStep:
+    reason = _supports_cuda(geometry, point)
+    if reason:
+        raise ValueError(f"stream_xor: {reason}")
+    cp = backend.cp
+    d = _Device(backend, inputs)
+    Mn, C, Cp = int(point["M"]), spec.n_candidates(geometry, point), spec.padded_candidates(geometry, point)
+    layout, dtype = point["key_layout"], point["key_dtype"]
+    fp8 = dtype == "fp8"
+    fn = get_kernel(backend, HERE / "scan_stream.cu", f"scan_stream_{layout}_{dtype}")
+    tag = dtype.upper()
+    if layout == "cand_dim":
+        per_cta, threads = define("scan_stream.cu", f"STREAM_CD_KEYS_PER_CTA_{tag}"), define("scan_stream.cu", "STREAM_THREADS")
+        tail = (np.int32(Mn), np.int32(C))
+    else:
+        per_cta, threads = define("scan_stream.cu", f"STREAM_DC_CANDS_PER_CTA_{tag}"), define("scan_stream.cu", "STREAM_DC_THREADS")
+        tail = (np.int32(Mn), np.int32(C), np.int32(Cp))
+    head = (d.keys, d.scales) if fp8 else (d.keys,)
+    kernels = [KernelCall(fn, (-(-C // per_cta), Mn), threads, 0, lambda b: (*head, d.eligible, b["checksum"], *tail))]
+    with backend.stream:
+        buffers = {"checksum": cp.empty((Mn, C), cp.uint32)}
+    # A checksum never written keeps this pattern (a real key's XOR equals it with odds 2^-32).
+    step = KernelStep(backend, kernels, buffers, {}, {"checksum": np.uint32(0xA5A5A5A5)},
+                      lambda b: {"checksum": backend.to_host(b["checksum"])}, dependent=False)
+    return step.ready()
+
+
+class _TorchBmm(Launch):
+    """torch, as an engineer writes it: bmm(keys, q^T) in BF16, relu, x w and the head sum in FP32,
+    masked_fill -inf; FP8 keys dequantized to BF16 in the step first; on our stream."""
+
+    def __init__(self, geometry, point, inputs, backend):
+        import torch
+
+        self.torch, self.backend = torch, backend
+        self.ext = torch.cuda.ExternalStream(backend.stream.ptr)
+        self.by_dim = point["key_layout"] == "dim_cand"
+        self.fp8 = point["key_dtype"] == "fp8"
+        self.C = spec.n_candidates(geometry, point)
+        dev = torch.device("cuda", backend.device_id)
+        with torch.cuda.stream(self.ext):
+            keys = torch.from_dlpack(inputs.resident["keys"])
+            self.keys = keys.view(torch.float8_e4m3fn) if self.fp8 else keys.view(torch.bfloat16)
+            self.scales = torch.from_dlpack(inputs.resident["key_scales"]) if self.fp8 else None
+            self.q = torch.from_numpy(inputs["q"].view(np.int16)).to(dev).view(torch.bfloat16)   # [M, H, D]
+            self.w = torch.from_numpy(inputs["w"]).to(dev)                                       # [M, H]
+            cand = torch.arange(self.C, device=dev)
+            self.mask = cand[None, :] >= torch.from_numpy(inputs["eligible"]).to(dev)[:, None]  # [M, C]
+            self.scores = torch.empty((len(self.q), self.C), dtype=torch.float32, device=dev)
+        backend.stream.synchronize()
+
+    def poison(self) -> None:
+        with self.torch.cuda.stream(self.ext):
+            self.scores.fill_(float("nan"))
+
+    def __call__(self) -> None:
+        torch = self.torch
+        with torch.cuda.stream(self.ext):
+            k = self.keys
+            if self.by_dim:                                   # [M, D, Cpad]
+                if self.fp8:
+                    k = k[:, :, :self.C].to(torch.bfloat16) * self.scales[:, None, :].to(torch.bfloat16)
+                dots = torch.bmm(self.q, k)                   # [M, H, C(pad)] bf16
+                s = torch.bmm(self.w[:, None, :], torch.relu(dots.float()))[:, 0, :self.C]
+            else:                                             # [M, C, D]
+                if self.fp8:
+                    k = k.to(torch.bfloat16) * self.scales[:, :, None].to(torch.bfloat16)
+                dots = torch.bmm(k, self.q.transpose(1, 2))   # [M, C, H] bf16
+                s = torch.bmm(torch.relu(dots.float()), self.w[:, :, None])[:, :, 0]
+            self.scores.copy_(s.masked_fill(self.mask, float("-inf")))
+
+    def outputs(self) -> dict[str, np.ndarray]:
+        torch = self.torch
+        self.backend.stream.synchronize()
+        with torch.cuda.stream(self.ext):
+            return {"scores": self.scores.double().cpu().numpy()}
+
+
+def _supports_torch(geometry, point) -> str | None:
+    try:
+        import torch
+
+        return None if torch.cuda.is_available() else "torch sees no CUDA device"
+    except Exception as exc:
+        return f"torch not importable: {type(exc).__name__}: {exc}"
+
+
+class _HostScan(Launch):
+    """CPU reference backend: float32 NumPy over every stream, the keys read in place."""
+
+    def __init__(self, geometry, point, inputs):
+        self.geometry, self.point, self.inputs = geometry, point, inputs
+
+    def poison(self) -> None:
+        self.scores = None
+
+    def __call__(self) -> None:
+        rows = []
+        for m in range(int(self.point["M"])):
+            raw, scales = spec.stream_keys(self.geometry, self.point, self.inputs, m)
+            keys = spec.key_values(raw, scales)                                      # float32 [C, D]
+            dots = np.maximum(keys @ bf16_to_float(self.inputs["q"][m]).T, np.float32(0))
+            s = dots @ self.inputs["w"][m]
+            s[int(self.inputs["eligible"][m]):] = -np.inf
+            rows.append(s)
+        self.scores = np.stack(rows)
+
+    def outputs(self) -> dict[str, np.ndarray]:
+        return {"scores": np.asarray(self.scores, dtype=np.float64)}
+
+
+class _HostStream(Launch):
+    """CPU reference backend: every stream's key checksums on the host."""
+
+    def __init__(self, geometry, point, inputs):
+        self.geometry, self.point, self.inputs = geometry, point, inputs
+
+    def poison(self) -> None:
+        self.checksum = None
+
+    def __call__(self) -> None:
+        rows = []
+        for m in range(int(self.point["M"])):
+            xor = spec.key_checksums(*spec.stream_keys(self.geometry, self.point, self.inputs, m))
+            xor[int(self.inputs["eligible"][m]):] = 0
+            rows.append(xor)
+        self.checksum = np.stack(rows)
+
+    def outputs(self) -> dict[str, np.ndarray]:
+        return {"checksum": self.checksum.copy()}
+
+
+SCAN_VARIANTS = (
+    Variant("scan_fma", "cuda", build_fma,
+            why="CUDA cores: q staged once per CTA in shared memory as [dim][head] floats (broadcast "
+                "LDS.128), two keys a thread, 2 x 32 FP32 accumulators; FP32-FMA bound (~1 ms at M = 32, "
+                "262144 per-token keys, against ~490 us of key reads)",
+            supports=_supports_cuda, sources=("scan_fma.cu",)),
+    Variant("scan_mma", "cuda", build_mma,
+            why="tensor cores (mma.sync m16n8k16, bf16 / f16 from e4m3): keys straight from global memory "
+                "into A fragments by a dim permutation (16-byte loads of whole sectors), q's B fragments in "
+                "registers, the next tile's loads before this tile's MMAs, a persistent grid over the "
+                "flattened (stream, tile) work",
+            supports=_supports_mma, sources=("scan_mma.cu",)),
+    Variant("torch_bmm", "cuda", lambda g, p, i, b: _TorchBmm(g, p, i, b),
+            why="torch: bmm(keys, q^T) in BF16, relu, x w and the head sum in FP32, masked_fill -inf "
+                "(FP8 keys dequantized to BF16 in the step)",
+            supports=_supports_torch, peer=True),
+    Variant("ref_scan", "cpu", lambda g, p, i, b: _HostScan(g, p, i),
+            why="float32 NumPy on the host, every stream", sources=("scan_spec.py",)),
+)
+
+STREAM_VARIANTS = (
+    Variant("stream_xor", "cuda", build_stream,
+            why="reads exactly the scan's key bytes (eligible keys, same layout and dtype, fp8 scales) with "
+                "16-byte loads, 8 a lane in flight, and writes each key's XOR: the scan's floor",
+            supports=_supports_cuda, sources=("scan_stream.cu",)),
+    Variant("numpy_stream", "cpu", lambda g, p, i, b: _HostStream(g, p, i),
+            why="NumPy on the host: every key's XOR", sources=("scan_spec.py",)),
+)

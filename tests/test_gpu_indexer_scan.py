@@ -1,0 +1,76 @@
+"""GPU: every CUDA variant of indexer_scan and indexer_stream (both key layouts, bf16 and fp8)
+against the reference, through the runner's own verification (on the reference's sample of
+streams), at irregular and model shapes; our own scan designs held to 1e-5 (the component's
+tolerance admits torch's BF16 rounding); and streams with few or no eligible candidates.
+Skipped without a GPU."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from harness import backends, registry, runner
+from harness.backends import gpu_visible
+from harness.fuel import load_fuel
+from kernels.dsa_indexer import scan_spec
+
+pytestmark = pytest.mark.skipif(not gpu_visible(), reason="no GPU visible (cupy finds no CUDA device)")
+
+GEOMETRY = load_fuel()
+ONCE = SimpleNamespace(warmup=0, min_reps=1, max_reps=2, min_time_ms=0.0, max_noise=1.0, timeout_s=5.0,
+                       cache="flush", graph=False, chain=1)
+OURS_TOLERANCE = 1e-5   # FP32 accumulation of exact products: ~1e-7 (scan_spec.checks)
+SHAPES = [
+    {"M": 1, "context": 1028, "pooling": "per_token"},        # one stream, a ragged last tile
+    {"M": 3, "context": 8204, "pooling": "pooled"},           # C = 2051: not a multiple of 16 or 64
+    {"M": 5, "context": 12300, "pooling": "per_token"},       # every tail, reference on a sample
+    {"M": 32, "context": 262144, "pooling": "pooled"},        # the model point, pooled keys
+    {"M": 32, "context": 262144, "pooling": "per_token"},     # the model point, 2 GiB of keys
+]
+POINTS = [{**shape, "key_dtype": dt, "key_layout": lay} for shape in SHAPES
+          for lay in scan_spec.KEY_LAYOUTS for dt in ("bf16", "fp8")]
+CASES = [(c, v) for c in ("indexer_scan", "indexer_stream") for v in registry.get(c).variants if v.backend == "cuda"]
+
+
+def _id(p):
+    return f"M{p['M']}-{p['context']}-{p['pooling']}-{p['key_dtype']}-{p['key_layout']}"
+
+
+@pytest.fixture(scope="module")
+def backend():
+    return backends.get("cuda")
+
+
+@pytest.mark.parametrize("point", POINTS, ids=_id)
+@pytest.mark.parametrize("component,variant", CASES, ids=[f"{c}-{v.name}" for c, v in CASES])
+def test_cuda_variant_matches_the_reference(backend, component, variant, point):
+    comp = registry.get(component)
+    reason = variant.supports(GEOMETRY, point)
+    if reason:
+        pytest.skip(reason)
+    row = runner.measure(comp, variant, point, GEOMETRY, backend, ONCE, seed=17, roofline=None)
+    assert row["status"] == "ok", row["reason"]
+    if component == "indexer_scan" and not variant.peer:
+        assert row["rel_err"] <= OURS_TOLERANCE, f"{variant.name}: rel_err {row['rel_err']:.3e}"
+
+
+@pytest.mark.parametrize("layout,dtype", [(lay, dt) for lay in scan_spec.KEY_LAYOUTS for dt in ("bf16", "fp8")])
+@pytest.mark.parametrize("component,variant", CASES, ids=[f"{c}-{v.name}" for c, v in CASES])
+def test_streams_with_few_or_no_eligible_candidates(backend, component, variant, layout, dtype):
+    """eligible = 0 (everything -inf / 0), 5 (inside the first tile), 17 (one past a tile), C - 1:
+    every kernel reads only below it and writes every element."""
+    comp = registry.get(component)
+    point = {"M": 4, "context": 4100, "pooling": "per_token", "key_dtype": dtype, "key_layout": layout}
+    reason = variant.supports(GEOMETRY, point)
+    if reason:
+        pytest.skip(reason)
+    inputs, _ = runner._case(comp, GEOMETRY, point, 29, None, backend)
+    inputs["eligible"][:] = [0, 5, 17, 4099]
+    ref = comp.reference(GEOMETRY, point, inputs)
+    launch = variant.build(GEOMETRY, point, inputs, backend)
+    launch.poison()
+    launch()
+    bad = [c.describe() for c in runner.checked(comp, point, launch.outputs(), ref, None) if not c.ok]
+    assert not bad, bad

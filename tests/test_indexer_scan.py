@@ -1,0 +1,370 @@
+"""The indexer scan and its stream floor on the CPU: the reference is reference.index_scores over
+the keys read back from the (host) device, eligibility per stream (seed 003's worked examples),
+the resident key build in both layouts and dtypes, the FP8 path, bytes and FLOPs, the floor's XOR,
+the dim_cand padding, a NumPy emulation of scan_mma's dim permutation and fragments, the
+tolerance against torch's BF16 rounding, and both CPU variants through the runner."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from harness import backends, registry, runner
+from harness.verify import compare
+from kernels import fp8
+from kernels.dsa_indexer import reference as dsa_ref
+from kernels.dsa_indexer import scan_spec as spec
+from kernels.kda_decode.reference import bf16_to_float, float_to_bf16
+
+QUICK = SimpleNamespace(warmup=0, min_reps=1, max_reps=1, min_time_ms=0.0, max_noise=1.0, timeout_s=5.0,
+                        cache="auto", graph=False, chain=1)
+LAYOUTS_DTYPES = [(lay, dt) for lay in spec.KEY_LAYOUTS for dt in ("bf16", "fp8")]
+
+
+def _point(**kw):
+    return {"M": 5, "context": 1028, "pooling": "per_token", "key_dtype": "bf16", "key_layout": "cand_dim", **kw}
+
+
+def _case(geometry, point, seed=3):
+    comp = registry.get("indexer_scan")
+    return runner._case(comp, geometry, point, seed, None, backends.CpuBackend())
+
+
+def _decoded(geometry, point, inputs, m):
+    """Stream m's key values decoded here, independently of scan_spec's helpers."""
+    C = spec.n_candidates(geometry, point)
+    raw = inputs.resident["keys"][m]
+    raw = raw[:, :C].T if point["key_layout"] == "dim_cand" else raw
+    if point["key_dtype"] == "fp8":
+        return fp8.decode_e4m3(raw).astype(np.float64) * inputs.resident["key_scales"][m][:, None].astype(np.float64)
+    return bf16_to_float(np.ascontiguousarray(raw)).astype(np.float64)
+
+
+@pytest.mark.parametrize("pooling", ["pooled", "per_token"])
+@pytest.mark.parametrize("layout,dtype", LAYOUTS_DTYPES)
+def test_reference_is_index_scores_over_the_resident_keys(geometry, pooling, layout, dtype):
+    point = _point(pooling=pooling, key_layout=layout, key_dtype=dtype)
+    inputs, ref = _case(geometry, point)
+    streams = spec.reference_streams(geometry, point)
+    assert streams == [0, 1, 3, 4]
+    for i, m in enumerate(streams):
+        want = dsa_ref.index_scores(bf16_to_float(inputs["q"][m]), inputs["w"][m], _decoded(geometry, point, inputs, m),
+                                    int(spec.eligible(geometry, point)[m]))
+        if dtype == "fp8":   # the spec dequantizes as fp8.dequantize_rows does (FP32 products), _decoded exactly
+            assert np.allclose(ref["scores"][i], want, rtol=1e-5, atol=1e-6)
+            assert np.array_equal(np.isneginf(ref["scores"][i]), np.isneginf(want))
+        else:
+            assert np.array_equal(ref["scores"][i], want)
+        elig = int(inputs["eligible"][m])
+        assert np.isfinite(ref["scores"][i][:elig]).all() and np.isneginf(ref["scores"][i][elig:]).all()
+
+
+def test_eligibility_follows_seed_003s_worked_examples(geometry):
+    """Stream m sees n = context - m % 4 tokens, the query at n - 1. context 10004: stream 2's query
+    sits at 10,001 (2,500 complete pools, tail 10,000-10,001), stream 0's at 10,003 (the last pool
+    complete: 2,501, no tail)."""
+    pooled = spec.eligible(geometry, _point(M=4, context=10004, pooling="pooled"))
+    per_token = spec.eligible(geometry, _point(M=4, context=10004))
+    assert pooled.tolist() == [2501, 2500, 2500, 2500]
+    assert per_token.tolist() == [10004, 10003, 10002, 10001]
+    assert spec.n_candidates(geometry, _point(context=10004, pooling="pooled")) == 2501
+    for m, n in enumerate(per_token):
+        assert pooled[m] == dsa_ref.complete_pools(n - 1, 4)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp8"])
+def test_keys_are_built_on_the_backend_in_either_layout_from_one_draw(geometry, dtype):
+    """One seed gives the same keys in both layouts (dim_cand is the transpose, zero-padded to 64)."""
+    cpu = backends.CpuBackend()
+    a = spec.build_keys(geometry, _point(key_dtype=dtype, context=1100), cpu, seed=9)
+    b = spec.build_keys(geometry, _point(key_dtype=dtype, context=1100, key_layout="dim_cand"), cpu, seed=9)
+    C = 1100
+    assert a.shape == (5, C, 128) and b.shape == (5, 128, 1152)       # 1100 -> 1152 = 18 x 64
+    assert a.dtype == b.dtype == (np.uint8 if dtype == "fp8" else np.uint16)
+    assert np.array_equal(b[:, :, :C].transpose(0, 2, 1), a) and (b[:, :, C:] == 0).all()
+    assert a.nbytes == spec.keys_nbytes(geometry, _point(key_dtype=dtype, context=1100))
+    assert np.array_equal(a, spec.build_keys(geometry, _point(key_dtype=dtype, context=1100), cpu, seed=9))
+    assert not np.array_equal(a, spec.build_keys(geometry, _point(key_dtype=dtype, context=1100), cpu, seed=10))
+    if dtype == "bf16":
+        v = bf16_to_float(a)
+        assert abs(v.mean()) < 0.01 and abs(v.std() - 1) < 0.01
+
+
+def test_fp8_codes_round_toward_zero_never_nan_and_scales_are_positive(geometry):
+    cpu = backends.CpuBackend()
+    y = np.random.default_rng(0).uniform(-448, 448, 100000).astype(np.float32)
+    y[:4] = [448.0, -448.0, 448.00003, 1e-4]
+    codes = spec._e4m3_codes(np, y)
+    back = fp8.decode_e4m3(codes).astype(np.float64)
+    assert np.isfinite(back).all()
+    assert (np.abs(back) <= np.abs(y)).all(), "toward zero"
+    # within one e4m3 step: 2^-3 of the value's binade for normals, or a flush below 2^-6
+    normal = np.abs(y) >= 2.0 ** -6
+    assert (np.abs(y[normal] - back[normal]) <= np.abs(y[normal]) / 8).all()
+    assert (back[~normal] == 0).all()
+    assert back[0] == 448 and back[1] == -448 and back[2] == 448
+    point = _point(key_dtype="fp8")
+    keys = spec.build_keys(geometry, point, cpu, seed=4)
+    scales = spec.build_scales(geometry, point, cpu, seed=5)
+    assert scales.shape == (5, 1028) and scales.dtype == np.float32 and (scales > 0).all()
+    assert scales.nbytes == spec.scales_nbytes(geometry, point)
+    assert (np.abs(fp8.decode_e4m3(keys)).max(axis=-1) == 448).all(), "every row peaks at 448"
+    assert spec.build_scales(geometry, _point(), cpu, seed=5).nbytes == 0 == spec.scales_nbytes(geometry, _point())
+
+
+def test_fp8_reference_scores_the_dequantized_keys(geometry):
+    """What the FP8 kernels see: codes x scale (fp8.dequantize_rows), not the draw they came from."""
+    point = _point(key_dtype="fp8", M=2)
+    inputs, ref = _case(geometry, point)
+    raw, scales = spec.stream_keys(geometry, point, inputs, 1)
+    want = dsa_ref.index_scores(bf16_to_float(inputs["q"][1]), inputs["w"][1], fp8.dequantize_rows(raw, scales),
+                                int(inputs["eligible"][1]))
+    assert np.array_equal(ref["scores"][1], want)
+
+
+def test_bytes_and_flops(geometry):
+    point = _point(M=4, context=4096, pooling="pooled")
+    elig = 1024 + 3 * 1023                                 # streams 1..3 lose their incomplete last pool
+    assert spec.eligible_total(geometry, point) == elig
+    q_w = 4 * 32 * 128 * 2 + 4 * 32 * 4
+    assert spec.bytes_moved(geometry, point) == elig * 256 + q_w + 4 * 1024 * 4
+    assert spec.bytes_moved(geometry, {**point, "key_dtype": "fp8"}) == elig * 132 + q_w + 4 * 1024 * 4
+    assert spec.stream_bytes(geometry, point) == elig * 256 + 4 * 1024 * 4
+    assert spec.flops(geometry, point) == elig * (2 * 32 * 128 + 2 * 32)
+    # the model point: M = 32, 262144 per-token keys, 2 GiB of keys, 68.7 GFLOP
+    model = _point(M=32, context=262144)
+    dots = spec.eligible_total(geometry, model) * 2 * 32 * 128
+    assert abs(dots / 1e9 - 68.7) < 0.05 and spec.flops(geometry, model) == dots * (128 + 1) // 128
+    assert spec.keys_nbytes(geometry, model) == 2 << 30
+    assert spec.footprint(geometry, _point(M=1)) == spec.FLUSH_FOOTPRINT
+
+
+@pytest.mark.parametrize("layout,dtype", LAYOUTS_DTYPES)
+def test_stream_checksum_is_each_keys_word_xor_in_either_layout(geometry, layout, dtype):
+    point = _point(key_layout=layout, key_dtype=dtype, M=2, context=1100)
+    comp = registry.get("indexer_stream")
+    inputs, ref = runner._case(comp, geometry, point, 5, None, backends.CpuBackend())
+    raw = inputs.resident["keys"][1]
+    raw = np.ascontiguousarray(raw[:, :1100].T) if layout == "dim_cand" else raw
+    c = 17
+    words = raw[c].view(np.uint32)                         # the key's bytes in dim order, as 32-bit words
+    want = 0
+    for word in words.tolist():
+        want ^= word
+    if dtype == "fp8":
+        want ^= int(inputs.resident["key_scales"][1][c:c + 1].view(np.uint32)[0])
+    assert ref["checksum"][1][c] == want
+    assert (ref["checksum"][1][inputs["eligible"][1]:] == 0).all() and inputs["eligible"][1] == 1099
+    # the packing is layout-free: low half of a BF16 word = XOR of the even dims
+    if dtype == "bf16":
+        assert ref["checksum"][1][c] & 0xFFFF == np.bitwise_xor.reduce(raw[c][0::2])
+
+
+def test_the_stream_check_catches_one_flipped_bit_and_ignores_ineligible_keys(geometry):
+    comp = registry.get("indexer_stream")
+    point = _point(M=3, pooling="pooled")
+    cpu = backends.CpuBackend()
+    inputs, ref = runner._case(comp, geometry, point, 4, None, cpu)
+    launch = comp.variant("numpy_stream").build(geometry, point, inputs, cpu)
+    launch.poison()
+    launch()
+    assert all(c.ok for c in runner.checked(comp, point, launch.outputs(), ref, None))
+    keys = inputs.resident["keys"]
+    keys[1, int(inputs["eligible"][1]), 0] ^= np.uint16(1)          # an ineligible key: never read
+    launch()
+    assert all(c.ok for c in runner.checked(comp, point, launch.outputs(), ref, None))
+    keys[2, 40, 100] ^= np.uint16(1)
+    launch()
+    bad = [c for c in runner.checked(comp, point, launch.outputs(), ref, None) if not c.ok]
+    assert bad and bad[0].first_bad[0] == (2, 40), bad
+
+
+def test_dim_cand_pads_candidates_to_64(geometry):
+    assert spec.padded_candidates(geometry, _point(context=1028, key_layout="dim_cand")) == 1088
+    assert spec.padded_candidates(geometry, _point(context=1028)) == 1028
+    assert spec.padded_candidates(geometry, _point(context=8192, pooling="pooled", key_layout="dim_cand")) == 2048
+    assert spec.keys_nbytes(geometry, _point(context=1028, key_layout="dim_cand", key_dtype="fp8")) == 5 * 128 * 1088
+
+
+# -- scan_mma's dim permutation and fragments, emulated ----------------------------------------------
+
+
+def _perm(fp8_keys: bool) -> np.ndarray:
+    """scan_mma.cu's map: logical dim 16 s + kk (kk = 2 t + e + 8 hi) -> physical dim."""
+    out = np.empty(128, np.int64)
+    for s in range(8):
+        for kk in range(16):
+            t, e, hi = (kk & 7) >> 1, kk & 1, kk >> 3
+            if fp8_keys:
+                out[16 * s + kk] = 64 * (s >> 2) + 16 * t + 4 * (s & 3) + 2 * hi + e
+            else:
+                out[16 * s + kk] = 32 * (s >> 1) + 8 * t + 4 * (s & 1) + 2 * hi + e
+    return out
+
+
+def _halves(word: int, fp8_keys: bool) -> tuple[float, float]:
+    """One A / B register's two values (low half first): bf16 pairs, or two e4m3 codes."""
+    if fp8_keys:
+        return float(fp8.TABLE[word & 0xFF]), float(fp8.TABLE[(word >> 8) & 0xFF])
+    return (float(bf16_to_float(np.uint16(word & 0xFFFF))), float(bf16_to_float(np.uint16(word >> 16))))
+
+
+def _emulate_tile(keys_raw: np.ndarray, q_bits: np.ndarray, fp8_keys: bool) -> np.ndarray:
+    """D [16 keys, 32 heads] as scan_mma computes it: per lane (g, t), the 16-byte loads at bytes
+    64 i + 16 t of rows g and g + 8, the A registers taken from their words as the kernel does,
+    q's B registers from 8-byte loads at p0, then D += A_s B_s over the 8 k-steps."""
+    row_bytes = keys_raw.view(np.uint8).reshape(16, -1)
+    loads = 2 if fp8_keys else 4
+    A = np.full((8, 16, 16), np.nan)
+    B = np.full((8, 16, 32), np.nan)
+    for lane in range(32):
+        g, t = lane >> 2, lane & 3
+        v = [[row_bytes[g + 8 * r, 64 * i + 16 * t:64 * i + 16 * t + 16].view(np.uint32).tolist()
+              for i in range(loads)] for r in range(2)]
+        for s in range(8):
+            if fp8_keys:   # word s & 3 of load s >> 2; its low 16 bits -> a0 / a1, high -> a2 / a3
+                w0, w1 = v[0][s >> 2][s & 3], v[1][s >> 2][s & 3]
+                regs = [w0 & 0xFFFF, w1 & 0xFFFF, w0 >> 16, w1 >> 16]
+            else:          # words 2 (s & 1), + 1 of load s >> 1
+                lo = 2 * (s & 1)
+                regs = [v[0][s >> 1][lo], v[1][s >> 1][lo], v[0][s >> 1][lo + 1], v[1][s >> 1][lo + 1]]
+            for reg, (row, k) in zip(regs, [(g, 2 * t), (g + 8, 2 * t), (g, 2 * t + 8), (g + 8, 2 * t + 8)]):
+                A[s, row, k], A[s, row, k + 1] = _halves(reg, fp8_keys)
+            p0 = 64 * (s >> 2) + 16 * t + 4 * (s & 3) if fp8_keys else 32 * (s >> 1) + 8 * t + 4 * (s & 1)
+            for nt in range(4):
+                head = 8 * nt + g
+                qv = bf16_to_float(q_bits[head, p0:p0 + 4]).astype(np.float64)
+                B[s, 2 * t:2 * t + 2, head] = qv[:2]
+                B[s, 2 * t + 8:2 * t + 10, head] = qv[2:]
+    assert not np.isnan(A).any() and not np.isnan(B).any(), "every fragment element is loaded exactly once"
+    return sum(A[s] @ B[s] for s in range(8))
+
+
+@pytest.mark.parametrize("fp8_keys", [False, True], ids=["bf16", "fp8"])
+def test_mma_dim_permutation_gives_the_same_dot_products(fp8_keys):
+    perm = _perm(fp8_keys)
+    assert sorted(perm.tolist()) == list(range(128)), "a bijection of the 128 dims"
+    rng = np.random.default_rng(11)
+    q = float_to_bf16(rng.standard_normal((32, 128)))
+    if fp8_keys:
+        raw = spec._e4m3_codes(np, (rng.standard_normal((16, 128)) * 100).astype(np.float32))
+        values = fp8.decode_e4m3(raw).astype(np.float64)
+    else:
+        raw = float_to_bf16(rng.standard_normal((16, 128)))
+        values = bf16_to_float(raw).astype(np.float64)
+    d = _emulate_tile(np.ascontiguousarray(raw), q, fp8_keys)
+    want = values @ bf16_to_float(q).astype(np.float64).T
+    assert np.allclose(d, want, rtol=1e-12, atol=1e-9)
+    # and the permutation is what makes it right: the identity order gives other sums
+    assert np.allclose(values[:, perm] @ bf16_to_float(q).astype(np.float64)[:, perm].T, want)
+    assert not np.array_equal(perm, np.arange(128))
+
+
+def test_mma_tiles_per_warp_cover_every_tile():
+    from kernels.dsa_indexer.scan_variants import mma_tiles_per_warp
+
+    for total, ctas in [(32 * 16384, 396), (128, 16), (7, 3), (1, 1)]:
+        tpw = mma_tiles_per_warp(total, ctas, 4)
+        assert tpw * ctas * 4 >= total and (tpw - 1) * ctas * 4 < total
+
+
+# -- tolerance, checks, rules ------------------------------------------------------------------------
+
+
+def test_the_tolerance_admits_torchs_bf16_rounding_and_not_a_wrong_score(geometry):
+    """torch's bmm rounds each head's dot to BF16 (2^-9): emulated here it moves the scores by
+    ~2e-3, inside the 1e-2 tolerance; one candidate scored against the wrong key fails."""
+    point = _point(M=2, context=4096)
+    inputs, ref = _case(geometry, point)
+    m = 0
+    keys = _decoded(geometry, point, inputs, m)
+    q = bf16_to_float(inputs["q"][m]).astype(np.float64)
+    dots = bf16_to_float(float_to_bf16(keys @ q.T)).astype(np.float64)
+    torch_like = np.maximum(dots, 0) @ inputs["w"][m].astype(np.float64)
+    torch_like[int(inputs["eligible"][m]):] = -np.inf
+    check = spec.checks(point)["scores"]
+    got = compare("scores", torch_like[None], {"scores": ref["scores"][:1]}, check)
+    assert got.ok and 5e-4 < got.rel_err < spec.SCORES_TOLERANCE / 3, got.describe()
+    wrong = ref["scores"][:1].copy()
+    wrong[0, 100] = ref["scores"][0, 101]
+    assert not compare("scores", wrong, {"scores": ref["scores"][:1]}, check).ok
+    missing = ref["scores"].copy()
+    assert np.isneginf(missing[1, -1])                        # stream 1 sees one token fewer
+    missing[1, -1] = 0.0                                      # an ineligible candidate not written as -inf
+    assert not compare("scores", missing, {"scores": ref["scores"]}, check).ok
+
+
+def test_check_point_rules_are_one_line(geometry):
+    assert "multiple of the pool size" in spec.check_point(geometry, _point(context=1030))
+    big = spec.check_point(geometry, _point(M=4096, context=1048576))
+    assert big.startswith("M: ") and "allowed" in big and "\n" not in big
+    assert spec.check_point(geometry, _point(M=64, context=1048576)) is None      # 16 GiB: fits
+
+
+# -- the CPU variants through the runner ------------------------------------------------------------
+
+
+# the host matmuls are slow on a loaded CI box: the scan at two of the four layout x dtype pairs
+RUNNER_CASES = ([("indexer_scan", "ref_scan", lay, dt) for lay, dt in [("cand_dim", "bf16"), ("dim_cand", "fp8")]]
+                + [("indexer_stream", "numpy_stream", lay, dt) for lay, dt in LAYOUTS_DTYPES])
+
+
+@pytest.mark.parametrize("component,variant,layout,dtype", RUNNER_CASES)
+def test_cpu_variants_pass_through_the_runner(geometry, component, variant, layout, dtype):
+    comp = registry.get(component)
+    point = _point(key_layout=layout, key_dtype=dtype, pooling="pooled", context=2048)
+    row = runner.measure(comp, comp.variant(variant), point, geometry, backends.CpuBackend(), QUICK, seed=2,
+                         roofline=None)
+    assert row["status"] == "ok", row["reason"]
+    assert row["ref_sample"] == "streams 0, 1, 3, 4 of 5"
+    assert row["resident_bytes"] == spec.keys_nbytes(geometry, point) + spec.scales_nbytes(geometry, point)
+    if component == "indexer_scan":
+        assert row["rel_err"] < 1e-5, "float32 on the host is near 1e-7"
+
+
+def test_cuda_variants_say_why_they_skip(geometry):
+    comp = registry.get("indexer_scan")
+    reason = comp.variant("scan_mma").supports(geometry, _point(key_layout="dim_cand"))
+    assert reason and "dim_cand" in reason
+    assert comp.variant("scan_mma").supports(geometry, _point()) is None
+    assert comp.variant("scan_fma").supports(geometry, _point(key_layout="dim_cand", key_dtype="fp8")) is None
+
+
+# -- the floor's dim_cand word assembly, emulated ------------------------------------------------------
+
+
+def _byte_perm(x: int, y: int, s: int) -> int:
+    """CUDA __byte_perm: result byte i = byte (s >> 4 i) & 7 of the 8 bytes {y, x} (x bytes 0-3)."""
+    pool = x | (y << 32)
+    return sum(((pool >> (8 * ((s >> (4 * i)) & 7))) & 0xFF) << (8 * i) for i in range(4))
+
+
+@pytest.mark.parametrize("fp8_keys", [False, True], ids=["bf16", "fp8"])
+def test_stream_dim_cand_word_assembly_gives_the_cand_dim_checksum(fp8_keys):
+    """scan_stream_dim_cand: one thread's 16-byte column block XORed over the dim rows by dim
+    phase, then each candidate's word built by byte permutes, as the kernel does."""
+    rng = np.random.default_rng(7)
+    cands, phases = (16, 4) if fp8_keys else (8, 2)
+    keys = rng.integers(0, 256 if fp8_keys else 65536, (cands, 128)).astype(np.uint8 if fp8_keys else np.uint16)
+    column = np.ascontiguousarray(keys.T)                          # [128 dims][cands]: the block of each row
+    acc = [[0, 0, 0, 0] for _ in range(phases)]
+    for d in range(128):
+        words = column[d].view(np.uint32).tolist()
+        acc[d % phases] = [a ^ wd for a, wd in zip(acc[d % phases], words)]
+    out = []
+    if fp8_keys:
+        def gather(a, b, c, e, byte):
+            sel = byte | ((byte + 4) << 4)
+            return _byte_perm(_byte_perm(a, b, sel), _byte_perm(c, e, sel), 0x5410)
+        out = [0] * 16
+        for k in range(4):
+            for b in range(4):
+                out[4 * k + b] = gather(acc[0][k], acc[1][k], acc[2][k], acc[3][k], b)
+    else:
+        out = [0] * 8
+        for k in range(4):
+            out[2 * k] = _byte_perm(acc[0][k], acc[1][k], 0x5410)
+            out[2 * k + 1] = _byte_perm(acc[0][k], acc[1][k], 0x7632)
+    assert out == spec.key_checksums(keys, None).tolist()
