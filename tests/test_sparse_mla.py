@@ -322,3 +322,16 @@ def test_split_mma_fp8_arithmetic_model_matches_the_dequantized_reference(geomet
     assert verify.compare("lse", lse, want, checks["lse"]).ok
     out, lse = model(False)
     assert not verify.compare("out", _bf16(out), want, checks["out"]).ok
+
+
+@pytest.mark.parametrize("M,W,expect", [(32, 2112, 4), (8, 2112, 16), (1, 2112, 33), (64, 2112, 2), (64, 8192, 2),
+                                        (200, 2112, 1)])
+def test_one_wave_splits_fit_one_wave_of_long_chunks(M, W, expect):
+    """The _1wave variants' split counts: never more CTAs than SMs, never a chunk under 64 slots;
+    ragged chunks (W / splits not a tile multiple) are what the kernels' masking is for."""
+    from kernels.sparse_mla.variants import one_wave_splits
+
+    splits = one_wave_splits(M, W, 132)
+    assert splits == expect
+    assert M * splits <= 132 or splits == 1
+    assert W // splits >= 64

@@ -157,9 +157,50 @@ __device__ __forceinline__ void widen_tile(const unsigned char* codes, bf16* til
     }
 }
 
+// The tile of resolved rows (AHEAD): lane l of every warp holds slot l's page (-1: an invalid slot)
+// and offset in the page; the row a thread copies is broadcast from its lane by shuffle (every lane
+// of the warp takes part; rows are warp-uniform in both copy maps). Otherwise the copy maps of
+// issue_tile_rows / issue_tile_codes exactly.
+__device__ __forceinline__ bool lane_row(int r_page, int r_off, int r, int page_size, size_t& row) {
+    const int page = __shfl_sync(FULL_MASK, r_page, r);
+    const int off = __shfl_sync(FULL_MASK, r_off, r);
+    row = (size_t)page * (size_t)page_size + (size_t)off;
+    return page >= 0;
+}
+
+__device__ __forceinline__ void issue_resolved_rows(bf16* buf, const bf16* __restrict__ arena, int r_page, int r_off,
+                                                    int page_size) {
+    const int c = threadIdx.x & 63;
+#pragma unroll
+    for (int i = 0; i < (MMA_TILE * SMLA_ROW_CHUNKS) / MMA_THREADS; ++i) {
+        const int r = (threadIdx.x >> 6) + 4 * i;
+        size_t row;
+        const bool ok = lane_row(r_page, r_off, r, page_size, row);
+        cp_async16_zfill(buf + r * SMLA_DIM + ((c ^ (r & 7)) << 3), ok ? arena + row * SMLA_DIM + c * 8 : arena,
+                         ok ? 16u : 0u);
+    }
+}
+
+__device__ __forceinline__ void issue_resolved_codes(unsigned char* codes_buf, float* scale_buf,
+                                                     const unsigned char* __restrict__ codes,
+                                                     const float* __restrict__ row_scale, int r_page, int r_off,
+                                                     int page_size) {
+    const int c = threadIdx.x & 31;
+#pragma unroll
+    for (int i = 0; i < (MMA_TILE * SMLA_CODE_ROW_CHUNKS) / MMA_THREADS; ++i) {
+        const int r = (threadIdx.x >> 5) + 8 * i;
+        size_t row;
+        const bool ok = lane_row(r_page, r_off, r, page_size, row);
+        cp_async16_zfill(codes_buf + r * SMLA_CODE_ROW_BYTES + c * 16,
+                         ok ? codes + row * SMLA_CODE_ROW_BYTES + c * 16 : codes, ok ? 16u : 0u);
+        if (c == 0) cp_async4_zfill(scale_buf + r, ok ? row_scale + row : row_scale, ok ? 4u : 0u);
+    }
+}
+
 // The kernel body of both latent dtypes. arena: BF16 rows [rows][512] (FP8 = false) or e4m3 codes
-// [rows][512] (FP8 = true, with row_scale [rows]; nullptr otherwise).
-template <bool FP8>
+// [rows][512] (FP8 = true, with row_scale [rows]; nullptr otherwise). AHEAD: the selection and
+// page-table reads of a tile are made two and one iterations before its copy is issued (header).
+template <bool FP8, bool AHEAD = false>
 __device__ __forceinline__ void split_mma_body(const bf16* __restrict__ q, const void* __restrict__ arena,
                                                const float* __restrict__ row_scale,
                                                const int* __restrict__ page_table, const int* __restrict__ selection,
@@ -210,6 +251,31 @@ __device__ __forceinline__ void split_mma_body(const bf16* __restrict__ q, const
         if (st < ntiles) issue(st, start + st * MMA_TILE);
         cp_async_commit();  // always (possibly empty): group st holds tile st
     }
+    // AHEAD: lane l's slot l of three tiles in flight through the global reads. v_tok: the token of
+    // tile it (its validity mask); r_page / r_off: the page and offset of tile it + STAGES - 1 (the
+    // one issued at iteration it); n_tok: the token of tile it + STAGES. -1: an empty slot or one
+    // past the chunk. Each load is predicated (nothing consumes it until the next iteration, so its
+    // latency passes behind a tile's compute instead of in front of it).
+    const int lane_ = tid & 31;
+    auto tok_of = [&](int tile) -> int {
+        const int j = start + tile * MMA_TILE + lane_;
+        int t = -1;
+        if (j < end) t = ld_nc_s32(sel_m + j);
+        return t;
+    };
+    auto page_of = [&](int t) -> int {
+        int pg = -1;
+        if (t >= 0) pg = ld_nc_s32(page_table + (size_t)m * (size_t)pages_per_stream + (size_t)(t / page_size));
+        return pg;
+    };
+    int v_tok = -1, r_page = -1, r_off = 0, n_tok = -1;
+    if constexpr (AHEAD) {
+        v_tok = tok_of(0);
+        const int t = tok_of(STAGES - 1);
+        r_page = page_of(t);
+        r_off = t >= 0 ? t % page_size : 0;
+        n_tok = tok_of(STAGES);
+    }
 
     const int warp = tid >> 5, lane = tid & 31;
     const int rg = warp & 3;   // head rows 16 rg .. 16 rg + 15
@@ -245,14 +311,39 @@ __device__ __forceinline__ void split_mma_body(const bf16* __restrict__ q, const
     for (int it = 0; it < ntiles; ++it) {
         const int j0 = start + it * MMA_TILE;
         // Slot validity of this tile (lane l: slot j0 + l), warp-uniform bit mask.
-        const int jl = j0 + lane;
-        const bool vl = jl < end && ld_nc_s32(sel_m + jl) >= 0;
-        const unsigned vmask = __ballot_sync(FULL_MASK, vl);
+        unsigned vmask;
+        if constexpr (AHEAD) {
+            vmask = __ballot_sync(FULL_MASK, v_tok >= 0);
+            v_tok = tok_of(it + 1);
+        } else {
+            const int jl = j0 + lane;
+            const bool vl = jl < end && ld_nc_s32(sel_m + jl) >= 0;
+            vmask = __ballot_sync(FULL_MASK, vl);
+        }
 
         // Groups committed so far: (STAGES - 1) + it; at most STAGES - 2 pending => tile it landed.
         cp_async_wait<STAGES - 2>();
         __syncthreads();  // tile it visible to all; every warp is done with tile it - 1's buffer
-        if (it + STAGES - 1 < ntiles) issue((it + STAGES - 1) % STAGES, j0 + (STAGES - 1) * MMA_TILE);
+        if constexpr (AHEAD) {
+            const int b = (it + STAGES - 1) % STAGES;
+            if (it + STAGES - 1 < ntiles) {  // block-uniform: every lane takes part in the shuffles
+                if constexpr (FP8)
+                    issue_resolved_codes(sCodes + b * MMA_CODE_TILE_BYTES, sScale + b * MMA_TILE,
+                                         static_cast<const unsigned char*>(arena), row_scale, r_page, r_off,
+                                         page_size);
+                else
+                    issue_resolved_rows(sC + b * (MMA_TILE * SMLA_DIM), static_cast<const bf16*>(arena), r_page,
+                                        r_off, page_size);
+            }
+            // one tile further: the token of tile it + STAGES + 1, and the page of tile it + STAGES
+            // (its token came during the last compute)
+            const int t_next = tok_of(it + STAGES + 1);
+            r_page = page_of(n_tok);
+            r_off = n_tok >= 0 ? n_tok % page_size : 0;
+            n_tok = t_next;
+        } else if (it + STAGES - 1 < ntiles) {
+            issue((it + STAGES - 1) % STAGES, j0 + (STAGES - 1) * MMA_TILE);
+        }
         cp_async_commit();  // always: keeps the group count = STAGES - 1 + it + 1
 
         // The row scale of each of this thread's slots 8 j + 2 q4 + b (FP8; 1 for BF16), and its

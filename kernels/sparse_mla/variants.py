@@ -78,6 +78,13 @@ def _arena_fits(geometry, point) -> str | None:
     return None
 
 
+def one_wave_splits(M: int, W: int, sms: int, min_slots: int = 64) -> int:
+    """Splits of a W-slot row for one wave of CTAs: as many as put M x splits <= sms (one CTA an
+    SM at most, so no SM runs a second CTA's prologue), but no split shorter than ``min_slots``;
+    the chunks are W / splits slots, ragged (the split kernels mask a partial last tile)."""
+    return max(1, min(sms // M, W // min_slots))
+
+
 def _supports_cuda(geometry, point) -> str | None:
     H, D, _ = spec.dims(geometry)
     if (H, D) != (64, 512):
@@ -119,6 +126,10 @@ SPLIT_DESIGNS = {
                   "SPARSE_MLA_SPLIT_MMA_THREADS", "bf16"),
     "split_mma_fp8": ("split_mma_fp8.cu", "sparse_mla_split_mma_fp8", "SPARSE_MLA_SPLIT_MMA_FP8_SMEM_BYTES",
                       "SPARSE_MLA_SPLIT_MMA_FP8_THREADS", "fp8"),
+    "split_mma_ahead": ("split_mma_ahead.cu", "sparse_mla_split_mma_ahead", "SPARSE_MLA_SPLIT_MMA_AHEAD_SMEM_BYTES",
+                        "SPARSE_MLA_SPLIT_MMA_AHEAD_THREADS", "bf16"),
+    "split_mma_fp8_ahead": ("split_mma_ahead.cu", "sparse_mla_split_mma_fp8_ahead",
+                            "SPARSE_MLA_SPLIT_MMA_FP8_AHEAD_SMEM_BYTES", "SPARSE_MLA_SPLIT_MMA_FP8_AHEAD_THREADS", "fp8"),
 }
 
 
@@ -126,7 +137,9 @@ def _supports_split(name: str):
     return _supports_latent(name, SPLIT_DESIGNS[name][4], _supports_cuda)
 
 
-def _make_split_build(name: str):
+def _make_split_build(name: str, one_wave: bool = False):
+    """The launcher of design ``name``; ``one_wave``: fewer, longer splits (``one_wave_splits``)
+    instead of ``pick_splits``'s 32-slot multiples that fill the last wave."""
     source, symbol, smem_define, threads_define, _ = SPLIT_DESIGNS[name]
     supports = _supports_split(name)
 
@@ -138,7 +151,8 @@ def _make_split_build(name: str):
         H, D, scale = spec.dims(geometry)
         Mn, W = int(point["M"]), spec.width(geometry, point)
         d = _Device(backend, inputs, point)
-        splits = pick_splits(Mn, W, int(backend.props["multiProcessorCount"]), 32)
+        sms = int(backend.props["multiProcessorCount"])
+        splits = one_wave_splits(Mn, W, sms) if one_wave else pick_splits(Mn, W, sms, 32)
         smem = source_define(source, smem_define)
         threads = source_define(source, threads_define) if threads_define else THREADS
         split_fn = get_kernel(backend, HERE / source, symbol, smem)
@@ -163,7 +177,7 @@ def _make_split_build(name: str):
         step.note = f"{splits} splits per stream"
         return step.ready()
 
-    build.__name__ = f"build_{name}"
+    build.__name__ = f"build_{name}{'_1wave' if one_wave else ''}"
     return build
 
 
@@ -329,6 +343,27 @@ MLA_VARIANTS = (
                 "by cp.async in a 6-stage ring, widened to BF16 in shared memory once a tile, the row "
                 "scale applied to the FP32 scores and to the softmax weights before their BF16 rounding",
             supports=_supports_split("split_mma_fp8"), sources=("split_mma_fp8.cu",)),
+    # Part 2 (b) of issue 13, one cost at a time: the same kernels, fewer and longer splits.
+    Variant("split_mma_1wave", "cuda", _make_split_build("split_mma", one_wave=True),
+            why="split_mma with one wave of CTAs (splits = SMs // M, at least 64 slots a split: 4 at "
+                "M = 32, 528 ragged slots each): one prologue per SM instead of three and 16 MiB of "
+                "FP32 partials instead of 44 MiB, the same tiles per SM",
+            supports=_supports_split("split_mma"), sources=("split_mma.cu",)),
+    Variant("split_mma_fp8_1wave", "cuda", _make_split_build("split_mma_fp8", one_wave=True),
+            why="split_mma_fp8 with split_mma_1wave's splits",
+            supports=_supports_split("split_mma_fp8"), sources=("split_mma_fp8.cu",)),
+    Variant("split_mma_ahead", "cuda", _make_split_build("split_mma_ahead"),
+            why="split_mma with each tile's selection and page-table reads made one and two tiles "
+                "early in registers (lane l = slot l, broadcast by shuffle): no dependent global "
+                "round trip between a tile's barrier and its first MMA (the SASS of split_mma has two "
+                "a row)",
+            supports=_supports_split("split_mma_ahead"), sources=("split_mma_ahead.cu",)),
+    Variant("split_mma_fp8_ahead", "cuda", _make_split_build("split_mma_fp8_ahead"),
+            why="split_mma_fp8 with split_mma_ahead's early row resolution",
+            supports=_supports_split("split_mma_fp8_ahead"), sources=("split_mma_ahead.cu",)),
+    Variant("split_mma_ahead_1wave", "cuda", _make_split_build("split_mma_ahead", one_wave=True),
+            why="split_mma_ahead with split_mma_1wave's splits: both costs removed",
+            supports=_supports_split("split_mma_ahead"), sources=("split_mma_ahead.cu",)),
     *FLASHINFER_VARIANTS,
     Variant("torch_gather_bmm", "cuda", lambda g, p, i, b: _TorchGatherBmm(g, p, i, b),
             why="torch: gather the rows into a [M, W, 512] copy, bmm, masked softmax, bmm",
