@@ -228,10 +228,14 @@ def _cmd_report(args: list[str]) -> None:
     ap.add_argument("sweep", help="sweep folder, its name, or 'latest'")
     ap.add_argument("--root", default="results", help="results store root (default: results)")
     ap.add_argument("--out", help="where reports go (default: <store root>/reports, beside the sweep)")
+    ap.add_argument("--also", action="append", default=[], metavar="SWEEP",
+                    help="another sweep whose rows the claims draw on (repeatable; a roofline_step, say)")
     ns = ap.parse_args(args)
     try:
         sweep_dir = store.find_sweep(ns.root, ns.sweep)
-        path = report.render_sweep(sweep_dir, pathlib.Path(ns.out) if ns.out else sweep_dir.parent / "reports")
+        also = [store.find_sweep(ns.root, name) for name in ns.also]
+        path = report.render_sweep(sweep_dir, pathlib.Path(ns.out) if ns.out else sweep_dir.parent / "reports",
+                                   also=also)
     except (FileNotFoundError, ValueError, KeyError) as exc:
         fail(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
     print(f"report: {path}")

@@ -326,7 +326,44 @@ def report_dir_name(prov: dict[str, Any], sweep: str) -> str:
     return f"{stamp[:10]}-{sweep}-{prov.get('device_short', prov['backend'])}-{stamp[11:19].replace(':', '')}"
 
 
-def render_sweep(sweep_dir: pathlib.Path, out_root: pathlib.Path, template: str = "sweep.md.j2") -> pathlib.Path:
+def sweep_verdicts(sweep_dir: pathlib.Path, df: pd.DataFrame, metas: list[dict[str, Any]],
+                   also: Sequence[pathlib.Path] = ()) -> dict[str, Any]:
+    """The experiment's claims decided over this sweep's rows and those of the ``also`` sweeps it
+    draws on: ``{"results": [...], "source": where the rules came from, "draws_on": [...]}``.
+
+    The rules are the ones the jobs stored; a store written before claims were rules gets the
+    experiment file's current rules (named by the jobs' ``+experiment=``), and says so."""
+    from harness import verdicts
+    from harness.fuel import DEFAULT_FUEL, load_fuel
+
+    claims = store.sweep_claims(sweep_dir)
+    source = "stored with the sweep's jobs"
+    if claims is None:
+        name = next((n for m in metas if (n := verdicts.experiment_of(m.get("overrides", [])))), None)
+        claims = []
+        if name is not None and (verdicts.EXPERIMENTS / "experiment" / f"{name}.yaml").is_file():
+            claims = verdicts.experiment_claims(name, load_fuel(DEFAULT_FUEL))
+            source = (f"`experiments/experiment/{name}.yaml` as of this render (the sweep's jobs stored no "
+                      f"rules: they ran before claims were rules)")
+    frames = [df] + [store.load_sweep(pathlib.Path(p)) for p in also]
+    rows = pd.concat([f for f in frames if len(f)], ignore_index=True)
+    draws_on = []
+    for frame in frames[1:]:
+        if len(frame):
+            first = frame.iloc[0]
+            draws_on.append({"sweep": str(first["sweep"]), "dir": str(first["sweep_dir"]),
+                             "commit": str(first.get("commit") or "unknown"),
+                             "device": str(first.get("device") or "?"),
+                             "timestamp": str(first.get("timestamp_utc") or "")})
+    results = verdicts.evaluate(claims, rows) if claims else []
+    return {"results": results, "source": source, "draws_on": draws_on,
+            "table": verdicts.verdict_table(results) if results else "",
+            "counts": {v: sum(r["verdict"] == v for r in results) for v in verdicts.VERDICTS}}
+
+
+def render_sweep(sweep_dir: pathlib.Path, out_root: pathlib.Path, template: str = "sweep.md.j2",
+                 also: Sequence[pathlib.Path] = ()) -> pathlib.Path:
+    """Render one sweep; ``also``: other sweeps whose rows its claims draw on (a roofline, say)."""
     sweep_dir = pathlib.Path(sweep_dir)
     prov = store.read_provenance(sweep_dir)
     if prov is None:
@@ -358,7 +395,9 @@ def render_sweep(sweep_dir: pathlib.Path, out_root: pathlib.Path, template: str 
     if roof:
         store.atomic_write_json(out / "roofline.json", roof)
         generated.append("roofline.json")
+    verdict = sweep_verdicts(sweep_dir, df, metas, also)
     text = _env().get_template(template).render(
+        verdict=verdict,
         sweep=sweep, prov=prov, roof=roof, cpu=cpu, sections=sections, claim=claim,
         problems=problems_table(df), notes=notes_table(df), n_jobs=len(metas), n_rows=len(df),
         timeline=timeline_table(out), timeline_dir=TIMELINE_DIR,

@@ -16,7 +16,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from harness import backends, provenance, registry, store, timing
+from harness import backends, provenance, registry, store, timing, verdicts
 from harness.config import ConfigError, point_of, validate
 from harness.fuel import REPO_ROOT, Geometry, load_fuel
 from harness.verify import RelErr, as_check, compare_all
@@ -377,6 +377,7 @@ def run_job(cfg, ctx: JobContext) -> list[dict[str, Any]]:
         "sweep": cfg.sweep, "job": ctx.job, "overrides": ctx.overrides, "point": point,
         "component": comp.name, "backend": backend.name, "seconds": round(time.perf_counter() - started, 3),
         "provenance": prov, "roofline": roof, "claim": str(getattr(cfg, "claim", "") or ""),
+        "claims": verdicts.check_claims(getattr(cfg, "claims", None), geometry),
     }
     store.write_job(ctx.job_dir, rows, meta)
     return rows
