@@ -271,14 +271,27 @@ def _cmd_compare(args: list[str]) -> None:
     ap.add_argument("a", help="sweep A: folder, name, or 'latest'")
     ap.add_argument("b", help="sweep B: folder, name, or 'latest'")
     ap.add_argument("--root", default="results", help="results store root (default: results)")
+    ap.add_argument("--tolerance", type=float, default=0.0,
+                    help="a ratio within 1 ± this is never faster or slower (default 0: the intervals alone decide)")
+    ap.add_argument("--fail-on-slower", action="store_true",
+                    help="exit with status 1 when any shared row is slower in B (a regression gate)")
     ns = ap.parse_args(args)
+    if not 0 <= ns.tolerance < 1:
+        fail(f"--tolerance: {ns.tolerance} is out of range; allowed: numbers 0 <= t < 1")
     try:
         a, b = (store.load_sweep(store.find_sweep(ns.root, name)) for name in (ns.a, ns.b))
         if a.empty or b.empty:
             raise FileNotFoundError(f"sweep: {ns.a if a.empty else ns.b} has no stored rows")
     except (FileNotFoundError, ValueError, KeyError) as exc:
         fail(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
-    print(report.compare_sweeps(a, b), end="")
+    print(report.compare_sweeps(a, b, ns.tolerance), end="")
+    if ns.fail_on_slower:
+        both, _, _ = report.compare_rows(a, b, ns.tolerance)
+        slower = both[both["label"] == "slower"]
+        if len(slower):
+            first = slower.iloc[0]
+            fail(f"compare: {len(slower)} row(s) slower in B, first {first['component']}/{first['variant']} "
+                 f"B / A {first['ratio']:.3f} ({first['why']})", code=1)
 
 
 def _cmd_accounting(args: list[str]) -> None:

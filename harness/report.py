@@ -239,30 +239,79 @@ def _sweep_label(df: pd.DataFrame) -> str:
     return f"`{first['sweep']}` at `{str(first.get('commit', ''))[:7]}` ({timing})"
 
 
-def compare_sweeps(a: pd.DataFrame, b: pd.DataFrame) -> str:
-    """Markdown: the ok rows two sweeps share (same component, variant and point), their p50 per
-    launch side by side and the ratio B / A, then how many rows only one side has. The rows keep
-    their own provenance; nothing is averaged or re-timed."""
-    ok_a, ok_b = a[a["status"] == "ok"], b[b["status"] == "ok"]
-    axes = [ax for ax in component_axes(pd.concat([ok_a, ok_b])) if ax in ok_a.columns and ax in ok_b.columns]
+COMPARE_LABELS = ("same", "faster", "slower", "ambiguous")
+
+
+def compare_rows(a: pd.DataFrame, b: pd.DataFrame, tolerance: float = 0.0) -> tuple[pd.DataFrame, int, int]:
+    """Every row two sweeps share (same component, variant and point), labelled from the p20-p80
+    intervals: B's time over A's lies in ``[b_p20 / a_p80, b_p80 / a_p20]``;
+
+    - ``slower`` when all of that range is above ``1 + tolerance``, ``faster`` when all of it is
+      below ``1 - tolerance``;
+    - ``same`` when the intervals overlap and each p50 lies inside the other's interval (or the
+      whole range is within the tolerance);
+    - ``ambiguous`` otherwise: partly overlapping intervals, a noisy, skipped or failed row on
+      either side, or a point measured more than once on one side (``why`` says which).
+
+    Returns (the shared rows with ``label``, ``why``, ``ratio``, ``lo``, ``hi``; rows only in A;
+    rows only in B). The rows keep their own provenance; nothing is averaged or re-timed."""
+    from harness.verdicts import truthy
+
+    axes = [ax for ax in component_axes(pd.concat([a, b])) if ax in a.columns and ax in b.columns]
     keys = ["component", "variant", *axes]
 
     def keyed(df: pd.DataFrame) -> pd.DataFrame:
-        # a key seen twice (the same point in two jobs) keeps its median, so the join stays 1:1
-        return df.groupby(keys, dropna=False, sort=False).agg(ms=("ms_p50", "median"),
-                                                              peer=("peer", "first")).reset_index()
+        df = df.copy()
+        df["noisy_"] = df["noisy"].map(truthy)
+        return df.groupby(keys, dropna=False, sort=False).agg(
+            ms=("ms_p50", "median"), p20=("ms_p20", "min"), p80=("ms_p80", "max"), times=("ms_p50", "size"),
+            status=("status", lambda s: ",".join(sorted(set(map(str, s))))), noisy=("noisy_", "any"),
+            peer=("peer", "first")).reset_index()
 
-    ka, kb = keyed(ok_a), keyed(ok_b)
+    ka, kb = keyed(a), keyed(b)
     both = ka.merge(kb, on=keys, suffixes=("_a", "_b")).sort_values(["component", *axes, "variant"])
-    rows = [[r["component"], r["variant"] + (" [peer]" if r["peer_a"] else ""), *[fmt(r[x]) for x in axes],
-             fmt(r["ms_a"] * 1e3, ".2f"), fmt(r["ms_b"] * 1e3, ".2f"), fmt(r["ms_b"] / r["ms_a"], ".3f")]
+    labels, whys, los, his, ratios = [], [], [], [], []
+    for _, r in both.iterrows():
+        lo, ratio, hi = r["p20_b"] / r["p80_a"], r["ms_b"] / r["ms_a"], r["p80_b"] / r["p20_a"]
+        bad = [f"{r['status_' + s]} in {s.upper()}" for s in ("a", "b") if r["status_" + s] != "ok"]
+        bad += [f"noisy in {s.upper()}" for s in ("a", "b") if r["status_" + s] == "ok" and r["noisy_" + s]]
+        bad += [f"measured {r['times_' + s]} times in {s.upper()}" for s in ("a", "b") if r["times_" + s] > 1]
+        if bad:
+            label, why = "ambiguous", "; ".join(bad)
+        elif lo > 1 + tolerance:
+            label, why = "slower", f"all of B / A {lo:.3f}–{hi:.3f} is above {1 + tolerance:g}"
+        elif hi < 1 - tolerance:
+            label, why = "faster", f"all of B / A {lo:.3f}–{hi:.3f} is below {1 - tolerance:g}"
+        elif r["p20_a"] <= r["ms_b"] <= r["p80_a"] and r["p20_b"] <= r["ms_a"] <= r["p80_b"]:
+            label, why = "same", "each p50 inside the other's p20–p80"
+        elif tolerance > 0 and 1 - tolerance <= lo and hi <= 1 + tolerance:
+            label, why = "same", f"all of B / A {lo:.3f}–{hi:.3f} within 1 ± {tolerance:g}"
+        else:
+            label, why = "ambiguous", f"the intervals overlap in part (B / A {lo:.3f}–{hi:.3f})"
+        labels.append(label), whys.append(why), los.append(lo), his.append(hi), ratios.append(ratio)
+    both = both.assign(label=labels, why=whys, lo=los, hi=his, ratio=ratios)
+    return both, len(ka) - len(both), len(kb) - len(both)
+
+
+def compare_sweeps(a: pd.DataFrame, b: pd.DataFrame, tolerance: float = 0.0) -> str:
+    """Markdown: ``compare_rows`` as a table, each shared row's p50 per launch side by side with
+    the ratio B / A, its p20-p80 bounds and its label, then how many rows only one side has."""
+    from harness.verdicts import truthy
+
+    both, only_a, only_b = compare_rows(a, b, tolerance)
+    axes = [c for c in both.columns if c in component_axes(pd.concat([a, b]))]
+    rows = [[r["component"], r["variant"] + (" [peer]" if truthy(r["peer_a"]) else ""), *[fmt(r[x]) for x in axes],
+             fmt(r["ms_a"] * 1e3, ".2f"), fmt(r["ms_b"] * 1e3, ".2f"), fmt(r["ratio"], ".3f"),
+             f"{fmt(r['lo'], '.3f')}–{fmt(r['hi'], '.3f')}", f"**{r['label']}**", r["why"]]
             for _, r in both.iterrows()]
-    only_a = len(ka) - len(both)
-    only_b = len(kb) - len(both)
-    head = (f"A: {_sweep_label(a)}, {len(ok_a)} ok rows · B: {_sweep_label(b)}, {len(ok_b)} ok rows\n\n"
+    counts = ", ".join(f"{int((both['label'] == k).sum())} {k}" for k in COMPARE_LABELS)
+    n_ok_a, n_ok_b = int((a["status"] == "ok").sum()), int((b["status"] == "ok").sum())
+    head = (f"A: {_sweep_label(a)}, {n_ok_a} ok rows · B: {_sweep_label(b)}, {n_ok_b} ok rows\n\n"
             f"µs per launch (p50); B / A below 1 means B is faster. {len(both)} shared rows; "
-            f"{only_a} only in A, {only_b} only in B.\n\n")
-    return head + md_table(["component", "variant", *axes, "A µs", "B µs", "B / A"], rows) + "\n"
+            f"{only_a} only in A, {only_b} only in B. Labelled from the p20–p80 intervals"
+            f"{f' with a tolerance of ±{tolerance:g}' if tolerance else ''}: {counts}.\n\n")
+    return head + md_table(["component", "variant", *axes, "A µs", "B µs", "B / A", "B / A p20–p80 bounds",
+                            "label", "why"], rows) + "\n"
 
 
 def chain_lengths(df: pd.DataFrame) -> list[int]:

@@ -203,7 +203,8 @@ def _same(a: Any, b: Any) -> bool:
     return str(a) == str(b)
 
 
-def _truthy(v: Any) -> bool:
+def truthy(v: Any) -> bool:
+    """A stored flag (bool, or its text in a rows.csv) as a bool."""
     return str(v).strip().lower() in ("true", "1", "1.0")
 
 
@@ -237,7 +238,7 @@ def select(rows: pd.DataFrame, sel: Mapping[str, Any], metric: str) -> Pick:
         m &= rows[axis].map(lambda v, value=value: _same(value, v))
     here = rows[m]
     if sel["variant"] == FASTEST:
-        peer = here["peer"].map(_truthy) if "peer" in here else pd.Series(False, index=here.index)
+        peer = here["peer"].map(truthy) if "peer" in here else pd.Series(False, index=here.index)
         ours = here[(here["status"] == "ok") & ~peer]
         if ours.empty:
             pick.problem = "no ok row of ours at that point"
@@ -265,7 +266,7 @@ def select(rows: pd.DataFrame, sel: Mapping[str, Any], metric: str) -> Pick:
         pick.problem = f"its row is {row['status']}" + (f" ({why})" if why else "")
         return pick
     pick.lo, pick.mid, pick.hi = _interval(row, metric)
-    if _truthy(row.get("noisy")):
+    if truthy(row.get("noisy")):
         pick.problem = f"its row is noisy (p20–p80 spread {float(row.get('spread', math.nan)) * 100:.1f}% of p50)"
     elif not all(math.isfinite(x) for x in (pick.lo, pick.mid, pick.hi)):
         pick.problem = f"its row has no {metric} interval"

@@ -1,7 +1,7 @@
 """Computed verdicts: claims as rules over stored rows, decided from the p20-p80 intervals.
 
 Rows are written through ``harness.store`` into small synthetic sweeps of the real kda_decode
-component (its variants and axes from the registry), then loaded back as a report would."""
+component (tests/synthetic_store.py), then loaded back as a report would."""
 
 from __future__ import annotations
 
@@ -9,36 +9,11 @@ import pytest
 
 from harness import report, store, verdicts
 from harness.axes import ConfigError
-from harness.fuel import REPO_ROOT
-
-FIXTURES = REPO_ROOT / "tests" / "fixtures" / "h200_store"
-
-POINT = {"M": 32, "state_dtype": "bf16"}
-
-
-def _row(variant, p20, p50, p80, **over):
-    row = {c: None for c in store.ROW_COLUMNS}
-    row.update(sweep="syn", job="0", component="kda_decode", variant=variant, peer=variant.startswith("fla"),
-               backend="cuda", device="NVIDIA H200", status="ok", reason="", ms_p20=p20, ms_p50=p50,
-               ms_p80=p80, n=100, spread=(p80 - p20) / p50, noisy=False, bytes=64e6, roofline_gbps=4000.0,
-               point_axes="M,state_dtype", M=32, state_dtype="bf16", layers=34, rel_err=0.0, graph=True,
-               cache="flush", chain=34)
-    row.update(over)
-    row.update(gbps=row["bytes"] / row["ms_p50"] / 1e6, ms_all_layers=row["ms_p50"] * 34)
-    row["roofline_fraction"] = row["gbps"] / row["roofline_gbps"]
-    return row
+from synthetic_store import POINT, row as _row, sweep
 
 
 def _sweep(tmp_path, rows, name="syn", claims=None, stamp="2026-12-01_10-00-00"):
-    sweep = tmp_path / f"{stamp}_{name}"
-    # an H200 sweep's provenance (the fixture store's), as its own commit and time
-    prov = store.read_provenance(next(store.sweep_dirs(FIXTURES).__iter__()))
-    store.write_provenance(sweep, {**prov, "commit": "c0ffee0" * 6, "timestamp_utc": f"{stamp[:10]}T{stamp[11:].replace('-', ':')}+00:00"})
-    meta = {"overrides": [], "point": POINT}
-    if claims is not None:
-        meta["claims"] = claims
-    store.write_job(sweep / "0", [{**r, "sweep": name} for r in rows], meta)
-    return sweep
+    return sweep(tmp_path, rows, name=name, claims=claims, stamp=stamp)
 
 
 def _claim(op="<=", factor=1.0, num="bulk32k_early_pdl", den="bulk32k_early", **rule):
