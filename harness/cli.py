@@ -3,7 +3,8 @@
 ``attnbench [hydra overrides]`` runs one job; ``attnbench -m ...`` runs a Hydra multirun (a
 sweep). Before Hydra starts, every job of the sweep is composed and validated ("preflight"): a bad
 override exits with status 2 and one line naming the key and the allowed values, and nothing is
-written. Subcommands: ``report``, ``publish``, ``compare``, ``accounting``, ``fuel``, ``list``.
+written. Subcommands: ``report``, ``publish``, ``compare``, ``reopen-check``, ``accounting``, ``fuel``,
+``list``.
 """
 
 from __future__ import annotations
@@ -294,6 +295,37 @@ def _cmd_compare(args: list[str]) -> None:
                  f"B / A {first['ratio']:.3f} ({first['why']})", code=1)
 
 
+def _cmd_reopen_check(args: list[str]) -> None:
+    from harness import publish, reopen, report, store
+
+    ap = argparse.ArgumentParser(prog="attnbench reopen-check",
+                                 description="Which published write-ups the current fuel or a newer run reopens, and why.")
+    ap.add_argument("--store", action="append", default=[], metavar="ROOT",
+                    help="a results store whose newer sweeps to hold the conditions against (repeatable)")
+    ap.add_argument("--reports", default=str(publish.REPORTS), help="the published reports folder (default: reports/)")
+    ap.add_argument("--fuel", default=str(REPO_ROOT / "fuels/glm-5.3-flash/attention.yaml"))
+    ap.add_argument("--all", action="store_true", help="list the write-ups nothing reopens too")
+    ns = ap.parse_args(args)
+    try:
+        geometry = load_fuel(ns.fuel)
+    except FuelError as exc:
+        fail(str(exc))
+    sweeps = [s for root in ns.store for s in store.sweep_dirs(root)]
+    folders = publish.published(ns.reports)
+    rows, reopened = [], 0
+    for folder in folders:
+        state = reopen.check(folder, geometry, sweeps)
+        reopened += bool(state["reasons"])
+        if state["reasons"] or ns.all:
+            rows.append([f"`{folder.name}`", "**reopened**" if state["reasons"] else "holds",
+                         "; ".join(state["reasons"]) or "–",
+                         "; ".join(state["manual"]) or "–", "own" if state["recorded"] else "derived"])
+    print(f"{reopened} of {len(folders)} published write-up(s) reopened (fuel {geometry.sha256[:12]}, "
+          f"{len(sweeps)} sweep(s) from {', '.join(ns.store) or 'no store'})\n")
+    if rows:
+        print(report.md_table(["write-up", "state", "why (checked)", "reopen if (manual)", "conditions"], rows))
+
+
 def _cmd_accounting(args: list[str]) -> None:
     from harness import report
 
@@ -335,7 +367,7 @@ def _cmd_list(args: list[str]) -> None:
 
 
 SUBCOMMANDS = {"report": _cmd_report, "publish": _cmd_publish, "compare": _cmd_compare, "accounting": _cmd_accounting,
-               "fuel": _cmd_fuel, "list": _cmd_list}
+               "fuel": _cmd_fuel, "list": _cmd_list, "reopen-check": _cmd_reopen_check}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -76,6 +76,8 @@ class JobConfig:
     # The claims it can test, as rules over stored rows (harness/verdicts.py); checked here, at
     # composition, and decided in the write-up.
     claims: List[Any] = dataclasses.field(default_factory=list)
+    # What would reopen its findings that no machine can check (harness/reopen.py lists it as manual).
+    reopen_if: List[str] = dataclasses.field(default_factory=list)
 
 
 def job_schema() -> type:

@@ -17,8 +17,8 @@ import numpy as np
 import pandas as pd
 
 from harness import accounting as acc
-from harness import store
-from harness.fuel import REPO_ROOT, Geometry
+from harness import reopen, store
+from harness.fuel import DEFAULT_FUEL, REPO_ROOT, Geometry, load_fuel
 
 TEMPLATES = REPO_ROOT / "reports" / "templates"
 
@@ -383,7 +383,6 @@ def sweep_verdicts(sweep_dir: pathlib.Path, df: pd.DataFrame, metas: list[dict[s
     The rules are the ones the jobs stored; a store written before claims were rules gets the
     experiment file's current rules (named by the jobs' ``+experiment=``), and says so."""
     from harness import verdicts
-    from harness.fuel import DEFAULT_FUEL, load_fuel
 
     claims = store.sweep_claims(sweep_dir)
     source = "stored with the sweep's jobs"
@@ -408,6 +407,22 @@ def sweep_verdicts(sweep_dir: pathlib.Path, df: pd.DataFrame, metas: list[dict[s
     return {"results": results, "source": source, "draws_on": draws_on,
             "table": verdicts.verdict_table(results) if results else "",
             "counts": {v: sum(r["verdict"] == v for r in results) for v in verdicts.VERDICTS}}
+
+
+def _manual_reopen(metas: list[dict[str, Any]]) -> list[str]:
+    """The experiment's ``reopen_if`` as its jobs stored it, else as its file says now."""
+    import yaml
+
+    from harness import verdicts
+
+    for m in metas:
+        if "reopen_if" in m:
+            return list(m["reopen_if"] or [])
+    name = next((n for m in metas if (n := verdicts.experiment_of(m.get("overrides", [])))), None)
+    path = verdicts.EXPERIMENTS / "experiment" / f"{name}.yaml"
+    if name is None or not path.is_file():
+        return []
+    return [str(t) for t in (yaml.safe_load(path.read_text()) or {}).get("reopen_if") or []]
 
 
 def render_sweep(sweep_dir: pathlib.Path, out_root: pathlib.Path, template: str = "sweep.md.j2",
@@ -445,8 +460,11 @@ def render_sweep(sweep_dir: pathlib.Path, out_root: pathlib.Path, template: str 
         store.atomic_write_json(out / "roofline.json", roof)
         generated.append("roofline.json")
     verdict = sweep_verdicts(sweep_dir, df, metas, also)
+    reopen_conds = reopen.conditions(prov, roof, df, load_fuel(DEFAULT_FUEL), _manual_reopen(metas))
+    reopen.write(out, reopen_conds)
+    generated.append(reopen.REOPEN)
     text = _env().get_template(template).render(
-        verdict=verdict,
+        verdict=verdict, reopen_if=reopen.describe(reopen_conds), reopen_file=reopen.REOPEN,
         sweep=sweep, prov=prov, roof=roof, cpu=cpu, sections=sections, claim=claim,
         problems=problems_table(df), notes=notes_table(df), n_jobs=len(metas), n_rows=len(df),
         timeline=timeline_table(out), timeline_dir=TIMELINE_DIR,
