@@ -231,6 +231,33 @@ def accounting_markdown(g: Geometry) -> str:
             f"### Seed 003 §9.1–9.3\n\n{s9}\n")
 
 
+def geometry_table(g: Geometry) -> str:
+    """Every fact of the fuel with its value, its source and whether it is established."""
+    def value(v: Any) -> str:
+        return f"{len(v)} layers ({v[0]}…{v[-1]})" if isinstance(v, list) and len(v) > 8 else fmt(v)
+
+    return md_table(["fact", "value", "established", "source"],
+                    [[f"`{k}`", value(f.value), "yes" if f.established else
+                      f"**open** (alternatives: {', '.join(map(str, f.alternatives))})", f.source]
+                     for k, f in g.facts.items()])
+
+
+def headline(df: pd.DataFrame, cpu: bool) -> list[str]:
+    """One line per component, computed from the rows: our fastest ok row at its largest point,
+    its µs per launch with the p20–p80 range, GB/s and share of this sweep's roofline."""
+    from harness.publish import headlines
+
+    lines = []
+    for h in headlines(df):
+        r = df[(df["component"] == h["component"]) & (df["variant"] == h["variant"]) & (df["status"] == "ok")]
+        r = r.loc[(r["ms_p50"] * 1e3 - h["us"]).abs().idxmin()]
+        lines.append(f"{h['component']}: `{h['variant']}` at {h['point']} takes **{h['us']:.2f} µs** per launch "
+                     f"(p20–p80 {r['ms_p20'] * 1e3:.2f}–{r['ms_p80'] * 1e3:.2f}), {fmt(h['gbps'], '.0f')} GB/s, "
+                     f"{fmt(h['roofline_pct'], '.1f')}% of the copy roofline measured in this sweep"
+                     + (" (noisy)" if h["noisy"] else "") + (" — CPU host figures" if cpu else ""))
+    return lines
+
+
 def _sweep_label(df: pd.DataFrame) -> str:
     """``sweep`` at ``commit`` (chain N, graph) for a compare table's header."""
     first = df.iloc[0]
@@ -460,11 +487,14 @@ def render_sweep(sweep_dir: pathlib.Path, out_root: pathlib.Path, template: str 
         store.atomic_write_json(out / "roofline.json", roof)
         generated.append("roofline.json")
     verdict = sweep_verdicts(sweep_dir, df, metas, also)
-    reopen_conds = reopen.conditions(prov, roof, df, load_fuel(DEFAULT_FUEL), _manual_reopen(metas))
+    fuel = load_fuel(DEFAULT_FUEL)
+    reopen_conds = reopen.conditions(prov, roof, df, fuel, _manual_reopen(metas))
     reopen.write(out, reopen_conds)
     generated.append(reopen.REOPEN)
     text = _env().get_template(template).render(
         verdict=verdict, reopen_if=reopen.describe(reopen_conds), reopen_file=reopen.REOPEN,
+        headline=headline(df, cpu), geometry=geometry_table(fuel), accounting=accounting_markdown(fuel),
+        fuel_sha=fuel.sha256, fuel_is_measured=prov.get("fuel_sha256") == fuel.sha256,
         sweep=sweep, prov=prov, roof=roof, cpu=cpu, sections=sections, claim=claim,
         problems=problems_table(df), notes=notes_table(df), n_jobs=len(metas), n_rows=len(df),
         timeline=timeline_table(out), timeline_dir=TIMELINE_DIR,
