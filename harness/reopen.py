@@ -64,10 +64,10 @@ def conditions(prov: dict[str, Any], roof: dict[str, Any] | None, rows: pd.DataF
         "kind": "fuel_geometry", "fuel_sha256": prov.get("fuel_sha256"),
         "geometry_sha256": geometry_sha256(geometry) if same else None,
         "established": {k: f.established for k, f in sorted(geometry.facts.items())} if same else None,
-    }, {
-        "kind": "software", "device_short": prov.get("device_short"),
-        **{k: prov.get(k) for k in SOFTWARE_KEYS},
     }]
+    if any(prov.get(k) is not None for k in SOFTWARE_KEYS):  # a CPU sweep records no driver
+        out.append({"kind": "software", "device_short": prov.get("device_short"),
+                    **{k: prov.get(k) for k in SOFTWARE_KEYS}})
     if roof and roof.get("gbps"):
         out.append({"kind": "copy_bandwidth", "gbps": float(roof["gbps"]), "fraction": BANDWIDTH_FRACTION,
                     "variant": roof.get("variant")})
@@ -126,14 +126,15 @@ def _when(prov: dict[str, Any]) -> str:
     return str(prov.get("timestamp_utc") or "")
 
 
-def check_runs(conds: list[dict[str, Any]], measured_at: str, sweeps: Sequence[pathlib.Path]) -> list[str]:
-    """Why newer sweeps (measured after ``measured_at`` on the same device) reopen these conditions."""
+def check_runs(conds: list[dict[str, Any]], measured: dict[str, Any], sweeps: Sequence[pathlib.Path]) -> list[str]:
+    """Why newer sweeps (measured after the write-up's provenance ``measured``, on its device)
+    reopen these conditions."""
     by_kind = {c["kind"]: c for c in conds}
     software = by_kind.get("software", {})
     reasons: list[str] = []
     for sweep_dir in sweeps:
         prov = store.read_provenance(sweep_dir) or {}
-        if _when(prov) <= measured_at or prov.get("device_short") != software.get("device_short"):
+        if _when(prov) <= _when(measured) or prov.get("device_short") != measured.get("device_short"):
             continue
         run = f"{pathlib.Path(sweep_dir).name} at {str(prov.get('commit') or 'unknown')[:7]}"
         for key in SOFTWARE_KEYS:
@@ -158,7 +159,7 @@ def check(folder: pathlib.Path, geometry: Geometry, sweeps: Sequence[pathlib.Pat
     """A published folder's reopen state: ``{"reasons": [...], "manual": [...], "recorded": bool}``."""
     conds, own = recorded(folder, geometry)
     prov = json.loads((pathlib.Path(folder) / "provenance.json").read_text())
-    reasons = check_fuel(conds, geometry) + check_runs(conds, _when(prov), sweeps)
+    reasons = check_fuel(conds, geometry) + check_runs(conds, prov, sweeps)
     return {"reasons": reasons, "manual": [c["text"] for c in conds if c["kind"] == "manual"], "recorded": own}
 
 
@@ -178,7 +179,8 @@ def describe(conds: list[dict[str, Any]]) -> list[str]:
             lines.append(f"a newer run's copy roofline moves by more than ±{c['fraction']:.0%} from "
                          f"{c['gbps']:.0f} GB/s")
         elif k == "kernel_sources":
-            lines.append(f"a measured variant's source changes ({len(c['sources'])} hashes recorded in `{REOPEN}`)")
+            n = len(c["sources"])
+            lines.append(f"a measured variant's source changes ({n} hash{'es' if n > 1 else ''} recorded in `{REOPEN}`)")
         elif k == "manual":
             lines.append(f"(manual) {c['text']}")
     return lines

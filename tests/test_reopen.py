@@ -106,3 +106,16 @@ def test_a_folder_published_without_reopen_json_gets_derived_conditions(tmp_path
     (folder / "provenance.json").write_text(json.dumps(prov))
     assert reopen.check(folder, geometry)["reasons"] == [
         f"fuel file changed (sha256 000000000000 → {geometry.sha256[:12]}; its fact values were not recorded)"]
+
+
+def test_a_cpu_sweep_records_no_driver_but_still_reopens_on_a_changed_source(tmp_path, geometry):
+    cpu = dict(device_short="cpu", driver_version=None, cuda_driver_version=None, cuda_runtime_version=None)
+    root = tmp_path / "store"
+    s = sweep(root, ROWS, name="kda", stamp="2026-12-01_10-00-00", **cpu)
+    conds = reopen.conditions(store.read_provenance(s), None, store.load_sweep(s), geometry)
+    assert {c["kind"] for c in conds} == {"fuel_geometry", "kernel_sources"}
+    folder = report.render_sweep(s, tmp_path / "rendered").parent
+    newer = sweep(root, [row("bulk32k_early", 0.038, 0.039, 0.040, source_sha="9999")], name="kda",
+                  stamp="2026-12-02_10-00-00", **cpu)
+    assert reopen.check(folder, geometry, [newer])["reasons"] == [
+        f"kda_decode/bulk32k_early source bbbb → 9999 ({newer.name} at c0ffee0)"]
