@@ -78,6 +78,8 @@ class JobConfig:
     claims: List[Any] = dataclasses.field(default_factory=list)
     # What would reopen its findings that no machine can check (harness/reopen.py lists it as manual).
     reopen_if: List[str] = dataclasses.field(default_factory=list)
+    # What to measure or build next, as the experiment's authors see it (the write-up's Next steps).
+    next_steps: List[str] = dataclasses.field(default_factory=list)
 
 
 def job_schema() -> type:

@@ -436,20 +436,21 @@ def sweep_verdicts(sweep_dir: pathlib.Path, df: pd.DataFrame, metas: list[dict[s
             "counts": {v: sum(r["verdict"] == v for r in results) for v in verdicts.VERDICTS}}
 
 
-def _manual_reopen(metas: list[dict[str, Any]]) -> list[str]:
-    """The experiment's ``reopen_if`` as its jobs stored it, else as its file says now."""
+def _experiment_list(metas: list[dict[str, Any]], key: str) -> list[str]:
+    """The experiment's list ``key`` (``reopen_if``, ``next_steps``) as its jobs stored it, else
+    as its file says now (a store written before the key existed)."""
     import yaml
 
     from harness import verdicts
 
     for m in metas:
-        if "reopen_if" in m:
-            return list(m["reopen_if"] or [])
+        if key in m:
+            return [str(t) for t in m[key] or []]
     name = next((n for m in metas if (n := verdicts.experiment_of(m.get("overrides", [])))), None)
     path = verdicts.EXPERIMENTS / "experiment" / f"{name}.yaml"
     if name is None or not path.is_file():
         return []
-    return [str(t) for t in (yaml.safe_load(path.read_text()) or {}).get("reopen_if") or []]
+    return [str(t) for t in (yaml.safe_load(path.read_text()) or {}).get(key) or []]
 
 
 def render_sweep(sweep_dir: pathlib.Path, out_root: pathlib.Path, template: str = "sweep.md.j2",
@@ -488,12 +489,12 @@ def render_sweep(sweep_dir: pathlib.Path, out_root: pathlib.Path, template: str 
         generated.append("roofline.json")
     verdict = sweep_verdicts(sweep_dir, df, metas, also)
     fuel = load_fuel(DEFAULT_FUEL)
-    reopen_conds = reopen.conditions(prov, roof, df, fuel, _manual_reopen(metas))
+    reopen_conds = reopen.conditions(prov, roof, df, fuel, _experiment_list(metas, "reopen_if"))
     reopen.write(out, reopen_conds)
     generated.append(reopen.REOPEN)
     text = _env().get_template(template).render(
         verdict=verdict, reopen_if=reopen.describe(reopen_conds), reopen_file=reopen.REOPEN,
-        headline=headline(df, cpu), geometry=geometry_table(fuel), accounting=accounting_markdown(fuel),
+        next_steps=_experiment_list(metas, "next_steps"), headline=headline(df, cpu), geometry=geometry_table(fuel), accounting=accounting_markdown(fuel),
         fuel_sha=fuel.sha256, fuel_is_measured=prov.get("fuel_sha256") == fuel.sha256,
         sweep=sweep, prov=prov, roof=roof, cpu=cpu, sections=sections, claim=claim,
         problems=problems_table(df), notes=notes_table(df), n_jobs=len(metas), n_rows=len(df),

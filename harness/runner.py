@@ -379,6 +379,7 @@ def run_job(cfg, ctx: JobContext) -> list[dict[str, Any]]:
         "provenance": prov, "roofline": roof, "claim": str(getattr(cfg, "claim", "") or ""),
         "claims": verdicts.check_claims(getattr(cfg, "claims", None), geometry),
         "reopen_if": [str(t) for t in (getattr(cfg, "reopen_if", None) or [])],
+        "next_steps": [str(t) for t in (getattr(cfg, "next_steps", None) or [])],
     }
     store.write_job(ctx.job_dir, rows, meta)
     return rows

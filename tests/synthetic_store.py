@@ -28,15 +28,15 @@ def row(variant: str, p20: float, p50: float, p80: float, **over: Any) -> dict[s
 
 
 def sweep(root: pathlib.Path, rows: list[dict[str, Any]], name: str = "syn", claims: list | None = None,
-          stamp: str = "2026-12-01_10-00-00", **prov: Any) -> pathlib.Path:
+          stamp: str = "2026-12-01_10-00-00", meta: dict[str, Any] | None = None, **prov: Any) -> pathlib.Path:
     """A sweep folder under ``root`` holding ``rows`` as one job, with an H200 provenance (the
     fixture store's, at its own commit and time; ``prov`` changes any key)."""
     folder = pathlib.Path(root) / f"{stamp}_{name}"
     base = store.read_provenance(store.sweep_dirs(FIXTURES)[0])
     store.write_provenance(folder, {**base, "commit": "c0ffee0" * 6,
                                     "timestamp_utc": f"{stamp[:10]}T{stamp[11:].replace('-', ':')}+00:00", **prov})
-    meta: dict[str, Any] = {"overrides": [], "point": POINT}
+    job_meta: dict[str, Any] = {"overrides": [], "point": POINT, **(meta or {})}
     if claims is not None:
-        meta["claims"] = claims
-    store.write_job(folder / "0", [{**r, "sweep": name} for r in rows], meta)
+        job_meta["claims"] = claims
+    store.write_job(folder / "0", [{**r, "sweep": name} for r in rows], job_meta)
     return folder

@@ -7,7 +7,7 @@ import re
 import shutil
 
 from harness import report, store
-from synthetic_store import FIXTURES
+from synthetic_store import FIXTURES, row, sweep
 
 ORDER = ["**Headline**", "**Question.**", "**Verdict.**", "## Setup", "## Geometry",
          "## Bytes per stream and streams per memory budget", "## Roofline", "## Results", "## Verdict",
@@ -38,3 +38,14 @@ def test_the_write_up_has_its_sections_in_order_and_its_numbers_from_rows_and_fu
         assert fact.source.replace("|", "\\|") in line
         assert ("**open**" in line) == (not fact.established)
     assert re.search(r"\| KDA state, all layers, BF16 \| \d+ MiB \|", text)
+
+
+def test_next_steps_and_manual_reopen_conditions_come_from_the_experiment(tmp_path):
+    rows = [row("bulk32k_early", 0.038, 0.039, 0.040, source_sha="bbbb")]
+    s = sweep(tmp_path, rows, meta={"next_steps": ["measure M = 64"], "reopen_if": ["fla changes its kernel"]})
+    text = report.render_sweep(s, tmp_path / "out").read_text()
+    steps = text.split("## Next steps")[1].split("## Reopen if")[0]
+    assert "- measure M = 64" in steps
+    assert "- (manual) fla changes its kernel" in text.split("## Reopen if")[1]
+    bare = report.render_sweep(sweep(tmp_path / "b", rows), tmp_path / "out2").read_text()
+    assert "## Next steps" not in bare
