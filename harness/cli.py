@@ -287,10 +287,17 @@ def _cmd_report(args: list[str]) -> None:
     try:
         sweep_dir = store.find_sweep(ns.root, ns.sweep)
         also = [store.find_sweep(ns.root, name) for name in ns.also]
-        path = report.render_sweep(sweep_dir, pathlib.Path(ns.out) if ns.out else sweep_dir.parent / "reports",
-                                   also=also)
-    except (FileNotFoundError, ValueError, KeyError) as exc:
+        out_root = pathlib.Path(ns.out) if ns.out else sweep_dir.parent / "reports"
+        path = report.render_sweep(sweep_dir, out_root, also=also)
+    except PermissionError as exc:
+        fail(f"report: cannot write under {exc.filename or out_root} ({exc.strerror}); allowed: a writable --out folder")
+    except KeyError as exc:  # a column the rows lack: an older or hand-edited store
+        fail(f"report: the rows of {sweep_dir} lack column {exc}; nothing was written")
+    except (FileNotFoundError, ValueError, OSError) as exc:
         fail(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
+    except Exception as exc:  # the render is staged: whatever broke it, nothing half-written remains
+        fail(f"report: {type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}; "
+             f"nothing was written")
     print(f"report: {path}")
 
 

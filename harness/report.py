@@ -9,7 +9,10 @@ component. Every figure in the text comes from those rows; CPU figures are label
 from __future__ import annotations
 
 import math
+import os
 import pathlib
+import shutil
+import tempfile
 from typing import Any, Iterable, Sequence
 
 import jinja2
@@ -468,13 +471,34 @@ def render_sweep(sweep_dir: pathlib.Path, out_root: pathlib.Path, template: str 
     metas = store.job_metas(sweep_dir)
     claim = store.sweep_claim(sweep_dir)
     out = _report_folder(out_root, report_dir_name(prov, sweep), sweep_dir, prov)
-    out.mkdir(parents=True, exist_ok=True)
+    # Everything is written into a staging folder beside it and moved in at the end: a render that
+    # fails half-way (a missing column, a full disk) leaves the report folder as it was.
+    out_root.mkdir(parents=True, exist_ok=True)
+    stage = pathlib.Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out_root))
+    try:
+        generated = _render_into(stage, out, sweep_dir, prov, roof, df, sweep, metas, claim, template, also)
+        out.mkdir(parents=True, exist_ok=True)
+        for name in generated:
+            os.replace(stage / name, out / name)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    _record_generated(out, generated, sweep_dir)
+    return out / "README.md"
+
+
+def _render_into(stage: pathlib.Path, out: pathlib.Path, sweep_dir: pathlib.Path, prov, roof, df, sweep: str,
+                 metas, claim: str, template: str, also) -> list[str]:
+    """Write one sweep's report files into ``stage``; ``out`` is where they will live (its
+    timeline folder, if any, is read from there). Returns the files written."""
     generated: list[str] = ["README.md", "rows.csv", "provenance.json"]
+    done = sweep_progress(sweep_dir)
+    jobs_line = (f"{done[0]} of {done[1]} planned job(s) stored" if done and done[0] != done[1]
+                 else f"{len(metas)} job(s)")
     cpu = prov["backend"] == "cpu"
     sections = []
     for comp, grp in df.groupby("component", sort=True):
         plot_name = f"{comp}.png"
-        has_plot = plot_component(grp, roof["gbps"] if roof else None, out / plot_name,
+        has_plot = plot_component(grp, roof["gbps"] if roof else None, stage / plot_name,
                                   f"{comp} on {prov['device']} ({sweep})")
         sections.append({"component": comp, "table": results_table(grp, cpu),
                          "scaling": scaling_table(grp, roof["gbps"] if roof else None),
@@ -482,22 +506,22 @@ def render_sweep(sweep_dir: pathlib.Path, out_root: pathlib.Path, template: str 
                          "n_ok": int((grp["status"] == "ok").sum()), "n": len(grp)})
         if has_plot:
             generated.append(plot_name)
-    df.to_csv(out / "rows.csv", index=False)
-    store.atomic_write_json(out / "provenance.json", prov)  # the store's own format
+    df.to_csv(stage / "rows.csv", index=False)
+    store.atomic_write_json(stage / "provenance.json", prov)  # the store's own format
     if roof:
-        store.atomic_write_json(out / "roofline.json", roof)
+        store.atomic_write_json(stage / "roofline.json", roof)
         generated.append("roofline.json")
     verdict = sweep_verdicts(sweep_dir, df, metas, also)
     fuel = load_fuel(DEFAULT_FUEL)
     reopen_conds = reopen.conditions(prov, roof, df, fuel, _experiment_list(metas, "reopen_if"))
-    reopen.write(out, reopen_conds)
+    reopen.write(stage, reopen_conds)
     generated.append(reopen.REOPEN)
     text = _env().get_template(template).render(
         verdict=verdict, reopen_if=reopen.describe(reopen_conds), reopen_file=reopen.REOPEN,
         next_steps=_experiment_list(metas, "next_steps"), headline=headline(df, cpu), geometry=geometry_table(fuel), accounting=accounting_markdown(fuel),
         fuel_sha=fuel.sha256, fuel_is_measured=prov.get("fuel_sha256") == fuel.sha256,
         sweep=sweep, prov=prov, roof=roof, cpu=cpu, sections=sections, claim=claim,
-        problems=problems_table(df), notes=notes_table(df), n_jobs=len(metas), n_rows=len(df),
+        problems=problems_table(df), notes=notes_table(df), n_jobs=len(metas), jobs_line=jobs_line, n_rows=len(df),
         timeline=timeline_table(out), timeline_dir=TIMELINE_DIR,
         timeline_plot=(out / TIMELINE_DIR / "timeline.png").is_file(),
         chains=chain_lengths(df), graphs=sorted({bool(g) for g in df.loc[df["status"] == "ok", "graph"]}),
@@ -505,9 +529,14 @@ def render_sweep(sweep_dir: pathlib.Path, out_root: pathlib.Path, template: str 
         overrides=sorted({" ".join(m.get("overrides", [])) for m in metas}),
         store_path=str(sweep_dir), argv=prov.get("argv", ""),
     )
-    (out / "README.md").write_text(text)
-    _record_generated(out, generated, sweep_dir)
-    return out / "README.md"
+    (stage / "README.md").write_text(text)
+    return generated
+
+
+def sweep_progress(sweep_dir: pathlib.Path) -> tuple[int, int] | None:
+    from harness import sweep as sweep_plan
+
+    return sweep_plan.progress(sweep_dir)
 
 
 _MANIFEST = ".generated"   # files the last render wrote; hand-written notes and store/ are kept

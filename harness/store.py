@@ -207,6 +207,10 @@ def load_sweep(sweep_dir: pathlib.Path) -> pd.DataFrame:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             warnings.warn(f"store: skipping job {rows_path.parent} (unreadable: {first[:200]})", stacklevel=2)
             continue
+        missing = [c for c in ROW_COLUMNS if c not in df.columns] if "schema_version" in df.columns else []
+        if missing:  # written by this schema but lacking its columns: damaged, not an older version
+            warnings.warn(f"store: skipping job {rows_path.parent} (rows lack {', '.join(missing[:5])})", stacklevel=2)
+            continue
         df["overrides"] = " ".join(meta.get("overrides", []))
         if "schema_version" not in df.columns:  # version 1
             df["schema_version"] = 1
