@@ -425,6 +425,30 @@ def _cmd_list(args: list[str]) -> None:
         print(f"  {axis.name:12s} {axis.allowed():28s} default {default}: {axis.doc}")
 
 
+def _cmd_budget(args: list[str]) -> None:
+    from harness import budget
+
+    ap = argparse.ArgumentParser(prog="attnbench budget",
+                                 description="Where a decode step goes: a budget file's terms priced from measured rows.")
+    ap.add_argument("name", nargs="?", default="decode_step", help="a budget of experiments/budget/ or a file (default: decode_step)")
+    ap.add_argument("--reports", action="append", default=[], help="published reports folder(s) to read rows from (default: reports/)")
+    ap.add_argument("--root", action="append", default=[], help="results store root(s) to read rows from")
+    ap.add_argument("--out", help="write README.md and the plot into this folder (default: print the markdown)")
+    ap.add_argument("--moe-us", type=float, help="the non-attention µs per step (a stated input, not measured)")
+    ap.add_argument("--fuel", default=str(REPO_ROOT / "fuels/glm-5.3-flash/attention.yaml"))
+    ns = ap.parse_args(args)
+    try:
+        geometry = load_fuel(ns.fuel)
+        spec = budget.load_budget(ns.name, geometry)
+        if ns.moe_us is not None:
+            spec = dataclasses.replace(spec, moe_us_per_step=ns.moe_us, moe_source="given on the command line")
+        rows = budget.gather_rows(ns.reports or ([] if ns.root else [str(REPO_ROOT / "reports")]), ns.root)
+        text = budget.render(spec, rows, geometry, pathlib.Path(ns.out) if ns.out else None)
+    except (FuelError, budget.BudgetError, OSError) as exc:
+        fail(str(exc).strip().splitlines()[0])
+    print(f"budget: {pathlib.Path(ns.out) / 'README.md'}" if ns.out else text, end="" if not ns.out else "\n")
+
+
 def _cmd_sweeps(args: list[str]) -> None:
     from harness import store
 
@@ -448,7 +472,7 @@ def _cmd_sweeps(args: list[str]) -> None:
 
 SUBCOMMANDS = {"report": _cmd_report, "publish": _cmd_publish, "compare": _cmd_compare, "accounting": _cmd_accounting,
                "fuel": _cmd_fuel, "list": _cmd_list, "sweeps": _cmd_sweeps,
-               "reopen-check": _cmd_reopen_check}
+               "reopen-check": _cmd_reopen_check, "budget": _cmd_budget}
 # One line each for `attnbench --help` (the first line of each verb's description).
 USAGE = """usage: attnbench [-m] [+experiment=NAME] [KEY=VALUE ...] [--force]   run one job, or a sweep with -m
        attnbench VERB [ARGS]                                          (attnbench VERB --help for its options)
@@ -458,6 +482,7 @@ verbs:
   publish     copy a rendered write-up into reports/ and regenerate the index
   compare     the rows two sweeps share, side by side
   sweeps      stored sweeps: device, jobs stored of planned, ok / skipped / failed rows
+  budget      where a decode step goes: KDA, sparse MLA and the indexer per step, from measured rows
   list        components, their variants, every axis
   accounting  byte accounting derived from the fuel
   fuel        validate a fuel file and list its open facts
