@@ -3,7 +3,8 @@
 ``attnbench [hydra overrides]`` runs one job; ``attnbench -m ...`` runs a Hydra multirun (a
 sweep). Before Hydra starts, every job of the sweep is composed and validated ("preflight"): a bad
 override exits with status 2 and one line naming the key and the allowed values, and nothing is
-written. Subcommands: ``report``, ``publish``, ``compare``, ``accounting``, ``fuel``, ``list``.
+written. Subcommands: ``report``, ``publish``, ``compare``, ``reopen-check``, ``accounting``, ``fuel``,
+``list``.
 """
 
 from __future__ import annotations
@@ -280,10 +281,14 @@ def _cmd_report(args: list[str]) -> None:
     ap.add_argument("sweep", help="sweep folder, its name, or 'latest'")
     ap.add_argument("--root", default="results", help="results store root (default: results)")
     ap.add_argument("--out", help="where reports go (default: <store root>/reports, beside the sweep)")
+    ap.add_argument("--also", action="append", default=[], metavar="SWEEP",
+                    help="another sweep whose rows the claims draw on (repeatable; a roofline_step, say)")
     ns = ap.parse_args(args)
     try:
         sweep_dir = store.find_sweep(ns.root, ns.sweep)
-        path = report.render_sweep(sweep_dir, pathlib.Path(ns.out) if ns.out else sweep_dir.parent / "reports")
+        also = [store.find_sweep(ns.root, name) for name in ns.also]
+        path = report.render_sweep(sweep_dir, pathlib.Path(ns.out) if ns.out else sweep_dir.parent / "reports",
+                                   also=also)
     except (FileNotFoundError, ValueError, KeyError) as exc:
         fail(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
     print(f"report: {path}")
@@ -319,14 +324,58 @@ def _cmd_compare(args: list[str]) -> None:
     ap.add_argument("a", help="sweep A: folder, name, or 'latest'")
     ap.add_argument("b", help="sweep B: folder, name, or 'latest'")
     ap.add_argument("--root", default="results", help="results store root (default: results)")
+    ap.add_argument("--tolerance", type=float, default=0.0,
+                    help="a ratio within 1 ± this is never faster or slower (default 0: the intervals alone decide)")
+    ap.add_argument("--fail-on-slower", action="store_true",
+                    help="exit with status 1 when any shared row is slower in B (a regression gate)")
     ns = ap.parse_args(args)
+    if not 0 <= ns.tolerance < 1:
+        fail(f"--tolerance: {ns.tolerance} is out of range; allowed: numbers 0 <= t < 1")
     try:
         a, b = (store.load_sweep(store.find_sweep(ns.root, name)) for name in (ns.a, ns.b))
         if a.empty or b.empty:
             raise FileNotFoundError(f"sweep: {ns.a if a.empty else ns.b} has no stored rows")
     except (FileNotFoundError, ValueError, KeyError) as exc:
         fail(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
-    print(report.compare_sweeps(a, b), end="")
+    print(report.compare_sweeps(a, b, ns.tolerance), end="")
+    if ns.fail_on_slower:
+        both, _, _ = report.compare_rows(a, b, ns.tolerance)
+        slower = both[both["label"] == "slower"]
+        if len(slower):
+            first = slower.iloc[0]
+            fail(f"compare: {len(slower)} row(s) slower in B, first {first['component']}/{first['variant']} "
+                 f"B / A {first['ratio']:.3f} ({first['why']})", code=1)
+
+
+def _cmd_reopen_check(args: list[str]) -> None:
+    from harness import publish, reopen, report, store
+
+    ap = argparse.ArgumentParser(prog="attnbench reopen-check",
+                                 description="Which published write-ups the current fuel or a newer run reopens, and why.")
+    ap.add_argument("--store", action="append", default=[], metavar="ROOT",
+                    help="a results store whose newer sweeps to hold the conditions against (repeatable)")
+    ap.add_argument("--reports", default=str(publish.REPORTS), help="the published reports folder (default: reports/)")
+    ap.add_argument("--fuel", default=str(REPO_ROOT / "fuels/glm-5.3-flash/attention.yaml"))
+    ap.add_argument("--all", action="store_true", help="list the write-ups nothing reopens too")
+    ns = ap.parse_args(args)
+    try:
+        geometry = load_fuel(ns.fuel)
+    except FuelError as exc:
+        fail(str(exc))
+    sweeps = [s for root in ns.store for s in store.sweep_dirs(root)]
+    folders = publish.published(ns.reports)
+    rows, reopened = [], 0
+    for folder in folders:
+        state = reopen.check(folder, geometry, sweeps)
+        reopened += bool(state["reasons"])
+        if state["reasons"] or ns.all:
+            rows.append([f"`{folder.name}`", "**reopened**" if state["reasons"] else "holds",
+                         "; ".join(state["reasons"]) or "–",
+                         "; ".join(state["manual"]) or "–", "own" if state["recorded"] else "derived"])
+    print(f"{reopened} of {len(folders)} published write-up(s) reopened (fuel {geometry.sha256[:12]}, "
+          f"{len(sweeps)} sweep(s) from {', '.join(ns.store) or 'no store'})\n")
+    if rows:
+        print(report.md_table(["write-up", "state", "why (checked)", "reopen if (manual)", "conditions"], rows))
 
 
 def _cmd_accounting(args: list[str]) -> None:
@@ -391,7 +440,8 @@ def _cmd_sweeps(args: list[str]) -> None:
 
 
 SUBCOMMANDS = {"report": _cmd_report, "publish": _cmd_publish, "compare": _cmd_compare, "accounting": _cmd_accounting,
-               "fuel": _cmd_fuel, "list": _cmd_list, "sweeps": _cmd_sweeps}
+               "fuel": _cmd_fuel, "list": _cmd_list, "sweeps": _cmd_sweeps,
+               "reopen-check": _cmd_reopen_check}
 # One line each for `attnbench --help` (the first line of each verb's description).
 USAGE = """usage: attnbench [-m] [+experiment=NAME] [KEY=VALUE ...] [--force]   run one job, or a sweep with -m
        attnbench VERB [ARGS]                                          (attnbench VERB --help for its options)
@@ -404,6 +454,7 @@ verbs:
   list        components, their variants, every axis
   accounting  byte accounting derived from the fuel
   fuel        validate a fuel file and list its open facts
+  reopen-check  which published write-ups the current fuel or a newer run reopens, and why
   help        this text
 
 running:

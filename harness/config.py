@@ -2,7 +2,7 @@
 validation that runs before anything is measured or written.
 
 The schema has two parts: the harness's own keys (component, backend, timing, store, sweep,
-variant(s), seed, fuel, claim), declared here, and one top-level key per declared axis, taken
+variant(s), seed, fuel, claim, claims), declared here, and one top-level key per declared axis, taken
 from the kernel families (``harness.axes``, ``registry.axes()``): the harness never learns what a
 state dtype or a pool is. Names follow the design sketch: M (concurrent streams), context,
 selection, pooling, state_dtype, key_dtype, variant.
@@ -73,6 +73,13 @@ class JobConfig:
     seed: int = 0
     fuel: str = "fuels/glm-5.3-flash/attention.yaml"
     claim: str = ""               # what the experiment sets out to show (rendered in reports)
+    # The claims it can test, as rules over stored rows (harness/verdicts.py); checked here, at
+    # composition, and decided in the write-up.
+    claims: List[Any] = dataclasses.field(default_factory=list)
+    # What would reopen its findings that no machine can check (harness/reopen.py lists it as manual).
+    reopen_if: List[str] = dataclasses.field(default_factory=list)
+    # What to measure or build next, as the experiment's authors see it (the write-up's Next steps).
+    next_steps: List[str] = dataclasses.field(default_factory=list)
 
 
 def job_schema() -> type:
@@ -149,6 +156,9 @@ def validate(cfg: DictConfig | JobConfig, geometry: Geometry) -> None:
         raise ConfigError("store.root: empty; allowed: a directory path")
     if not str(c.sweep).replace("-", "").replace("_", "").isalnum():
         raise ConfigError(f"sweep: {c.sweep!r} is not a slug; allowed: letters, digits, '-', '_'")
+    from harness import verdicts
+
+    verdicts.check_claims(_value(c, "claims"), geometry)
     problem = comp.check_point(geometry, point_of(c, comp, geometry))
     if problem:
         raise ConfigError(problem)

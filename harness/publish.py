@@ -33,7 +33,8 @@ REPORTS = REPO_ROOT / "reports"
 INDEX = "README.md"
 REQUIRED = ("README.md", "rows.csv", "provenance.json")
 # Top-level files a reader needs, when the render (or a person) wrote them; plus every *.png there.
-READER_FILES = ("README.md", "FINDINGS.md", "rows.csv", "provenance.json", "roofline.json", "gpu_tests.txt")
+READER_FILES = ("README.md", "FINDINGS.md", "rows.csv", "provenance.json", "roofline.json", "reopen.json",
+                "gpu_tests.txt")
 # Under a folder named timeline* (tools/kda_timeline.py's --out, kept beside a report): its summary,
 # plot, per-layer chain table and printed output; the per-CTA and per-tile CSVs stay behind unless
 # FINDINGS.md names them.
@@ -206,6 +207,12 @@ def _headline_cell(rows: pd.DataFrame, cpu: bool) -> str:
     return "<br>".join(cells)
 
 
+def _reopen_cell(state: dict[str, Any]) -> str:
+    if state["reasons"]:
+        return "**reopened**: " + "; ".join(state["reasons"])
+    return "no"
+
+
 INDEX_HEADER = """\
 # Published reports
 
@@ -220,8 +227,15 @@ launch (per layer; in a `timing.chain` sweep a launch within the chain), the GB/
 written) and the percentage of the copy roofline measured in that sweep. It is a pointer, not a
 summary: a sweep's question and its answer are in its README and FINDINGS.
 
+**Reopened by the fuel.** Whether the committed fuel no longer matches the one a report was
+measured with (its fact values, a fact's `established` flag, or for a report that recorded no
+values its file): the report's own "Reopen if" lists every condition, and
+`python3 -m harness reopen-check --store results` also holds them against newer runs in a store
+(another driver or CUDA, a copy roofline moved by more than 5%, a changed kernel source).
+
 A folder holds what a reader needs: `README.md` (setup with commit and command, every row's table,
-how to reproduce), `FINDINGS.md` where written, `rows.csv`, `provenance.json`, `roofline.json`, the
+how to reproduce), `FINDINGS.md` where written, `rows.csv`, `provenance.json`, `roofline.json`,
+`reopen.json` (its reopen conditions, where recorded), the
 plots, `gpu_tests.txt` where the GPU tests ran, tool summaries it cites (`timeline*/`). The raw stores
 stay with the run that made them (`results/`, not in git).
 
@@ -235,6 +249,10 @@ def index_markdown(reports_root: str | pathlib.Path = REPORTS) -> str:
     """The index of ``reports_root``: one row per published folder, newest first."""
     from harness.report import md_table
 
+    from harness import reopen
+    from harness.fuel import DEFAULT_FUEL, load_fuel
+
+    geometry = load_fuel(DEFAULT_FUEL)
     lines = []
     for folder in published(reports_root):
         prov = _read_provenance(folder)
@@ -247,8 +265,9 @@ def index_markdown(reports_root: str | pathlib.Path = REPORTS) -> str:
             link += f" · [FINDINGS]({folder.name}/FINDINGS.md)"
         lines.append([str(prov.get("timestamp_utc", ""))[:16].replace("T", " "), f"`{sweep}`",
                       str(prov.get("device", prov.get("device_short", prov.get("backend", "?")))),
-                      f"`{commit}`", _headline_cell(rows, prov.get("backend") == "cpu"), link])
-    table = md_table(["measured (UTC)", "sweep", "device", "commit", "headline", "report"], lines)
+                      f"`{commit}`", _headline_cell(rows, prov.get("backend") == "cpu"),
+                      _reopen_cell(reopen.check(folder, geometry)), link])
+    table = md_table(["measured (UTC)", "sweep", "device", "commit", "headline", "reopened by the fuel", "report"], lines)
     return INDEX_HEADER + (table if lines else "No report is published yet.") + "\n"
 
 

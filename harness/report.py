@@ -17,8 +17,8 @@ import numpy as np
 import pandas as pd
 
 from harness import accounting as acc
-from harness import store
-from harness.fuel import REPO_ROOT, Geometry
+from harness import reopen, store
+from harness.fuel import DEFAULT_FUEL, REPO_ROOT, Geometry, load_fuel
 
 TEMPLATES = REPO_ROOT / "reports" / "templates"
 
@@ -231,6 +231,33 @@ def accounting_markdown(g: Geometry) -> str:
             f"### Seed 003 §9.1–9.3\n\n{s9}\n")
 
 
+def geometry_table(g: Geometry) -> str:
+    """Every fact of the fuel with its value, its source and whether it is established."""
+    def value(v: Any) -> str:
+        return f"{len(v)} layers ({v[0]}…{v[-1]})" if isinstance(v, list) and len(v) > 8 else fmt(v)
+
+    return md_table(["fact", "value", "established", "source"],
+                    [[f"`{k}`", value(f.value), "yes" if f.established else
+                      f"**open** (alternatives: {', '.join(map(str, f.alternatives))})", f.source]
+                     for k, f in g.facts.items()])
+
+
+def headline(df: pd.DataFrame, cpu: bool) -> list[str]:
+    """One line per component, computed from the rows: our fastest ok row at its largest point,
+    its µs per launch with the p20–p80 range, GB/s and share of this sweep's roofline."""
+    from harness.publish import headlines
+
+    lines = []
+    for h in headlines(df):
+        r = df[(df["component"] == h["component"]) & (df["variant"] == h["variant"]) & (df["status"] == "ok")]
+        r = r.loc[(r["ms_p50"] * 1e3 - h["us"]).abs().idxmin()]
+        lines.append(f"{h['component']}: `{h['variant']}` at {h['point']} takes **{h['us']:.2f} µs** per launch "
+                     f"(p20–p80 {r['ms_p20'] * 1e3:.2f}–{r['ms_p80'] * 1e3:.2f}), {fmt(h['gbps'], '.0f')} GB/s, "
+                     f"{fmt(h['roofline_pct'], '.1f')}% of the copy roofline measured in this sweep"
+                     + (" (noisy)" if h["noisy"] else "") + (" — CPU host figures" if cpu else ""))
+    return lines
+
+
 def _sweep_label(df: pd.DataFrame) -> str:
     """``sweep`` at ``commit`` (chain N, graph) for a compare table's header."""
     first = df.iloc[0]
@@ -239,30 +266,79 @@ def _sweep_label(df: pd.DataFrame) -> str:
     return f"`{first['sweep']}` at `{str(first.get('commit', ''))[:7]}` ({timing})"
 
 
-def compare_sweeps(a: pd.DataFrame, b: pd.DataFrame) -> str:
-    """Markdown: the ok rows two sweeps share (same component, variant and point), their p50 per
-    launch side by side and the ratio B / A, then how many rows only one side has. The rows keep
-    their own provenance; nothing is averaged or re-timed."""
-    ok_a, ok_b = a[a["status"] == "ok"], b[b["status"] == "ok"]
-    axes = [ax for ax in component_axes(pd.concat([ok_a, ok_b])) if ax in ok_a.columns and ax in ok_b.columns]
+COMPARE_LABELS = ("same", "faster", "slower", "ambiguous")
+
+
+def compare_rows(a: pd.DataFrame, b: pd.DataFrame, tolerance: float = 0.0) -> tuple[pd.DataFrame, int, int]:
+    """Every row two sweeps share (same component, variant and point), labelled from the p20-p80
+    intervals: B's time over A's lies in ``[b_p20 / a_p80, b_p80 / a_p20]``;
+
+    - ``slower`` when all of that range is above ``1 + tolerance``, ``faster`` when all of it is
+      below ``1 - tolerance``;
+    - ``same`` when the intervals overlap and each p50 lies inside the other's interval (or the
+      whole range is within the tolerance);
+    - ``ambiguous`` otherwise: partly overlapping intervals, a noisy, skipped or failed row on
+      either side, or a point measured more than once on one side (``why`` says which).
+
+    Returns (the shared rows with ``label``, ``why``, ``ratio``, ``lo``, ``hi``; rows only in A;
+    rows only in B). The rows keep their own provenance; nothing is averaged or re-timed."""
+    from harness.verdicts import truthy
+
+    axes = [ax for ax in component_axes(pd.concat([a, b])) if ax in a.columns and ax in b.columns]
     keys = ["component", "variant", *axes]
 
     def keyed(df: pd.DataFrame) -> pd.DataFrame:
-        # a key seen twice (the same point in two jobs) keeps its median, so the join stays 1:1
-        return df.groupby(keys, dropna=False, sort=False).agg(ms=("ms_p50", "median"),
-                                                              peer=("peer", "first")).reset_index()
+        df = df.copy()
+        df["noisy_"] = df["noisy"].map(truthy)
+        return df.groupby(keys, dropna=False, sort=False).agg(
+            ms=("ms_p50", "median"), p20=("ms_p20", "min"), p80=("ms_p80", "max"), times=("ms_p50", "size"),
+            status=("status", lambda s: ",".join(sorted(set(map(str, s))))), noisy=("noisy_", "any"),
+            peer=("peer", "first")).reset_index()
 
-    ka, kb = keyed(ok_a), keyed(ok_b)
+    ka, kb = keyed(a), keyed(b)
     both = ka.merge(kb, on=keys, suffixes=("_a", "_b")).sort_values(["component", *axes, "variant"])
-    rows = [[r["component"], r["variant"] + (" [peer]" if r["peer_a"] else ""), *[fmt(r[x]) for x in axes],
-             fmt(r["ms_a"] * 1e3, ".2f"), fmt(r["ms_b"] * 1e3, ".2f"), fmt(r["ms_b"] / r["ms_a"], ".3f")]
+    labels, whys, los, his, ratios = [], [], [], [], []
+    for _, r in both.iterrows():
+        lo, ratio, hi = r["p20_b"] / r["p80_a"], r["ms_b"] / r["ms_a"], r["p80_b"] / r["p20_a"]
+        bad = [f"{r['status_' + s]} in {s.upper()}" for s in ("a", "b") if r["status_" + s] != "ok"]
+        bad += [f"noisy in {s.upper()}" for s in ("a", "b") if r["status_" + s] == "ok" and r["noisy_" + s]]
+        bad += [f"measured {r['times_' + s]} times in {s.upper()}" for s in ("a", "b") if r["times_" + s] > 1]
+        if bad:
+            label, why = "ambiguous", "; ".join(bad)
+        elif lo > 1 + tolerance:
+            label, why = "slower", f"all of B / A {lo:.3f}–{hi:.3f} is above {1 + tolerance:g}"
+        elif hi < 1 - tolerance:
+            label, why = "faster", f"all of B / A {lo:.3f}–{hi:.3f} is below {1 - tolerance:g}"
+        elif r["p20_a"] <= r["ms_b"] <= r["p80_a"] and r["p20_b"] <= r["ms_a"] <= r["p80_b"]:
+            label, why = "same", "each p50 inside the other's p20–p80"
+        elif tolerance > 0 and 1 - tolerance <= lo and hi <= 1 + tolerance:
+            label, why = "same", f"all of B / A {lo:.3f}–{hi:.3f} within 1 ± {tolerance:g}"
+        else:
+            label, why = "ambiguous", f"the intervals overlap in part (B / A {lo:.3f}–{hi:.3f})"
+        labels.append(label), whys.append(why), los.append(lo), his.append(hi), ratios.append(ratio)
+    both = both.assign(label=labels, why=whys, lo=los, hi=his, ratio=ratios)
+    return both, len(ka) - len(both), len(kb) - len(both)
+
+
+def compare_sweeps(a: pd.DataFrame, b: pd.DataFrame, tolerance: float = 0.0) -> str:
+    """Markdown: ``compare_rows`` as a table, each shared row's p50 per launch side by side with
+    the ratio B / A, its p20-p80 bounds and its label, then how many rows only one side has."""
+    from harness.verdicts import truthy
+
+    both, only_a, only_b = compare_rows(a, b, tolerance)
+    axes = [c for c in both.columns if c in component_axes(pd.concat([a, b]))]
+    rows = [[r["component"], r["variant"] + (" [peer]" if truthy(r["peer_a"]) else ""), *[fmt(r[x]) for x in axes],
+             fmt(r["ms_a"] * 1e3, ".2f"), fmt(r["ms_b"] * 1e3, ".2f"), fmt(r["ratio"], ".3f"),
+             f"{fmt(r['lo'], '.3f')}–{fmt(r['hi'], '.3f')}", f"**{r['label']}**", r["why"]]
             for _, r in both.iterrows()]
-    only_a = len(ka) - len(both)
-    only_b = len(kb) - len(both)
-    head = (f"A: {_sweep_label(a)}, {len(ok_a)} ok rows · B: {_sweep_label(b)}, {len(ok_b)} ok rows\n\n"
+    counts = ", ".join(f"{int((both['label'] == k).sum())} {k}" for k in COMPARE_LABELS)
+    n_ok_a, n_ok_b = int((a["status"] == "ok").sum()), int((b["status"] == "ok").sum())
+    head = (f"A: {_sweep_label(a)}, {n_ok_a} ok rows · B: {_sweep_label(b)}, {n_ok_b} ok rows\n\n"
             f"µs per launch (p50); B / A below 1 means B is faster. {len(both)} shared rows; "
-            f"{only_a} only in A, {only_b} only in B.\n\n")
-    return head + md_table(["component", "variant", *axes, "A µs", "B µs", "B / A"], rows) + "\n"
+            f"{only_a} only in A, {only_b} only in B. Labelled from the p20–p80 intervals"
+            f"{f' with a tolerance of ±{tolerance:g}' if tolerance else ''}: {counts}.\n\n")
+    return head + md_table(["component", "variant", *axes, "A µs", "B µs", "B / A", "B / A p20–p80 bounds",
+                            "label", "why"], rows) + "\n"
 
 
 def chain_lengths(df: pd.DataFrame) -> list[int]:
@@ -326,7 +402,60 @@ def report_dir_name(prov: dict[str, Any], sweep: str) -> str:
     return f"{stamp[:10]}-{sweep}-{prov.get('device_short', prov['backend'])}-{stamp[11:19].replace(':', '')}"
 
 
-def render_sweep(sweep_dir: pathlib.Path, out_root: pathlib.Path, template: str = "sweep.md.j2") -> pathlib.Path:
+def sweep_verdicts(sweep_dir: pathlib.Path, df: pd.DataFrame, metas: list[dict[str, Any]],
+                   also: Sequence[pathlib.Path] = ()) -> dict[str, Any]:
+    """The experiment's claims decided over this sweep's rows and those of the ``also`` sweeps it
+    draws on: ``{"results": [...], "source": where the rules came from, "draws_on": [...]}``.
+
+    The rules are the ones the jobs stored; a store written before claims were rules gets the
+    experiment file's current rules (named by the jobs' ``+experiment=``), and says so."""
+    from harness import verdicts
+
+    claims = store.sweep_claims(sweep_dir)
+    source = "stored with the sweep's jobs"
+    if claims is None:
+        name = next((n for m in metas if (n := verdicts.experiment_of(m.get("overrides", [])))), None)
+        claims = []
+        if name is not None and (verdicts.EXPERIMENTS / "experiment" / f"{name}.yaml").is_file():
+            claims = verdicts.experiment_claims(name, load_fuel(DEFAULT_FUEL))
+            source = (f"`experiments/experiment/{name}.yaml` as of this render (the sweep's jobs stored no "
+                      f"rules: they ran before claims were rules)")
+    frames = [df] + [store.load_sweep(pathlib.Path(p)) for p in also]
+    rows = pd.concat([f for f in frames if len(f)], ignore_index=True)
+    draws_on = []
+    for frame in frames[1:]:
+        if len(frame):
+            first = frame.iloc[0]
+            draws_on.append({"sweep": str(first["sweep"]), "dir": str(first["sweep_dir"]),
+                             "commit": str(first.get("commit") or "unknown"),
+                             "device": str(first.get("device") or "?"),
+                             "timestamp": str(first.get("timestamp_utc") or "")})
+    results = verdicts.evaluate(claims, rows) if claims else []
+    return {"results": results, "source": source, "draws_on": draws_on,
+            "table": verdicts.verdict_table(results) if results else "",
+            "counts": {v: sum(r["verdict"] == v for r in results) for v in verdicts.VERDICTS}}
+
+
+def _experiment_list(metas: list[dict[str, Any]], key: str) -> list[str]:
+    """The experiment's list ``key`` (``reopen_if``, ``next_steps``) as its jobs stored it, else
+    as its file says now (a store written before the key existed)."""
+    import yaml
+
+    from harness import verdicts
+
+    for m in metas:
+        if key in m:
+            return [str(t) for t in m[key] or []]
+    name = next((n for m in metas if (n := verdicts.experiment_of(m.get("overrides", [])))), None)
+    path = verdicts.EXPERIMENTS / "experiment" / f"{name}.yaml"
+    if name is None or not path.is_file():
+        return []
+    return [str(t) for t in (yaml.safe_load(path.read_text()) or {}).get(key) or []]
+
+
+def render_sweep(sweep_dir: pathlib.Path, out_root: pathlib.Path, template: str = "sweep.md.j2",
+                 also: Sequence[pathlib.Path] = ()) -> pathlib.Path:
+    """Render one sweep; ``also``: other sweeps whose rows its claims draw on (a roofline, say)."""
     sweep_dir = pathlib.Path(sweep_dir)
     prov = store.read_provenance(sweep_dir)
     if prov is None:
@@ -358,7 +487,15 @@ def render_sweep(sweep_dir: pathlib.Path, out_root: pathlib.Path, template: str 
     if roof:
         store.atomic_write_json(out / "roofline.json", roof)
         generated.append("roofline.json")
+    verdict = sweep_verdicts(sweep_dir, df, metas, also)
+    fuel = load_fuel(DEFAULT_FUEL)
+    reopen_conds = reopen.conditions(prov, roof, df, fuel, _experiment_list(metas, "reopen_if"))
+    reopen.write(out, reopen_conds)
+    generated.append(reopen.REOPEN)
     text = _env().get_template(template).render(
+        verdict=verdict, reopen_if=reopen.describe(reopen_conds), reopen_file=reopen.REOPEN,
+        next_steps=_experiment_list(metas, "next_steps"), headline=headline(df, cpu), geometry=geometry_table(fuel), accounting=accounting_markdown(fuel),
+        fuel_sha=fuel.sha256, fuel_is_measured=prov.get("fuel_sha256") == fuel.sha256,
         sweep=sweep, prov=prov, roof=roof, cpu=cpu, sections=sections, claim=claim,
         problems=problems_table(df), notes=notes_table(df), n_jobs=len(metas), n_rows=len(df),
         timeline=timeline_table(out), timeline_dir=TIMELINE_DIR,

@@ -16,7 +16,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from harness import backends, placement, provenance, registry, stages, store, sweep, timing
+from harness import backends, placement, provenance, registry, stages, store, sweep, timing, verdicts
 from harness.config import ConfigError, point_of, validate
 from harness.fuel import REPO_ROOT, Geometry, load_fuel
 from harness.verify import RelErr, as_check, compare_all
@@ -413,6 +413,9 @@ def run_job(cfg, ctx: JobContext) -> list[dict[str, Any]]:
         "component": comp.name, "backend": backend.name, "seconds": round(time.perf_counter() - started, 3),
         "provenance": prov, "roofline": roof, "claim": str(getattr(cfg, "claim", "") or ""),
         "job_key": key, "placement": where, "started_unix": round(started_unix, 3),
+        "claims": verdicts.check_claims(getattr(cfg, "claims", None), geometry),
+        "reopen_if": [str(t) for t in (getattr(cfg, "reopen_if", None) or [])],
+        "next_steps": [str(t) for t in (getattr(cfg, "next_steps", None) or [])],
     }
     store.write_job(ctx.job_dir, rows, meta)
     return rows

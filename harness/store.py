@@ -156,6 +156,15 @@ def sweep_claim(sweep_dir: pathlib.Path) -> str:
     return ""
 
 
+def sweep_claims(sweep_dir: pathlib.Path) -> list[dict[str, Any]] | None:
+    """The experiment's rules (``claims``) as its jobs stored them in meta.json, or None when no
+    job stored any (a store written before claims were rules)."""
+    for meta in job_metas(sweep_dir):
+        if "claims" in meta:
+            return list(meta["claims"] or [])
+    return None
+
+
 def sweep_dirs(root: str | pathlib.Path) -> list[pathlib.Path]:
     """Sweeps under ``root`` that stored at least one job's rows, oldest first. A sweep whose
     every job failed before writing rows (its provenance.json only) is not listed."""

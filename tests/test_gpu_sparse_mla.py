@@ -1,6 +1,7 @@
 """GPU: every CUDA variant of sparse_mla and sparse_gather against the float64 reference, through
 the runner's own verification (the component's checks, on the reference's sample of streams), at
-irregular and model shapes; and a stream whose selection is empty. Skipped without a GPU."""
+irregular and model shapes of both latent dtypes (a variant that reads the other dtype is skipped
+with its reason); and a stream whose selection is empty. Skipped without a GPU."""
 
 from __future__ import annotations
 
@@ -18,12 +19,13 @@ pytestmark = pytest.mark.skipif(not gpu_visible(), reason="no GPU visible (cupy 
 GEOMETRY = load_fuel()
 ONCE = SimpleNamespace(warmup=0, min_reps=1, max_reps=2, min_time_ms=0.0, max_noise=1.0, timeout_s=5.0,
                        cache="flush", graph=False, chain=1)
-POINTS = [
+SHAPES = [
     {"M": 3, "context": 8192, "selection": "grouped", "page_size": 64, "arena_scale": 2},
     {"M": 5, "context": 12288, "selection": "scattered", "page_size": 1, "arena_scale": 1},
     {"M": 2, "context": 16384, "selection": "dense", "page_size": 64, "arena_scale": 1},
     {"M": 32, "context": 262144, "selection": "grouped", "page_size": 64, "arena_scale": 1},
 ]
+POINTS = [{**shape, "latent_dtype": latent} for latent in ("bf16", "fp8") for shape in SHAPES]
 CASES = [(c, v) for c in ("sparse_mla", "sparse_gather") for v in registry.get(c).variants if v.backend == "cuda"]
 
 
@@ -32,7 +34,8 @@ def backend():
     return backends.get("cuda")
 
 
-@pytest.mark.parametrize("point", POINTS, ids=lambda p: f"M{p['M']}-{p['context']}-{p['selection']}-ps{p['page_size']}")
+@pytest.mark.parametrize("point", POINTS, ids=lambda p: f"M{p['M']}-{p['context']}-{p['selection']}-ps{p['page_size']}-"
+                                                        f"{p['latent_dtype']}")
 @pytest.mark.parametrize("component,variant", CASES, ids=[f"{c}-{v.name}" for c, v in CASES])
 def test_cuda_variant_matches_the_reference(backend, component, variant, point):
     comp = registry.get(component)
@@ -43,12 +46,16 @@ def test_cuda_variant_matches_the_reference(backend, component, variant, point):
     assert row["status"] == "ok", row["reason"]
 
 
+@pytest.mark.parametrize("latent", ["bf16", "fp8"])
 @pytest.mark.parametrize("variant", [v for v in registry.get("sparse_mla").variants
                                      if v.backend == "cuda" and not v.peer], ids=lambda v: v.name)
-def test_a_stream_with_no_valid_slot_gives_zeros_and_minus_inf(backend, variant):
+def test_a_stream_with_no_valid_slot_gives_zeros_and_minus_inf(backend, variant, latent):
     """Ours only: torch's softmax over a row of -inf is NaN, as an engineer's code would leave it."""
     comp = registry.get("sparse_mla")
-    point = {"M": 3, "context": 8192, "selection": "grouped", "page_size": 64, "arena_scale": 1}
+    point = {"M": 3, "context": 8192, "selection": "grouped", "page_size": 64, "arena_scale": 1, "latent_dtype": latent}
+    reason = variant.supports(GEOMETRY, point)
+    if reason:
+        pytest.skip(reason)
     inputs, _ = runner._case(comp, GEOMETRY, point, 23, None, backend)
     inputs["selection"][1] = -1
     ref = comp.reference(GEOMETRY, point, inputs)

@@ -89,7 +89,7 @@ def test_publish_copies_reader_files_and_indexes(store_root, tmp_path):
     dest = publish.publish(rendered, reports)
     assert dest == reports / rendered.name
     assert _files(dest) == [
-        "FINDINGS.md", "README.md", "gpu_tests.txt", "provenance.json", "roofline.json", "rows.csv",
+        "FINDINGS.md", "README.md", "gpu_tests.txt", "provenance.json", "reopen.json", "roofline.json", "rows.csv",
         "timeline/bulk32k_early_pdl_chain.csv", "timeline/bulk32k_early_pdl_tiles.csv",
         "timeline/kda_timeline_output.txt", "timeline/summary.csv", "timeline/timeline.png",
     ]

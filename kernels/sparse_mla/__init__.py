@@ -4,8 +4,11 @@ a paged arena (absorbed NoPE MLA: 64 heads over one 512-wide latent).
 - ``spec.py``: axes, the paged arena (a resident input, built on the device), the selections
   (grouped, scattered, dense; tails; -1 padding), inputs, the float64 reference over a sample of
   streams, bytes, FLOPs, checks.
-- ``split_cc.cu`` / ``gather.cu`` (``sparse_mla_common.cuh``): the CUDA designs and the gather
-  roofline; ``variants.py``: their launchers, the torch peer and the CPU variants; ``NOTES.md``.
+- ``split_cc.cu``, ``split_mma.cu``, ``split_mma_fp8.cu``, ``split_mma_ahead.cu`` (the last three
+  one template, ``sparse_mla_split_mma.cuh``) / ``gather.cu`` (``sparse_mla_common.cuh``): the CUDA
+  designs and the gather roofline; ``variants.py``: their launchers, the torch and FlashInfer
+  peers and the CPU variants; ``NOTES.md``.
+- ``latent_dtype``: the arena in BF16 or FP8 (e4m3 codes and one FP32 scale a row, kernels/fp8.py).
 
 Two components: ``sparse_mla`` (the layer) and ``sparse_gather`` (the same rows read and XORed:
 the bandwidth ceiling of this family, measured in the same sweep).

@@ -55,6 +55,9 @@ def supports(geometry, point) -> str | None:
         H, D, _ = spec.dims(geometry)
         if (H, D) != (64, 512):
             return f"the FlashInfer MLA peer runs 64 heads x 512 (head_dim_ckv); got {H} x {D}"
+        if point["latent_dtype"] != "bf16":
+            return (f"FlashInfer's MLA paged decode reads a BF16 latent cache (kv_data_type); "
+                    f"latent_dtype={point['latent_dtype']} (per-row-scaled e4m3) has no path there")
         try:
             import torch
         except Exception as exc:

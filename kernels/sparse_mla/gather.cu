@@ -20,23 +20,36 @@ Shape: a warp reads whole rows (lane l: 16-byte words l and l + 32, so each load
     numbers compacted into a per-warp list in shared memory: two dependent round trips per 32 rows
     instead of per row, and no -1 slot costs a load slot. GATHER_ROWS rows (8 x 16 B per lane) are
     in flight before the first XOR.
+sparse_gather_xor_fp8: the same over an FP8 arena (codes [rows][512] uint8, scales [rows] float32:
+    516 bytes a row). A row is one 16-byte word a lane, so 8 rows (the same 128 bytes a lane) are
+    in flight; the lane that resolves a row also loads its scale and XORs its bits into a fifth
+    word: partial[(m * splits + s) * 5 + {0..3}] = the codes' words, + 4 = the scales'.
+Both are one template (gather_xor_body): the row width in 16-byte words a lane, the rows in
+flight, and whether rows carry a scale.
 */
 
 #include "sparse_mla_common.cuh"
 
 #define GATHER_THREADS 256
 #define GATHER_WARPS (GATHER_THREADS / 32)
-#define GATHER_ROWS 4  // rows a warp has in flight before it XORs any
+#define GATHER_BATCH_BYTES 128  // bytes a lane has in flight before it XORs any (4 BF16 rows, 8 FP8 rows)
 
-// minBlocks 4 (64 registers): with the default bound ptxas held the kernel to 32 registers and
-// interleaved the first rows' XORs with the last rows' loads (waiting for data with only two rows
-// in flight); at 56 registers all 8 loads of a batch issue back to back, and 4 CTAs x 8 warps x
-// 4 KiB = 128 KiB are in flight per SM.
-extern "C" __global__ void __launch_bounds__(GATHER_THREADS, 4)
-sparse_gather_xor(const bf16* __restrict__ arena, const int* __restrict__ page_table,
-                  const int* __restrict__ selection, unsigned* __restrict__ partial, int M, int W,
-                  int pages_per_stream, int page_size, int splits) {
-    __shared__ unsigned red[GATHER_WARPS][4];
+__device__ __forceinline__ float ld_nc_f32(const float* p) {
+    float r;
+    asm("ld.global.nc.f32 %0, [%1];" : "=f"(r) : "l"(p));
+    return r;
+}
+
+// LOADS: 16-byte words a lane reads of a row (2: BF16 rows of 1 KiB; 1: FP8 codes of 512 B).
+// SCALED: the rows carry an FP32 scale each (row_scale[row]), XORed into word 4 of the partial.
+template <int LOADS, bool SCALED>
+__device__ __forceinline__ void gather_xor_body(const uint4* __restrict__ rows, const float* __restrict__ row_scale,
+                                                const int* __restrict__ page_table, const int* __restrict__ selection,
+                                                unsigned* __restrict__ partial, int M, int W, int pages_per_stream,
+                                                int page_size, int splits) {
+    constexpr int ROWS = GATHER_BATCH_BYTES / (16 * LOADS);  // rows a warp has in flight
+    constexpr int WORDS = SCALED ? 5 : 4;                      // words of a partial
+    __shared__ unsigned red[GATHER_WARPS][WORDS];
     __shared__ long long list[GATHER_WARPS][32];  // a round's valid arena rows, per warp
     const int s = blockIdx.x, m = blockIdx.y;
     if (m >= M) return;  // whole block: the barrier below is never split
@@ -46,9 +59,8 @@ sparse_gather_xor(const bf16* __restrict__ arena, const int* __restrict__ page_t
     const int end = (int)(((long long)(s + 1) * W) / splits);
     const int n = end - start;  // rows of this chunk
     const int* sel = selection + (size_t)m * (size_t)W + start;
-    const uint4* rows = reinterpret_cast<const uint4*>(arena);  // 64 words a row
 
-    unsigned x = 0u, y = 0u, z = 0u, w = 0u;
+    unsigned x = 0u, y = 0u, z = 0u, w = 0u, sx = 0u;  // sx: the scales' bits (SCALED)
     // Rounds of 256 chunk rows; in a round lane l of warp w resolves chunk row base + 8 l + w.
     // The warp's valid rows are compacted into list[warp][0 .. nv) (ballot rank, order kept), so
     // the batched loads below are unconditional: with "valid ? load : 0" per row, ptxas copied each
@@ -60,40 +72,50 @@ sparse_gather_xor(const bf16* __restrict__ arena, const int* __restrict__ page_t
             const int t = ld_nc_s32(sel + i);
             if (t >= 0) my_row = (long long)row_of(page_table, m, t, pages_per_stream, page_size);
         }
+        // The scale of the lane's own row, loaded now and XORed after the batches (its latency
+        // hides behind theirs instead of stalling the round's first load).
+        float my_scale = 0.f;
+        if (SCALED && my_row >= 0) my_scale = ld_nc_f32(row_scale + my_row);
         const unsigned valid = __ballot_sync(FULL_MASK, my_row >= 0);
         if (my_row >= 0) list[warp][__popc(valid & ((1u << lane) - 1u))] = my_row;
         __syncwarp();
         const int nv = __popc(valid);  // warp-uniform
         int k = 0;
 #pragma unroll 1
-        for (; k + GATHER_ROWS <= nv; k += GATHER_ROWS) {
+        for (; k + ROWS <= nv; k += ROWS) {
             // All row numbers first, then all loads, then the XORs.
-            long long r[GATHER_ROWS];
+            long long r[ROWS];
 #pragma unroll
-            for (int u = 0; u < GATHER_ROWS; ++u) r[u] = list[warp][k + u];
-            uint4 a[GATHER_ROWS], b[GATHER_ROWS];
+            for (int u = 0; u < ROWS; ++u) r[u] = list[warp][k + u];
+            uint4 a[ROWS][LOADS];
 #pragma unroll
-            for (int u = 0; u < GATHER_ROWS; ++u) {
-                const uint4* p = rows + (size_t)r[u] * SMLA_ROW_CHUNKS;
-                a[u] = ld_nc_v4(p + lane);
-                b[u] = ld_nc_v4(p + lane + 32);
+            for (int u = 0; u < ROWS; ++u) {
+                const uint4* p = rows + (size_t)r[u] * (32 * LOADS);
+#pragma unroll
+                for (int l = 0; l < LOADS; ++l) a[u][l] = ld_nc_v4(p + lane + 32 * l);
             }
 #pragma unroll
-            for (int u = 0; u < GATHER_ROWS; ++u) {
-                x ^= a[u].x ^ b[u].x;
-                y ^= a[u].y ^ b[u].y;
-                z ^= a[u].z ^ b[u].z;
-                w ^= a[u].w ^ b[u].w;
+            for (int u = 0; u < ROWS; ++u)
+#pragma unroll
+                for (int l = 0; l < LOADS; ++l) {
+                    x ^= a[u][l].x;
+                    y ^= a[u][l].y;
+                    z ^= a[u][l].z;
+                    w ^= a[u][l].w;
+                }
+        }
+        for (; k < nv; ++k) {  // the last nv % ROWS rows, one at a time
+            const uint4* p = rows + (size_t)list[warp][k] * (32 * LOADS);
+#pragma unroll
+            for (int l = 0; l < LOADS; ++l) {
+                const uint4 a = ld_nc_v4(p + lane + 32 * l);
+                x ^= a.x;
+                y ^= a.y;
+                z ^= a.z;
+                w ^= a.w;
             }
         }
-        for (; k < nv; ++k) {  // the last nv % GATHER_ROWS rows, one at a time
-            const uint4* p = rows + (size_t)list[warp][k] * SMLA_ROW_CHUNKS;
-            const uint4 a = ld_nc_v4(p + lane), b = ld_nc_v4(p + lane + 32);
-            x ^= a.x ^ b.x;
-            y ^= a.y ^ b.y;
-            z ^= a.z ^ b.z;
-            w ^= a.w ^ b.w;
-        }
+        if (SCALED) sx ^= __float_as_uint(my_scale);  // 0.f's bits are 0: no row, no change
         __syncwarp();  // every lane has read list[warp] before the next round overwrites it
     }
 
@@ -104,18 +126,41 @@ sparse_gather_xor(const bf16* __restrict__ arena, const int* __restrict__ page_t
         y ^= __shfl_xor_sync(FULL_MASK, y, o);
         z ^= __shfl_xor_sync(FULL_MASK, z, o);
         w ^= __shfl_xor_sync(FULL_MASK, w, o);
+        if (SCALED) sx ^= __shfl_xor_sync(FULL_MASK, sx, o);
     }
     if (lane == 0) {
         red[warp][0] = x;
         red[warp][1] = y;
         red[warp][2] = z;
         red[warp][3] = w;
+        if (SCALED) red[warp][WORDS - 1] = sx;
     }
     __syncthreads();
-    if (threadIdx.x < 4) {
+    if (threadIdx.x < WORDS) {
         unsigned v = 0u;
 #pragma unroll
         for (int k = 0; k < GATHER_WARPS; ++k) v ^= red[k][threadIdx.x];
-        partial[((size_t)m * (size_t)splits + (size_t)s) * 4 + threadIdx.x] = v;
+        partial[((size_t)m * (size_t)splits + (size_t)s) * WORDS + threadIdx.x] = v;
     }
+}
+
+// minBlocks 4 (64 registers): with the default bound ptxas held the kernel to 32 registers and
+// interleaved the first rows' XORs with the last rows' loads (waiting for data with only two rows
+// in flight); at 56 registers all 8 loads of a batch issue back to back, and 4 CTAs x 8 warps x
+// 4 KiB = 128 KiB are in flight per SM.
+extern "C" __global__ void __launch_bounds__(GATHER_THREADS, 4)
+sparse_gather_xor(const bf16* __restrict__ arena, const int* __restrict__ page_table,
+                  const int* __restrict__ selection, unsigned* __restrict__ partial, int M, int W,
+                  int pages_per_stream, int page_size, int splits) {
+    gather_xor_body<2, false>(reinterpret_cast<const uint4*>(arena), nullptr, page_table, selection, partial, M, W,
+                              pages_per_stream, page_size, splits);
+}
+
+extern "C" __global__ void __launch_bounds__(GATHER_THREADS, 4)
+sparse_gather_xor_fp8(const unsigned char* __restrict__ codes, const float* __restrict__ row_scale,
+                      const int* __restrict__ page_table, const int* __restrict__ selection,
+                      unsigned* __restrict__ partial, int M, int W, int pages_per_stream, int page_size,
+                      int splits) {
+    gather_xor_body<1, true>(reinterpret_cast<const uint4*>(codes), row_scale, page_table, selection, partial, M, W,
+                             pages_per_stream, page_size, splits);
 }

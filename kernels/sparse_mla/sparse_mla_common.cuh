@@ -102,6 +102,17 @@ __device__ __forceinline__ size_t row_of(const int* page_table, int m, int t, in
     return (size_t)page * (size_t)page_size + (size_t)(t % page_size);
 }
 
+// Slot j of a stream's chunk [.., end): true and its arena row when j < end and the slot holds a
+// token (>= 0); false for a slot past the chunk or an empty one (-1), which is never read.
+__device__ __forceinline__ bool slot_row(const int* __restrict__ sel_m, const int* __restrict__ page_table, int m,
+                                         int j, int end, int pages_per_stream, int page_size, size_t& row) {
+    if (j >= end) return false;
+    const int t = ld_nc_s32(sel_m + j);
+    if (t < 0) return false;
+    row = row_of(page_table, m, t, pages_per_stream, page_size);
+    return true;
+}
+
 // ------------------------------------------------------------------------------------------------
 // cp.async: 16-byte global -> shared copies that complete per commit group.
 
@@ -147,18 +158,73 @@ __device__ __forceinline__ void issue_tile_rows(bf16* buf, const bf16* __restric
 #pragma unroll
     for (int i = 0; i < (ROWS * SMLA_ROW_CHUNKS) / THREADS; ++i) {
         const int r = (threadIdx.x >> 6) + 4 * i;
-        const int j = j0 + r;
         const bf16* src = arena;  // a valid address; with 0 source bytes nothing is read
         unsigned bytes = 0u;
-        if (j < end) {
-            const int t = ld_nc_s32(sel_m + j);
-            if (t >= 0) {
-                src = arena + row_of(page_table, m, t, pages_per_stream, page_size) * SMLA_DIM + c * 8;
-                bytes = 16u;
-            }
+        size_t row;
+        if (slot_row(sel_m, page_table, m, j0 + r, end, pages_per_stream, page_size, row)) {
+            src = arena + row * SMLA_DIM + c * 8;
+            bytes = 16u;
         }
         cp_async16_zfill(buf + r * SMLA_DIM + ((c ^ (r & 7)) << 3), src, bytes);
     }
+}
+
+// ------------------------------------------------------------------------------------------------
+// FP8 latent (latent_dtype fp8): codes [rows_total][512] e4m3 (one byte a channel) and one FP32
+// scale a row, [rows_total] float (kernels/fp8.py: value = e4m3(code) x scale).
+
+#define SMLA_CODE_ROW_BYTES 512   // e4m3 codes of one row
+#define SMLA_CODE_ROW_CHUNKS 32   // 16-byte chunks of codes a row
+
+// 4-byte cp.async (the .ca form: .cg takes 16 bytes only); src_bytes 0 zero-fills.
+__device__ __forceinline__ void cp_async4_zfill(void* smem, const void* gmem, unsigned src_bytes) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem),
+                 "r"(src_bytes)
+                 : "memory");
+}
+
+// ROWS selected rows' codes and scales of one stream's chunk [j0, end) by cp.async. Thread tid
+// copies 16-byte chunk c = tid & 31 of rows r = (tid >> 5) + 8 i (a warp: one row's 512
+// contiguous bytes), unswizzled: codes_buf + r * 512; the lane with c == 0 also copies the row's
+// scale into scale_buf[r]. Slots past the chunk end or holding -1: zero codes and a zero scale
+// (never read from global memory).
+template <int ROWS, int THREADS>
+__device__ __forceinline__ void issue_tile_codes(unsigned char* codes_buf, float* scale_buf,
+                                                 const unsigned char* __restrict__ codes,
+                                                 const float* __restrict__ row_scale,
+                                                 const int* __restrict__ page_table,
+                                                 const int* __restrict__ sel_m, int m, int j0, int end,
+                                                 int pages_per_stream, int page_size) {
+    static_assert(THREADS == 256, "the chunk / row split assumes 8 rows of 32 chunks per pass");
+    const int c = threadIdx.x & 31;
+#pragma unroll
+    for (int i = 0; i < (ROWS * SMLA_CODE_ROW_CHUNKS) / THREADS; ++i) {
+        const int r = (threadIdx.x >> 5) + 8 * i;
+        const unsigned char* src = codes;  // valid addresses; with 0 source bytes nothing is read
+        const float* scale_src = row_scale;
+        unsigned bytes = 0u;
+        size_t row;
+        if (slot_row(sel_m, page_table, m, j0 + r, end, pages_per_stream, page_size, row)) {
+            src = codes + row * SMLA_CODE_ROW_BYTES + c * 16;
+            scale_src = row_scale + row;
+            bytes = 16u;
+        }
+        cp_async16_zfill(codes_buf + r * SMLA_CODE_ROW_BYTES + c * 16, src, bytes);
+        if (c == 0) cp_async4_zfill(scale_buf + r, scale_src, bytes ? 4u : 0u);
+    }
+}
+
+// Two e4m3 codes (the lower-addressed one in the low byte) -> two bf16 (the first in the low half),
+// exactly: cvt.rn.f16x2.e4m3x2 (sm_89+) widens the lower byte into the lower half; every e4m3 value
+// is a normal f16 (or zero), so cvt.f32.f16 is exact and no flush-to-zero applies; an f32 with at
+// most 3 mantissa bits is its own bf16 (the upper 16 bits). NaN codes are never stored.
+__device__ __forceinline__ unsigned e4m3x2_to_bf16x2(unsigned two) {
+    unsigned h;
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h) : "h"((unsigned short)(two & 0xFFFFu)));
+    float lo, hi;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(lo) : "h"((unsigned short)(h & 0xFFFFu)));
+    asm("cvt.f32.f16 %0, %1;" : "=f"(hi) : "h"((unsigned short)(h >> 16)));
+    return __byte_perm(__float_as_uint(lo), __float_as_uint(hi), 0x7632);
 }
 
 #endif  // SPARSE_MLA_COMMON_CUH

@@ -3,11 +3,15 @@
 - ``split_cc`` (CUDA cores): ``split_cc.cu``; each stream's selection split over several CTAs
   (M = 32 streams are a quarter of 132 SMs), partial softmax states combined by log-sum-exp in a
   second kernel (``sparse_mla_combine``).
+- ``split_mma`` / ``split_mma_fp8`` (tensor cores): ``split_mma.cu`` / ``split_mma_fp8.cu``, one
+  template (``sparse_mla_split_mma.cuh``) over the BF16 and the FP8 latent.
 - ``torch_gather_bmm`` (peer): what an engineer writes in torch: gather the rows, two bmm and a
-  softmax.
+  softmax (FP8: the codes widened to BF16, the row scales applied to the scores and the weights).
 - ``ref_sparse_mla`` (CPU backend): float32 NumPy on the host.
 - ``gather_xor`` (component ``sparse_gather``): reads exactly the selected rows and XORs them into
-  a checksum: the family's bandwidth ceiling, as the copy is for KDA.
+  a checksum: the family's bandwidth ceiling, as the copy is for KDA; at fp8 the codes and scales.
+
+Each CUDA design reads one latent dtype; at the other, ``supports`` gives the reason.
 
 Nothing here imports cupy or torch.cuda at import time.
 """
@@ -52,45 +56,103 @@ def pick_splits(M: int, W: int, sms: int, quantum: int) -> int:
     return min(enough[:3], key=lambda d: (-(M * d % sms or sms) / sms, d))
 
 
+# Device memory a job needs beyond its arena: the FP8 build's chunk temporaries (~1 GiB), the
+# torch peer's gathered [M, W, 512] copy and scores (<= 1 GiB at M = 64 dense), q, out, partials.
+DEVICE_HEADROOM = 8 << 30
+
+
+def _arena_fits(geometry, point) -> str | None:
+    """A reason when the arena and the job's working set would not fit the current device's
+    memory (context 1048576 at large M and arena_scale); None when they fit or no device is there
+    to ask (the build then says why)."""
+    try:
+        import cupy
+
+        total = int(cupy.cuda.runtime.memGetInfo()[1])
+    except Exception:
+        return None
+    need = spec.arena_nbytes(geometry, point) + DEVICE_HEADROOM
+    if need > total:
+        return (f"the {point['latent_dtype']} arena needs {spec.arena_nbytes(geometry, point) / 2**30:.1f} GiB "
+                f"(+ {DEVICE_HEADROOM >> 30} GiB working set); the device has {total / 2**30:.1f} GiB")
+    return None
+
+
+def one_wave_splits(M: int, W: int, sms: int, min_slots: int = 64) -> int:
+    """Splits of a W-slot row for one wave of CTAs: as many as put M x splits <= sms (one CTA an
+    SM at most, so no SM runs a second CTA's prologue), but no split shorter than ``min_slots``;
+    the chunks are W / splits slots, ragged (the split kernels mask a partial last tile)."""
+    return max(1, min(sms // M, W // min_slots))
+
+
 def _supports_cuda(geometry, point) -> str | None:
     H, D, _ = spec.dims(geometry)
     if (H, D) != (64, 512):
         return f"the sparse MLA kernels are written for 64 heads x 512; got {H} x {D}"
     if spec.width(geometry, point) % 64:
         return f"selection width {spec.width(geometry, point)} is not a multiple of 64"
-    return None
+    return _arena_fits(geometry, point)
+
+
+def _supports_latent(name: str, latent: str, base):
+    """``base``'s reason, or one when the point's latent dtype is not the one ``name`` reads."""
+    def supports(geometry, point) -> str | None:
+        if point["latent_dtype"] != latent:
+            return (f"{name} reads the {latent} latent; latent_dtype={point['latent_dtype']} runs in "
+                    f"{', '.join(n for n, d in SPLIT_DESIGNS.items() if d[4] == point['latent_dtype'])}")
+        return base(geometry, point)
+    return supports
 
 
 class _Device:
-    """The inputs on the device: q, the page table and the selection (the arena is resident)."""
+    """The inputs on the device: q, the page table and the selection (the arena is resident;
+    ``arena_args`` are the pointers a kernel of the point's latent dtype takes for it)."""
 
-    def __init__(self, backend, inputs):
+    def __init__(self, backend, inputs, point):
         self.q = backend.to_device(inputs["q"])
         self.page_table = backend.to_device(inputs["page_table"])
         self.selection = backend.to_device(inputs["selection"])
-        self.arena = inputs.resident["arena"]
+        arena = inputs.resident["arena"]
+        if point["latent_dtype"] == "fp8":
+            self.arena_args = spec.fp8_parts(arena, spec.arena_total_rows(point))   # codes, scales
+        else:
+            self.arena_args = (arena,)
 
 
-# A split design: its file, its kernel, and the #defines that size its launch.
+# A split design: its file, its kernel, the #defines that size its launch, the latent it reads.
 SPLIT_DESIGNS = {
-    "split_cc": ("split_cc.cu", "sparse_mla_split_cc", "SPARSE_MLA_SPLIT_SMEM_BYTES", None),
+    "split_cc": ("split_cc.cu", "sparse_mla_split_cc", "SPARSE_MLA_SPLIT_SMEM_BYTES", None, "bf16"),
     "split_mma": ("split_mma.cu", "sparse_mla_split_mma", "SPARSE_MLA_SPLIT_MMA_SMEM_BYTES",
-                  "SPARSE_MLA_SPLIT_MMA_THREADS"),
+                  "SPARSE_MLA_SPLIT_MMA_THREADS", "bf16"),
+    "split_mma_fp8": ("split_mma_fp8.cu", "sparse_mla_split_mma_fp8", "SPARSE_MLA_SPLIT_MMA_FP8_SMEM_BYTES",
+                      "SPARSE_MLA_SPLIT_MMA_FP8_THREADS", "fp8"),
+    "split_mma_ahead": ("split_mma_ahead.cu", "sparse_mla_split_mma_ahead", "SPARSE_MLA_SPLIT_MMA_AHEAD_SMEM_BYTES",
+                        "SPARSE_MLA_SPLIT_MMA_AHEAD_THREADS", "bf16"),
+    "split_mma_fp8_ahead": ("split_mma_ahead.cu", "sparse_mla_split_mma_fp8_ahead",
+                            "SPARSE_MLA_SPLIT_MMA_FP8_AHEAD_SMEM_BYTES", "SPARSE_MLA_SPLIT_MMA_FP8_AHEAD_THREADS", "fp8"),
 }
 
 
-def _make_split_build(name: str):
-    source, symbol, smem_define, threads_define = SPLIT_DESIGNS[name]
+def _supports_split(name: str):
+    return _supports_latent(name, SPLIT_DESIGNS[name][4], _supports_cuda)
+
+
+def _make_split_build(name: str, one_wave: bool = False):
+    """The launcher of design ``name``; ``one_wave``: fewer, longer splits (``one_wave_splits``)
+    instead of ``pick_splits``'s 32-slot multiples that fill the last wave."""
+    source, symbol, smem_define, threads_define, _ = SPLIT_DESIGNS[name]
+    supports = _supports_split(name)
 
     def build(geometry, point, inputs, backend) -> KernelStep:
-        reason = _supports_cuda(geometry, point)
+        reason = supports(geometry, point)
         if reason:
             raise ValueError(f"{name}: {reason}")
         cp = backend.cp
         H, D, scale = spec.dims(geometry)
         Mn, W = int(point["M"]), spec.width(geometry, point)
-        d = _Device(backend, inputs)
-        splits = pick_splits(Mn, W, int(backend.props["multiProcessorCount"]), 32)
+        d = _Device(backend, inputs, point)
+        sms = int(backend.props["multiProcessorCount"])
+        splits = one_wave_splits(Mn, W, sms) if one_wave else pick_splits(Mn, W, sms, 32)
         smem = source_define(source, smem_define)
         threads = source_define(source, threads_define) if threads_define else THREADS
         split_fn = get_kernel(backend, HERE / source, symbol, smem)
@@ -102,7 +164,7 @@ def _make_split_build(name: str):
         pps, ps = np.int32(spec.pages_per_stream(point)), np.int32(point["page_size"])
         kernels = [
             KernelCall(split_fn, (splits, Mn), threads, smem, lambda b: (
-                d.q, d.arena, d.page_table, d.selection, b["part_acc"], b["part_ml"], np.int32(Mn),
+                d.q, *d.arena_args, d.page_table, d.selection, b["part_acc"], b["part_ml"], np.int32(Mn),
                 np.int32(W), pps, ps, np.int32(splits), np.float32(scale))),
             KernelCall(combine_fn, Mn * H, COMBINE_THREADS, 0, lambda b: (
                 b["part_acc"], b["part_ml"], b["out"], b["lse"], np.int32(Mn), np.int32(splits))),
@@ -115,12 +177,15 @@ def _make_split_build(name: str):
         step.note = f"{splits} splits per stream"
         return step.ready()
 
-    build.__name__ = f"build_{name}"
+    build.__name__ = f"build_{name}{'_1wave' if one_wave else ''}"
     return build
 
 
 def _bf16(bits: np.ndarray) -> np.ndarray:
     return bf16_to_float(bits).astype(np.float64)
+
+
+GATHER_SYMBOLS = {"bf16": "sparse_gather_xor", "fp8": "sparse_gather_xor_fp8"}
 
 
 def build_gather(geometry, point, inputs, backend) -> KernelStep:
@@ -129,14 +194,14 @@ def build_gather(geometry, point, inputs, backend) -> KernelStep:
         raise ValueError(f"gather_xor: {reason}")
     cp = backend.cp
     Mn, W = int(point["M"]), spec.width(geometry, point)
-    d = _Device(backend, inputs)
+    d = _Device(backend, inputs, point)
     splits = pick_splits(Mn, W, int(backend.props["multiProcessorCount"]), 8)
-    fn = get_kernel(backend, HERE / "gather.cu", "sparse_gather_xor")
+    fn = get_kernel(backend, HERE / "gather.cu", GATHER_SYMBOLS[point["latent_dtype"]])
     with backend.stream:
-        buffers = {"partial": cp.empty((Mn, splits, 4), cp.uint32)}
+        buffers = {"partial": cp.empty((Mn, splits, spec.checksum_words(point)), cp.uint32)}
     pps, ps = np.int32(spec.pages_per_stream(point)), np.int32(point["page_size"])
     kernels = [KernelCall(fn, (splits, Mn), THREADS, 0, lambda b: (
-        d.arena, d.page_table, d.selection, b["partial"], np.int32(Mn), np.int32(W), pps, ps,
+        *d.arena_args, d.page_table, d.selection, b["partial"], np.int32(Mn), np.int32(W), pps, ps,
         np.int32(splits)))]
     # Poison with a pattern no XOR of a CTA's rows is likely to leave: a partial that is never
     # written corrupts its stream's checksum.
@@ -148,18 +213,27 @@ def build_gather(geometry, point, inputs, backend) -> KernelStep:
 
 class _TorchGatherBmm(Launch):
     """torch, as an engineer writes it: rows gathered into a [M, W, D] copy, scores by bmm, masked
-    softmax in float32, the weighted sum by bmm; on our stream."""
+    softmax in float32, the weighted sum by bmm; on our stream. FP8: the gathered codes widened to
+    BF16 (exact), the row scales applied to the float32 scores and to the softmax weights before
+    their BF16 rounding, so both bmm run on the codes as the BF16 path runs on the rows."""
 
     def __init__(self, geometry, point, inputs, backend):
         import torch
 
         self.torch, self.backend = torch, backend
         H, D, self.scale = spec.dims(geometry)
+        self.fp8 = point["latent_dtype"] == "fp8"
         self.ext = torch.cuda.ExternalStream(backend.stream.ptr)
         rows = spec.arena_rows(point, inputs["page_table"], inputs["selection"])
         dev = torch.device("cuda", backend.device_id)
         with torch.cuda.stream(self.ext):
-            self.arena = torch.from_dlpack(inputs.resident["arena"]).view(torch.bfloat16)
+            arena = torch.from_dlpack(inputs.resident["arena"])
+            if self.fp8:
+                R = spec.arena_total_rows(point)                       # spec.fp8_parts, for torch
+                self.arena = arena[:R * D].view(R, D)                 # e4m3 codes as uint8
+                self.row_scale = arena[R * D:].view(torch.float32)
+            else:
+                self.arena = arena.view(torch.bfloat16)
             self.rows = torch.from_numpy(np.where(rows >= 0, rows, 0)).to(dev)
             self.mask = torch.from_numpy(rows < 0).to(dev)
             self.q = torch.from_numpy(inputs["q"].view(np.int16)).to(dev).view(torch.bfloat16)
@@ -175,12 +249,20 @@ class _TorchGatherBmm(Launch):
     def __call__(self) -> None:
         torch = self.torch
         with torch.cuda.stream(self.ext):
-            c = self.arena[self.rows]                                   # [M, W, D] bf16
+            c = self.arena[self.rows]                                   # [M, W, D] bf16 (fp8: codes)
+            if self.fp8:
+                # gathered as uint8 (index kernels cover it), then widened: e4m3 is exact in BF16
+                c = c.view(torch.float8_e4m3fn).to(torch.bfloat16)
+                row_scale = self.row_scale[self.rows]                   # [M, W] float32
             s = torch.bmm(self.q, c.transpose(1, 2)).float() * self.scale  # [M, H, W]
+            if self.fp8:
+                s = s * row_scale[:, None, :]
             s.masked_fill_(self.mask[:, None, :], float("-inf"))
             self.lse.copy_(torch.logsumexp(s, dim=-1))
-            p = torch.softmax(s, dim=-1).to(torch.bfloat16)
-            self.out.copy_(torch.bmm(p, c))
+            p = torch.softmax(s, dim=-1)
+            if self.fp8:
+                p = p * row_scale[:, None, :]
+            self.out.copy_(torch.bmm(p.to(torch.bfloat16), c))
 
     def outputs(self) -> dict[str, np.ndarray]:
         torch = self.torch
@@ -193,18 +275,22 @@ def _supports_torch(geometry, point) -> str | None:
     try:
         import torch
 
-        return None if torch.cuda.is_available() else "torch sees no CUDA device"
+        if not torch.cuda.is_available():
+            return "torch sees no CUDA device"
     except Exception as exc:
         return f"torch not importable: {type(exc).__name__}: {exc}"
+    return _arena_fits(geometry, point)
 
 
 class _HostSparseMla(Launch):
-    """CPU reference backend: float32 NumPy, every stream, reading the arena in place."""
+    """CPU reference backend: float32 NumPy, every stream, reading the arena in place (FP8 rows
+    dequantized)."""
 
     def __init__(self, geometry, point, inputs):
         _, _, self.scale = spec.dims(geometry)
+        self.point, self.inputs = point, inputs
         self.rows = spec.arena_rows(point, inputs["page_table"], inputs["selection"])
-        self.arena, self.q = inputs.resident["arena"], inputs["q"]
+        self.q = inputs["q"]
 
     def poison(self) -> None:
         self.out = np.full(self.q.shape, np.nan)
@@ -213,7 +299,7 @@ class _HostSparseMla(Launch):
     def __call__(self) -> None:
         out, lse = [], []
         for m in range(len(self.q)):
-            c = bf16_to_float(self.arena[self.rows[m][self.rows[m] >= 0]])
+            c = spec.latent(*spec.selected_rows(self.point, self.inputs, self.rows[m][self.rows[m] >= 0]))
             o, l = spec.attend(bf16_to_float(self.q[m]), c, self.scale)  # float32 throughout
             out.append(o)
             lse.append(l)
@@ -224,18 +310,18 @@ class _HostSparseMla(Launch):
 
 
 class _HostGather(Launch):
-    """CPU reference backend: the selected rows' XOR on the host."""
+    """CPU reference backend: the selected rows' XOR on the host (FP8: codes, then scales)."""
 
     def __init__(self, point, inputs):
+        self.point, self.inputs = point, inputs
         self.rows = spec.arena_rows(point, inputs["page_table"], inputs["selection"])
-        self.arena = inputs.resident["arena"]
 
     def poison(self) -> None:
-        self.checksum = np.full((len(self.rows), 4), 0xA5A5A5A5, np.uint32)
+        self.checksum = np.full((len(self.rows), spec.checksum_words(self.point)), 0xA5A5A5A5, np.uint32)
 
     def __call__(self) -> None:
-        words = [np.ascontiguousarray(self.arena[r[r >= 0]]).view(np.uint32).reshape(-1, 4) for r in self.rows]
-        self.checksum = np.stack([np.bitwise_xor.reduce(w, axis=0) for w in words])
+        self.checksum = np.stack([spec.row_checksum(*spec.selected_rows(self.point, self.inputs, r[r >= 0]))
+                                  for r in self.rows])
 
     def outputs(self) -> dict[str, np.ndarray]:
         return {"checksum": self.checksum.copy()}
@@ -246,12 +332,38 @@ MLA_VARIANTS = (
             why="first design, CUDA cores: q staged in shared memory once, 32-row latent tiles by "
                 "cp.async, online softmax, each stream's selection split over CTAs and combined by "
                 "log-sum-exp; bound by CUDA-core FMA rate, not memory (NOTES.md)",
-            supports=_supports_cuda, sources=("split_cc.cu",)),
+            supports=_supports_split("split_cc"), sources=("split_cc.cu",)),
     Variant("split_mma", "cuda", _make_split_build("split_mma"),
             why="split_cc's split and combine with both products on tensor cores (mma.sync m16n8k16 "
                 "BF16, FP32 accumulation): q by ldmatrix from shared memory, a 4-tile cp.async ring "
                 "of 32 rows, P rounded to BF16 straight from the score fragments into P.V",
-            supports=_supports_cuda, sources=("split_mma.cu",)),
+            supports=_supports_split("split_mma"), sources=("split_mma.cu",)),
+    Variant("split_mma_fp8", "cuda", _make_split_build("split_mma_fp8"),
+            why="split_mma over the FP8 latent (same template): e4m3 codes (512 B a row) and row scales "
+                "by cp.async in a 6-stage ring, widened to BF16 in shared memory once a tile, the row "
+                "scale applied to the FP32 scores and to the softmax weights before their BF16 rounding",
+            supports=_supports_split("split_mma_fp8"), sources=("split_mma_fp8.cu",)),
+    # Part 2 (b) of issue 13, one cost at a time: the same kernels, fewer and longer splits.
+    Variant("split_mma_1wave", "cuda", _make_split_build("split_mma", one_wave=True),
+            why="split_mma with one wave of CTAs (splits = SMs // M, at least 64 slots a split: 4 at "
+                "M = 32, 528 ragged slots each): one prologue per SM instead of three and 16 MiB of "
+                "FP32 partials instead of 44 MiB, the same tiles per SM",
+            supports=_supports_split("split_mma"), sources=("split_mma.cu",)),
+    Variant("split_mma_fp8_1wave", "cuda", _make_split_build("split_mma_fp8", one_wave=True),
+            why="split_mma_fp8 with split_mma_1wave's splits",
+            supports=_supports_split("split_mma_fp8"), sources=("split_mma_fp8.cu",)),
+    Variant("split_mma_ahead", "cuda", _make_split_build("split_mma_ahead"),
+            why="split_mma with each tile's selection and page-table reads made one and two tiles "
+                "early in registers (lane l = slot l, broadcast by shuffle): no dependent global "
+                "round trip between a tile's barrier and its first MMA (the SASS of split_mma has two "
+                "a row)",
+            supports=_supports_split("split_mma_ahead"), sources=("split_mma_ahead.cu",)),
+    Variant("split_mma_fp8_ahead", "cuda", _make_split_build("split_mma_fp8_ahead"),
+            why="split_mma_fp8 with split_mma_ahead's early row resolution",
+            supports=_supports_split("split_mma_fp8_ahead"), sources=("split_mma_ahead.cu",)),
+    Variant("split_mma_ahead_1wave", "cuda", _make_split_build("split_mma_ahead", one_wave=True),
+            why="split_mma_ahead with split_mma_1wave's splits: both costs removed",
+            supports=_supports_split("split_mma_ahead"), sources=("split_mma_ahead.cu",)),
     *FLASHINFER_VARIANTS,
     Variant("torch_gather_bmm", "cuda", lambda g, p, i, b: _TorchGatherBmm(g, p, i, b),
             why="torch: gather the rows into a [M, W, 512] copy, bmm, masked softmax, bmm",
@@ -263,7 +375,8 @@ MLA_VARIANTS = (
 GATHER_VARIANTS = (
     Variant("gather_xor", "cuda", build_gather,
             why="reads exactly the selected rows with 16-byte loads, several rows in flight per "
-                "lane, and XORs them into a checksum: the gather's bandwidth ceiling",
+                "lane, and XORs them into a checksum: the gather's bandwidth ceiling (fp8: the codes, "
+                "8 rows in flight, and each row's scale)",
             supports=_supports_cuda, sources=("gather.cu",)),
     Variant("numpy_gather", "cpu", lambda g, p, i, b: _HostGather(p, i),
             why="NumPy on the host: the selected rows' XOR"),

@@ -1,0 +1,344 @@
+"""Computed verdicts: an experiment's claims as rules over stored rows, decided from the intervals.
+
+An experiment states each claim it can test as a rule in its YAML (``claims:``), beside the prose
+``claim:`` it asks as its question::
+
+    claims:
+      - id: split_mma_near_gather
+        text: split_mma takes at most 1.15x the gather roofline of the same rows (M = 32, grouped)
+        rule:
+          numerator:   {component: sparse_mla, variant: split_mma,
+                        point: {M: 32, context: 262144, selection: grouped}}
+          op: "<="
+          factor: 1.15
+          denominator: {component: sparse_gather, variant: gather_xor,
+                        point: {M: 32, context: 262144, selection: grouped}}
+
+A *selector* (``numerator``, ``denominator``) names one row: its ``component``, its ``variant``
+(or ``fastest``: the lowest p50 among our own ok rows there, a peer's never), the ``point`` axes
+that pin it (an axis left out must take one value among the matching rows) and optionally the
+``sweep`` it comes from (a write-up that draws on several). ``metric`` is ``us`` (µs per launch,
+the default), ``gbps`` or ``roofline_fraction``; each row gives its p20-p80 interval of that
+metric (the time's p20 and p80; a rate inverts them). The rule holds ``numerator op factor x
+denominator``, or ``numerator op value`` with a constant ``value`` instead of a denominator.
+
+The decision never sets one median against another: with the numerator's interval ``[a_lo, a_hi]``
+and the denominator's ``[b_lo, b_hi]`` the ratio lies in ``[a_lo / b_hi, a_hi / b_lo]``; a claim
+is *accepted* when that whole range satisfies ``op factor``, *rejected* when none of it does, and
+*inconclusive* when the range straddles the factor. A claim resting on a missing, skipped, failed
+or noisy row, or on a selector that matches several rows, is inconclusive and says which.
+
+`check_claims` validates the rules against the registry (one line naming the key and what is
+allowed) when an experiment is composed; `evaluate` decides them over a rows frame.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Mapping, Sequence
+
+import pandas as pd
+
+from harness.axes import ConfigError
+from harness.fuel import REPO_ROOT
+
+EXPERIMENTS = REPO_ROOT / "experiments"
+
+OPS = ("<=", "<", ">=", ">")
+METRICS = ("us", "gbps", "roofline_fraction")
+FASTEST = "fastest"
+RULE_KEYS = ("numerator", "op", "factor", "denominator", "value", "metric")
+SELECTOR_KEYS = ("component", "variant", "point", "sweep")
+CLAIM_KEYS = ("id", "text", "rule")
+VERDICTS = ("accepted", "rejected", "inconclusive")
+
+
+# -- validation (at experiment load time) ----------------------------------------------------------
+def _keys(where: str, obj: Any, allowed: Sequence[str], required: Sequence[str]) -> Mapping[str, Any]:
+    if not isinstance(obj, Mapping):
+        raise ConfigError(f"{where}: expected a mapping with {', '.join(required)}")
+    extra = [k for k in obj if k not in allowed]
+    if extra:
+        raise ConfigError(f"{where}.{extra[0]}: unknown key; allowed: {', '.join(allowed)}")
+    for k in required:
+        if k not in obj or obj[k] is None:
+            raise ConfigError(f"{where}.{k}: missing; allowed keys: {', '.join(allowed)}")
+    return obj
+
+
+def _check_selector(where: str, sel: Any, geometry) -> None:
+    from harness import registry
+
+    sel = _keys(where, sel, SELECTOR_KEYS, ("component", "variant"))
+    comps = registry.components()
+    name = str(sel["component"])
+    if name not in comps:
+        raise ConfigError(f"{where}.component: unknown value {name!r}; allowed: {', '.join(sorted(comps))}")
+    comp = comps[name]
+    variants = comp.variant_names(None)
+    if str(sel["variant"]) not in (FASTEST, *variants):
+        raise ConfigError(f"{where}.variant: unknown value {sel['variant']!r} for component {name}; "
+                          f"allowed: {FASTEST}, {', '.join(variants)}")
+    point = sel.get("point") or {}
+    if not isinstance(point, Mapping):
+        raise ConfigError(f"{where}.point: expected a mapping of axis values; allowed axes: {', '.join(comp.axis_names)}")
+    axes = {a.name: a for a in comp.axes}
+    for axis, value in point.items():
+        if axis not in axes:
+            raise ConfigError(f"{where}.point.{axis}: unknown axis for component {name}; "
+                              f"allowed: {', '.join(comp.axis_names)}")
+        try:
+            axes[axis].check(value, geometry)
+        except ConfigError as exc:
+            raise ConfigError(f"{where}.point.{exc}") from None
+    if "sweep" in sel and not str(sel["sweep"]).strip():
+        raise ConfigError(f"{where}.sweep: empty; allowed: a sweep name")
+
+
+def _number(where: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"{where}: {value!r} is not a positive number; allowed: a positive number")
+    return float(value)
+
+
+def check_claims(claims: Any, geometry) -> list[dict[str, Any]]:
+    """The claims as plain dicts, each rule checked; ConfigError (one line) on the first problem."""
+    claims = _plain(claims)
+    if claims is None:
+        return []
+    if not isinstance(claims, Sequence) or isinstance(claims, (str, bytes)):
+        raise ConfigError("claims: expected a list of {id, text, rule}")
+    seen: set[str] = set()
+    out = []
+    for i, claim in enumerate(claims):
+        where = f"claims[{i}]"
+        claim = _keys(where, claim, CLAIM_KEYS, ("id", "text", "rule"))
+        cid = str(claim["id"])
+        if not cid.replace("_", "").replace("-", "").isalnum():
+            raise ConfigError(f"{where}.id: {cid!r} is not a slug; allowed: letters, digits, '-', '_'")
+        if cid in seen:
+            raise ConfigError(f"{where}.id: {cid!r} names two claims; allowed: each id once")
+        seen.add(cid)
+        where = f"claims.{cid}.rule"
+        rule = _keys(where, claim["rule"], RULE_KEYS, ("numerator", "op"))
+        if rule["op"] not in OPS:
+            raise ConfigError(f"{where}.op: unknown value {rule['op']!r}; allowed: {', '.join(OPS)}")
+        metric = rule.get("metric", "us")
+        if metric not in METRICS:
+            raise ConfigError(f"{where}.metric: unknown value {metric!r}; allowed: {', '.join(METRICS)}")
+        has_den, has_value = rule.get("denominator") is not None, rule.get("value") is not None
+        if has_den == has_value:
+            raise ConfigError(f"{where}: give a denominator (with an optional factor) or a value, not "
+                              f"{'both' if has_den else 'neither'}")
+        if has_value and "factor" in rule:
+            raise ConfigError(f"{where}.factor: only with a denominator; allowed: value alone")
+        _check_selector(f"{where}.numerator", rule["numerator"], geometry)
+        if has_den:
+            _check_selector(f"{where}.denominator", rule["denominator"], geometry)
+            _number(f"{where}.factor", rule.get("factor", 1.0))
+        else:
+            _number(f"{where}.value", rule["value"])
+        out.append(_plain(claim))
+    return out
+
+
+def _plain(obj: Any) -> Any:
+    """OmegaConf / ruamel containers as plain dicts and lists (for meta.json and templates)."""
+    try:
+        from omegaconf import DictConfig, ListConfig, OmegaConf
+
+        if isinstance(obj, (DictConfig, ListConfig)):
+            return OmegaConf.to_container(obj, resolve=True)
+    except ImportError:  # pragma: no cover
+        pass
+    if isinstance(obj, Mapping):
+        return {str(k): _plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_plain(v) for v in obj]
+    return obj
+
+
+def experiment_claims(name: str, geometry) -> list[dict[str, Any]]:
+    """The checked ``claims`` of ``experiments/experiment/<name>.yaml`` (the file as it is now)."""
+    import yaml
+
+    path = EXPERIMENTS / "experiment" / f"{name}.yaml"
+    if not path.is_file():
+        allowed = sorted(p.stem for p in path.parent.glob("*.yaml"))
+        raise ConfigError(f"experiment: unknown value {name!r}; allowed: {', '.join(allowed)}")
+    data = yaml.safe_load(path.read_text()) or {}
+    return check_claims(data.get("claims"), geometry)
+
+
+# -- evaluation -------------------------------------------------------------------------------------
+@dataclasses.dataclass
+class Pick:
+    """The row a selector found, with its metric's p20-p80 interval and p50; or why none."""
+
+    label: str
+    row: pd.Series | None = None
+    lo: float = math.nan
+    mid: float = math.nan
+    hi: float = math.nan
+    problem: str = ""
+
+    def describe(self, unit: str) -> str:
+        if self.row is None:
+            return f"{self.label}: {self.problem}"
+        run = f"{self.row.get('sweep', '?')} at {str(self.row.get('commit', '') or '')[:7]}"
+        return f"{self.label} {_f(self.mid)} {unit} ({_f(self.lo)}–{_f(self.hi)}, {run})"
+
+
+def _f(x: float) -> str:
+    return "–" if x != x else (f"{x:.3g}" if abs(x) < 1000 else f"{x:.0f}")
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, (int, float)) and not isinstance(a, bool):
+        try:
+            return float(a) == float(b)
+        except (TypeError, ValueError):
+            return False
+    return str(a) == str(b)
+
+
+def truthy(v: Any) -> bool:
+    """A stored flag (bool, or its text in a rows.csv) as a bool."""
+    return str(v).strip().lower() in ("true", "1", "1.0")
+
+
+def _label(sel: Mapping[str, Any]) -> str:
+    point = " ".join(f"{k}={v}" for k, v in (sel.get("point") or {}).items())
+    return f"{sel['component']}/{sel['variant']}" + (f" at {point}" if point else "") + (
+        f" in {sel['sweep']}" if sel.get("sweep") else "")
+
+
+def _interval(row: pd.Series, metric: str) -> tuple[float, float, float]:
+    """(lo, mid, hi) of the metric from the row's ms_p20 / ms_p50 / ms_p80."""
+    p20, p50, p80 = (float(row[c]) for c in ("ms_p20", "ms_p50", "ms_p80"))
+    if metric == "us":
+        return p20 * 1e3, p50 * 1e3, p80 * 1e3
+    rate = float(row["bytes"]) / 1e6  # GB/s = bytes / (ms * 1e6)
+    if metric == "roofline_fraction":
+        roof = float(row.get("roofline_gbps", math.nan))
+        rate = rate / roof if roof == roof and roof > 0 else math.nan
+    return rate / p80, rate / p50, rate / p20
+
+
+def select(rows: pd.DataFrame, sel: Mapping[str, Any], metric: str) -> Pick:
+    pick = Pick(_label(sel))
+    m = rows["component"].astype(str) == str(sel["component"])
+    if sel.get("sweep"):
+        m &= rows["sweep"].astype(str) == str(sel["sweep"])
+    for axis, value in (sel.get("point") or {}).items():
+        if axis not in rows.columns:
+            pick.problem = f"no row matches (no stored row has the axis {axis})"
+            return pick
+        m &= rows[axis].map(lambda v, value=value: _same(value, v))
+    here = rows[m]
+    if sel["variant"] == FASTEST:
+        peer = here["peer"].map(truthy) if "peer" in here else pd.Series(False, index=here.index)
+        ours = here[(here["status"] == "ok") & ~peer]
+        if ours.empty:
+            pick.problem = "no ok row of ours at that point"
+            return pick
+        here = here[here["variant"] == ours.loc[ours["ms_p50"].idxmin(), "variant"]]
+        pick.label += f" (= {here['variant'].iloc[0]})"
+    else:
+        here = here[here["variant"].astype(str) == str(sel["variant"])]
+    if here.empty:
+        pick.problem = "no row matches"
+        return pick
+    if len(here) > 1:
+        from harness.report import component_axes
+
+        loose = [a for a in component_axes(here) if here[a].nunique(dropna=False) > 1]
+        if "sweep" in here and here["sweep"].nunique() > 1:
+            loose.append("sweep")
+        pick.problem = (f"{len(here)} rows match (they differ in {', '.join(loose) or 'nothing: the same point twice'}); "
+                        f"pin {'it' if len(loose) == 1 else 'them'} in the rule")
+        return pick
+    row = here.iloc[0]
+    pick.row = row
+    if row["status"] != "ok":
+        why = str(row.get("reason") or "") if row.get("reason") == row.get("reason") else ""
+        pick.problem = f"its row is {row['status']}" + (f" ({why})" if why else "")
+        return pick
+    pick.lo, pick.mid, pick.hi = _interval(row, metric)
+    if truthy(row.get("noisy")):
+        pick.problem = f"its row is noisy (p20–p80 spread {float(row.get('spread', math.nan)) * 100:.1f}% of p50)"
+    elif not all(math.isfinite(x) for x in (pick.lo, pick.mid, pick.hi)):
+        pick.problem = f"its row has no {metric} interval"
+    return pick
+
+
+def _holds(lo: float, hi: float, op: str, target: float) -> str:
+    """accepted when every value of [lo, hi] satisfies ``x op target``, rejected when none does."""
+    if op in ("<=", "<"):
+        yes = hi <= target if op == "<=" else hi < target
+        no = lo > target if op == "<=" else lo >= target
+    else:
+        yes = lo >= target if op == ">=" else lo > target
+        no = hi < target if op == ">=" else hi <= target
+    return "accepted" if yes else "rejected" if no else "inconclusive"
+
+
+UNITS = {"us": "µs", "gbps": "GB/s", "roofline_fraction": "of roofline"}
+
+
+def evaluate_claim(claim: Mapping[str, Any], rows: pd.DataFrame) -> dict[str, Any]:
+    """One claim decided over ``rows``: verdict, the figures that decided it, why, the rows used."""
+    rule = claim["rule"]
+    metric, op = rule.get("metric", "us"), rule["op"]
+    unit = UNITS[metric]
+    num = select(rows, rule["numerator"], metric)
+    picks = [num]
+    if rule.get("denominator") is not None:
+        factor = float(rule.get("factor", 1.0))
+        den = select(rows, rule["denominator"], metric)
+        picks.append(den)
+        target_text = f"{op} {factor:g} × denominator"
+    else:
+        factor, den = float(rule["value"]), None
+        target_text = f"{op} {factor:g} {unit}"
+    bad = [p for p in picks if p.problem]
+    figures = "; ".join(p.describe(unit) for p in picks if p.row is not None and p.lo == p.lo)
+    result = {"id": claim["id"], "text": claim["text"], "rule": target_text,
+              "rows": [p.row for p in picks if p.row is not None]}
+    if bad:
+        why = "; ".join(f"{p.label}: {p.problem}" for p in bad)
+        return {**result, "verdict": "inconclusive", "figures": figures or "–", "why": why,
+                "ratio": None}
+    if den is not None:
+        lo, mid, hi = num.lo / den.hi, num.mid / den.mid, num.hi / den.lo
+        figures += f"; ratio {mid:.3f} (p20–p80 bounds {lo:.3f}–{hi:.3f}) {target_text.replace(' × denominator', '')}"
+    else:
+        lo, mid, hi = num.lo, num.mid, num.hi
+        figures += f"; {target_text}"
+    verdict = _holds(lo, hi, op, factor)
+    why = {"accepted": f"the whole p20–p80 range {_f(lo)}–{_f(hi)} is {op} {factor:g}",
+           "rejected": f"no part of the p20–p80 range {_f(lo)}–{_f(hi)} is {op} {factor:g}",
+           "inconclusive": f"the p20–p80 range {_f(lo)}–{_f(hi)} straddles {factor:g}"}[verdict]
+    return {**result, "verdict": verdict, "figures": figures, "why": why, "ratio": (lo, mid, hi)}
+
+
+def evaluate(claims: Sequence[Mapping[str, Any]], rows: pd.DataFrame) -> list[dict[str, Any]]:
+    return [evaluate_claim(c, rows) for c in claims]
+
+
+def verdict_table(results: Sequence[Mapping[str, Any]]) -> str:
+    from harness.report import md_table
+
+    return md_table(["claim", "verdict", "rule", "figures (measured)", "why"],
+                    [[f"`{r['id']}`: {r['text']}", f"**{r['verdict']}**", r["rule"], r["figures"], r["why"]]
+                     for r in results])
+
+
+def experiment_of(overrides: Sequence[str]) -> str | None:
+    """The ``+experiment=NAME`` a job was run with, if any."""
+    for o in overrides:
+        key, _, value = str(o).partition("=")
+        if key.lstrip("+~") == "experiment" and value:
+            return value
+    return None
