@@ -143,11 +143,7 @@ def mla_point(point) -> dict:
     """The sparse_mla point whose arena and page table this layer uses (grouped: the pooled
     strategies' selection kind; the arena does not depend on it)."""
     return {"M": int(point["M"]), "context": int(point["context"]), "selection": "grouped",
-            "page_size": PAGE_SIZE, "arena_scale": 1}
-
-
-def mla_width(geometry, point) -> int:
-    return width(geometry, point)
+            "page_size": PAGE_SIZE, "arena_scale": 1, "latent_dtype": "bf16"}
 
 
 def slots_per_stream(geometry, point) -> list[int]:
@@ -156,7 +152,7 @@ def slots_per_stream(geometry, point) -> list[int]:
     if point["key_caching"] == "per_token":
         return [k_selected(geometry, point)] * int(point["M"])
     k = topk_tokens(geometry, point)
-    return [k + n % kpool(geometry) for n in lengths(geometry, point)]
+    return [k + int(n) % kpool(geometry) for n in lengths(geometry, point)]
 
 
 def check_point(geometry, point) -> str | None:
@@ -320,7 +316,7 @@ def reference(geometry, point, inputs) -> dict[str, np.ndarray]:
 def checks(point) -> dict:
     """out, lse: sparse_mla's checks (its docstring gives the tolerances' reasons); selection: the
     reference's set exactly (the scores are exact, module docstring), -1 slots in place."""
-    return {**mla.checks(point),
+    return {**mla.checks(mla_point(point)),
             "selection": IndexSet(scores="token_scores", tie="lower_index", masked=-1, masked_positions=True)}
 
 
@@ -344,7 +340,7 @@ def part_points(geometry, point) -> list[tuple[str, str, dict]]:
                                                 "score_rows": "random"}))
     if pool == "pooled":
         parts.append(("dsa_expand", "expand_cuda", {"M": Mn, "context": ctx, "topk": topk}))
-    parts.append(("sparse_mla", "split_mma",
+    parts.append(("sparse_mla", "split_mma_ahead_1wave",
                   {**mla_point(point), "selection": "grouped" if pool == "pooled" else "scattered"}))
     return parts
 

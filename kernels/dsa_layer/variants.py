@@ -3,8 +3,8 @@
 - ``chained`` (ours): one ``harness.cuda.KernelStep`` of the families' best kernels on shared device
   buffers, get_kernel'd from the families' own .cu files with their own launch geometry:
   [compress_cuda (kpool_compress.cu)] -> scan_mma (scan_mma.cu) -> radix_cluster (topk_radix.cu)
-  -> [expand_cuda (expand.cu)] -> split_mma + combine (sparse_mla/split_mma.cu). Plain stream
-  order (dependent=False): scan_mma, topk_radix, split_mma and the combine do not
+  -> [expand_cuda (expand.cu)] -> split_mma_ahead_1wave + combine (sparse_mla/split_mma_ahead.cu).
+  Plain stream order (dependent=False): scan_mma, topk_radix, the split and the combine do not
   griddepcontrol.wait before reading their predecessor's output (only kpool_compress and expand
   do), so a programmatic launch of them could read a buffer still being written.
 - ``ref_layer`` (CPU backend): the families' CPU formulations composed in float32 / NumPy
@@ -28,10 +28,12 @@ from kernels.sparse_mla import variants as mla_variants
 
 from . import spec
 
-# The sparse MLA design this step runs, as sparse_mla/variants.py declares it (file, kernel, the
-# #defines that size its launch); its combine kernel is in the same file.
-SPLIT_SOURCE, SPLIT_SYMBOL, SPLIT_SMEM, SPLIT_THREADS = mla_variants.SPLIT_DESIGNS["split_mma"]
-SPLIT_QUANTUM = 32              # slots a split holds a multiple of (split_mma's tile: MMA_TILE)
+# The sparse MLA design this step runs: the family's fastest BF16 one (split_mma_ahead with
+# split_mma_ahead_1wave's splits: 87.30 us at M = 32 grouped on the H200, reports/
+# 2026-12-01-sparse_mla-h200-120356), as sparse_mla/variants.py declares it (file, kernel, the
+# #defines that size its launch, its latent); its combine kernel is in the same file.
+SPLIT_DESIGN = "split_mma_ahead"
+SPLIT_SOURCE, SPLIT_SYMBOL, SPLIT_SMEM, SPLIT_THREADS, _ = mla_variants.SPLIT_DESIGNS[SPLIT_DESIGN]
 SOURCES = {
     "compress": kpool_variants.HERE / "kpool_compress.cu",
     "scan": scan_variants.HERE / "scan_mma.cu",
@@ -47,12 +49,12 @@ def supports_chained(geometry, point) -> str | None:
         return f"scan_mma is written for 32 heads x 128; got {Hi} x {Di}"
     H, D, _ = mla.dims(geometry)
     if (H, D) != (64, 512):
-        return f"split_mma is written for 64 heads x 512; got {H} x {D}"
+        return f"{SPLIT_DESIGN} is written for 64 heads x 512; got {H} x {D}"
     if spec.kpool(geometry) != 4:
         return f"kpool_compress.cu and expand.cu are written for pools of 4; got {spec.kpool(geometry)}"
     W = spec.width(geometry, point)
     if W % 64:
-        return f"selection width {W} is not a multiple of 64 (split_mma's tiles)"
+        return f"selection width {W} is not a multiple of 64 (the sparse MLA's tiles)"
     if point["key_caching"] == "compress":
         P = int(point["context"]) // 4
         if int(point["M"]) * P * kpool_variants.GROUPS >= 2 ** 31 - 2 ** 26:
@@ -80,7 +82,7 @@ def build_chained(geometry, point, inputs, backend) -> KernelStep:
     scan_threads, scan_ctas, tpw = scan_variants.mma_launch(backend, scan_fn, Mn, C)
     cs = topk_variants.pick_cluster(Mn, sms)
     topk_fn = get_kernel(backend, SOURCES["topk"], f"dsa_topk_radix_c{cs}")
-    splits = mla_variants.pick_splits(Mn, W, sms, SPLIT_QUANTUM)
+    splits = mla_variants.one_wave_splits(Mn, W, sms)
     split_smem = mla_variants.source_define(SPLIT_SOURCE, SPLIT_SMEM)
     split_fn = get_kernel(backend, SOURCES["split"], SPLIT_SYMBOL, split_smem)
     combine_fn = get_kernel(backend, SOURCES["split"], "sparse_mla_combine")
@@ -183,11 +185,11 @@ class _HostLayer(Launch):
 LAYER_VARIANTS = (
     Variant("chained", "cuda", build_chained,
             why="the families' best kernels as one step on shared buffers: [compress_cuda] -> scan_mma -> "
-                "radix_cluster -> [expand_cuda] -> split_mma + combine, in plain stream order (not every "
+                "radix_cluster -> [expand_cuda] -> split_mma_ahead_1wave + combine, in plain stream order (not every "
                 "kernel waits on griddepcontrol, so no PDL)",
             supports=supports_chained,
             sources=("../dsa_indexer/kpool_compress.cu", "../dsa_indexer/scan_mma.cu",
-                     "../dsa_indexer/topk_radix.cu", "../dsa_indexer/expand.cu", "../sparse_mla/split_mma.cu")),
+                     "../dsa_indexer/topk_radix.cu", "../dsa_indexer/expand.cu", "../sparse_mla/split_mma_ahead.cu")),
     Variant("ref_layer", "cpu", lambda g, p, i, b: _HostLayer(g, p, i),
             why="float32 NumPy on the host: compress_numpy, the scan's product, reference.topk, "
                 "expand_numpy, attend", sources=("variants.py",)),
