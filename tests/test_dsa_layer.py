@@ -5,6 +5,7 @@ runner."""
 
 from __future__ import annotations
 
+import contextlib
 from types import SimpleNamespace
 
 import numpy as np
@@ -15,7 +16,7 @@ from harness.verify import compare
 from kernels.dsa_indexer import expand_spec, kpool_variants, topk_spec
 from kernels.dsa_indexer import reference as rules
 from kernels.dsa_layer import spec
-from kernels.kda_decode.reference import bf16_to_float
+from kernels.kda_decode.reference import bf16_to_float, float_to_bf16
 from kernels.sparse_mla import spec as mla
 
 QUICK = SimpleNamespace(warmup=0, min_reps=1, max_reps=1, min_time_ms=0.0, max_noise=1.0, timeout_s=5.0,
@@ -195,3 +196,117 @@ def test_cpu_variant_through_the_runner(geometry, key_caching):
 def test_context_too_short_is_one_line(geometry):
     problem = registry.get("dsa_layer").check_point(geometry, _point("pooled", context=2048))
     assert problem and "\n" not in problem and problem.startswith("context:")
+
+
+# -- the chained step's wiring, on an emulated device --------------------------------------------
+#
+# build_chained runs unchanged against a fake backend whose kernels are NumPy emulations of each
+# family kernel, called with the arguments in the kernel's own signature order (each checks the
+# shapes and scalars it is given against one another). What this covers: which buffer feeds which
+# kernel, C / k / W / M / splits as passed, the per-token selection being the top-k's output, the
+# launch geometry covering the work; not the kernels themselves (their families' GPU tests).
+
+class _Stream(contextlib.nullcontext):
+    def synchronize(self):
+        pass
+
+
+class _Kernel:
+    num_regs, shared_size_bytes, max_dynamic_shared_size_bytes = 64, 0, 0
+
+    def __init__(self, symbol):
+        self.symbol = symbol
+
+
+class _Module:
+    def get_function(self, symbol):
+        return _Kernel(symbol)
+
+
+class _EmulatedDevice:
+    """A backend: NumPy arrays, H200 properties, and every launch emulated (launches recorded)."""
+
+    xp = cp = np
+    props = {"multiProcessorCount": 132, "sharedMemPerBlockOptin": 232448, "regsPerMultiprocessor": 65536,
+             "sharedMemPerMultiprocessor": 233472, "maxThreadsPerMultiProcessor": 2048,
+             "maxBlocksPerMultiProcessor": 32, "reservedSharedMemPerBlock": 1024}
+
+    def __init__(self):
+        self.stream, self.launched = _Stream(), []
+
+    def module(self, path):
+        return _Module()
+
+    def to_device(self, a):
+        return np.array(a, copy=True)
+
+    def to_host(self, a):
+        return np.array(a, copy=True)
+
+    def launch(self, fn, grid, block, args, shared_mem=0, programmatic=False):
+        self.launched.append((fn.symbol, grid, block, programmatic))
+        name = fn.symbol.rstrip("0123456789").removesuffix("_c") if fn.symbol.startswith("dsa_topk") else fn.symbol
+        getattr(self, "_" + name)(grid, block, *args)
+
+    def _kpool_compress_v1(self, grid, block, keys, gates, ape, lengths, pooled, M, P):
+        assert keys.shape == gates.shape == (M, 4 * P, 128) and pooled.shape == (M, P, 128)
+        assert grid[0] >= 1 and block[0] == 256                              # grid-stride: any grid covers all
+        pooled[:] = kpool_variants.compress_numpy(keys, gates, ape, lengths.astype(np.int64) // 4)
+
+    def _scan_mma_bf16(self, grid, block, q, w, keys, eligible, scores, M, C, tpw):
+        assert keys.shape == (M, C, 128) and scores.shape == (M, C) and q.shape == (M, 32, 128)
+        assert grid[0] * (block[0] // 32) * tpw >= M * -(-C // 16)           # every tile has a warp
+        for m in range(M):
+            s = np.maximum(bf16_to_float(keys[m]) @ bf16_to_float(q[m]).T, np.float32(0)) @ w[m]
+            s[int(eligible[m]):] = -np.inf
+            scores[m] = s
+
+    def _dsa_topk_radix(self, grid, block, scores, out, C, k):
+        M = grid[1]
+        assert scores.shape == (M, C) and out.shape == (M, k) and block[0] == 512
+        out[:] = np.stack([rules.topk(row, k) for row in scores])
+
+    def _expand_v1(self, grid, block, pools, positions, selection, M, k, W):
+        assert pools.shape == (M, k) and selection.shape == (M, W) and grid[0] == M
+        selection[:] = kpool_variants.expand_numpy(pools, positions, 4, W)
+
+    def _sparse_mla_split_mma_ahead(self, grid, block, q, arena, page_table, selection, part_acc, part_ml,
+                                    M, W, pps, ps, splits, scale):
+        assert grid == (splits, M) and selection.shape == (M, W) and part_acc.shape == (M, splits, 64, 512)
+        assert page_table.shape == (M, pps) and ps == 64
+        for m in range(M):
+            for s in range(splits):
+                tok = selection[m, s * W // splits:(s + 1) * W // splits]
+                tok = tok[tok >= 0].astype(np.int64)
+                c = bf16_to_float(arena[page_table[m, tok // ps].astype(np.int64) * ps + tok % ps]).astype(np.float64)
+                sc = scale * (bf16_to_float(q[m]).astype(np.float64) @ c.T)
+                mx = sc.max(axis=1) if len(c) else np.full(64, -np.inf)
+                e = np.exp(sc - mx[:, None]) if len(c) else np.zeros((64, 0))
+                part_acc[m, s], part_ml[m, s, :, 0], part_ml[m, s, :, 1] = e @ c, mx, e.sum(axis=1)
+
+    def _sparse_mla_combine(self, grid, block, part_acc, part_ml, out, lse, M, splits):
+        assert grid[0] == M * 64 and part_acc.shape[:2] == (M, splits)
+        mx = part_ml[..., 0].max(axis=1)                                     # [M, 64]
+        f = np.exp(part_ml[..., 0] - mx[:, None])                            # [M, splits, 64]
+        total = (f * part_ml[..., 1]).sum(axis=1)
+        out[:] = float_to_bf16((f[..., None] * part_acc).sum(axis=1) / total[..., None])
+        lse[:] = mx + np.log(total)
+
+
+@pytest.mark.parametrize("key_caching", CACHINGS)
+def test_the_chained_step_is_wired_right_on_an_emulated_device(geometry, key_caching):
+    from kernels.dsa_layer import variants
+
+    comp = registry.get("dsa_layer")
+    point = _point(key_caching, M=3, context=2052)     # 513 pools: the top-k keeps all but one
+    inputs, ref = _case(geometry, point)
+    device = _EmulatedDevice()
+    step = variants.build_chained(geometry, point, inputs, device)
+    step()
+    order = [s for s, *_ in device.launched]
+    assert order == (["kpool_compress_v1"] if key_caching == "compress" else []) + ["scan_mma_bf16", "dsa_topk_radix_c8"] \
+        + ([] if key_caching == "per_token" else ["expand_v1"]) + ["sparse_mla_split_mma_ahead", "sparse_mla_combine"]
+    assert not any(p for *_, p in device.launched)                         # plain stream order, no PDL
+    streams = runner.reference_streams(comp, geometry, point)
+    bad = [c.describe() for c in runner.checked(comp, point, step.outputs(), ref, streams) if not c.ok]
+    assert not bad, bad
