@@ -53,6 +53,12 @@ def _supports_compress_kernel(geometry, point) -> str | None:
     return None
 
 
+def compress_grid(backend, fn, M: int, P: int) -> int:
+    """kpool_compress_v1's CTAs (of COMPRESS_THREADS) for M streams of P pools: a persistent grid
+    over the M x P x 16 work items (the DSA layer's step launches it too)."""
+    return persistent_grid(backend, fn, COMPRESS_THREADS, 0, -(-(M * P * GROUPS) // COMPRESS_THREADS))
+
+
 def build_compress(geometry, point, inputs, backend) -> KernelStep:
     reason = _supports_compress_kernel(geometry, point)
     if reason:
@@ -63,8 +69,7 @@ def build_compress(geometry, point, inputs, backend) -> KernelStep:
     ape, lengths = backend.to_device(inputs["ape"]), backend.to_device(inputs["lengths"])
     keys, gates = inputs.resident["keys"], inputs.resident["gates"]
     fn = get_kernel(backend, HERE / "kpool_compress.cu", "kpool_compress_v1")
-    items = Mn * P * GROUPS
-    grid = persistent_grid(backend, fn, COMPRESS_THREADS, 0, -(-items // COMPRESS_THREADS))
+    grid = compress_grid(backend, fn, Mn, P)
     with backend.stream:
         buffers = {"pooled": cp.empty((Mn, P, D), cp.uint16)}
     kernels = [KernelCall(fn, grid, COMPRESS_THREADS, 0, lambda b: (

@@ -91,22 +91,27 @@ def mma_tiles_per_warp(total_tiles: int, ctas: int, warps: int) -> int:
     return max(1, -(-total_tiles // (ctas * warps)))
 
 
+def mma_launch(backend, fn, M: int, C: int) -> tuple[int, int, int]:
+    """scan_mma's launch for M streams of C keys: (threads, CTAs, tiles a warp). Persistent: as
+    many CTAs as fit at once, never more than give each warp one tile, then as few as cover the
+    M x ceil(C / 16) tiles at that many tiles a warp (the DSA layer's step launches it too)."""
+    threads, warps = define("scan_mma.cu", "SCAN_MMA_THREADS"), define("scan_mma.cu", "SCAN_MMA_WARPS")
+    total = M * -(-C // define("scan_mma.cu", "SCAN_MMA_TILE"))
+    ctas = min(int(backend.props["multiProcessorCount"]) * ctas_per_sm(fn, backend.props, threads, 0),
+               -(-total // warps))
+    tpw = mma_tiles_per_warp(total, ctas, warps)
+    return threads, -(-total // (tpw * warps)), tpw
+
+
 def build_mma(geometry, point, inputs, backend) -> KernelStep:
     reason = _supports_mma(geometry, point)
     if reason:
         raise ValueError(f"scan_mma: {reason}")
     d = _Device(backend, inputs)
     Mn, C = int(point["M"]), spec.n_candidates(geometry, point)
-    threads, warps = define("scan_mma.cu", "SCAN_MMA_THREADS"), define("scan_mma.cu", "SCAN_MMA_WARPS")
-    tile = define("scan_mma.cu", "SCAN_MMA_TILE")
     fp8 = point["key_dtype"] == "fp8"
     fn = get_kernel(backend, HERE / "scan_mma.cu", f"scan_mma_{point['key_dtype']}")
-    total = Mn * -(-C // tile)
-    # persistent: as many CTAs as fit at once, never more than give each warp one tile
-    ctas = min(int(backend.props["multiProcessorCount"]) * ctas_per_sm(fn, backend.props, threads, 0),
-               -(-total // warps))
-    tpw = mma_tiles_per_warp(total, ctas, warps)
-    ctas = -(-total // (tpw * warps))
+    threads, ctas, tpw = mma_launch(backend, fn, Mn, C)
     if fp8:
         args = lambda b: (d.q, d.w, d.keys, d.scales, d.eligible, b["scores"], np.int32(Mn), np.int32(C),  # noqa: E731
                           np.int32(tpw))
