@@ -100,12 +100,12 @@ EXPERIMENTS = sorted(p.stem for p in (REPO_ROOT / "experiments" / "experiment").
 
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
 def test_every_experiment_runs_on_the_cpu_backend(cli, tmp_path, experiment):
-    """Each committed experiment composes and runs its multirun on the CPU backend, shrunk to M = 1
-    and 1 MiB copies; every job stores rows, each ok or skipped with its reason (an experiment that
+    """Each committed experiment composes and runs its multirun on the CPU backend, shrunk to M = 1,
+    1 MiB copies and the smallest swept context; every job stores rows, each ok or skipped with its reason (an experiment that
     lists only CUDA variants skips here). Keeps configs that only run on the H200 from rotting."""
     root = tmp_path / "store"
     res = cli("-m", f"+experiment={experiment}", "backend=cpu", "timing.warmup=0", "timing.min_reps=1",
-              "timing.max_reps=3", "M=1", "copy_mib=1", f"store.root={root}")
+              "timing.max_reps=3", "M=1", "copy_mib=1", "context=8192", f"store.root={root}")
     assert res.returncode == 0, res.stderr[-2000:]
     sweep = store.find_sweep(root, experiment)
     jobs = [p for p in sweep.iterdir() if (p / "meta.json").is_file()]
