@@ -108,9 +108,18 @@ __device__ __forceinline__ u64 select_kth(const u64* src, int n, int k, SelState
         __syncthreads();
         // high digits already found: keys whose bits above `shift` equal prefix's
         const u64 hi_mask = pass == 0 ? 0ull : (~0ull << (shift + 8));
-        for (int i = tid; i < n; i += NT) {
-            const u64 key = src[i];
-            if ((key & hi_mask) == prefix) atomicAdd(&st.hist[(unsigned)(key >> shift) & 0xFFu], 1u);
+        // Lanes that share a bin add once (__match_any_sync; the first pass puts most keys of a
+        // row in 1-3 bins: sign and exponent). Lanes with nothing to count take a value no bin
+        // has (256 + lane). The loop bound is uniform, so every lane reaches the match.
+        for (int base = 0; base < n; base += NT) {
+            const int i = base + tid;
+            unsigned bin = 256u + (unsigned)lane;
+            if (i < n) {
+                const u64 key = src[i];
+                if ((key & hi_mask) == prefix) bin = (unsigned)(key >> shift) & 0xFFu;
+            }
+            const unsigned peers = __match_any_sync(FULL_MASK, bin);
+            if (bin < 256u && lane == __ffs(peers) - 1) atomicAdd(&st.hist[bin], (unsigned)__popc(peers));
         }
         __syncthreads();
         if (tid < 32) {
