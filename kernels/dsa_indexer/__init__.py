@@ -77,3 +77,16 @@ STREAM = _register(_Component(
     variants=scan_variants.STREAM_VARIANTS,
     summary="the scan's eligible keys read once and XORed per key: the indexer scan's stream-only floor",
     **_scan_common))
+
+# -- indexer_select: the scan fused with the top-k (select_spec, select_variants, select_fused.cu) --
+from . import select_spec as _select_spec
+from .select_variants import SELECT_VARIANTS as _SELECT_VARIANTS
+
+SELECT = _register(_Component(
+    name="indexer_select", reference=_select_spec.reference, checks=_select_spec.checks,
+    bytes_moved=_select_spec.bytes_moved, flops=_select_spec.flops, footprint=_select_spec.footprint,
+    variants=_SELECT_VARIANTS,
+    summary="the indexer scan fused with the top-k: indices [M, k] int32 of the k best scores "
+            "sum_j w_j relu(q_j . key_c) (lower index wins ties; -1 for non-finite picks and missing "
+            "candidates), the scores never stored in full",
+    **_scan_common))

@@ -1,0 +1,179 @@
+"""Launchers and declarations of indexer_select's variants (the scan fused with the top-k).
+
+- ``fused_mma`` (ours): ``select_fused.cu``: the tensor-core scan's tiles scored into a shared
+  threshold buffer per CTA (S slices a stream), each CTA's top-k (64-bit keys) to memory, then
+  ``select_merge``: one CTA a stream picks the k of its S x k candidates. cand_dim only.
+- ``scan_then_topk`` (the unfused baseline, same rows): scan_mma.cu's kernel writing scores [M, C]
+  then topk_radix.cu's radix_cluster kernel on them, with the launch geometry of their own
+  variants (scan_variants.build_mma's persistent grid, recomputed here the same way;
+  topk_variants.pick_cluster), as one step.
+- ``ref_select`` (CPU): scan_variants' float32 host scan, then reference.topk row by row.
+- ``model_fused`` (CPU): the same host scores through select_model (the kernels' logic in NumPy,
+  with the H200's plan: 132 SMs, 3 CTAs an SM).
+
+Nothing here imports cupy at import time.
+"""
+
+from __future__ import annotations
+
+import pathlib
+
+import numpy as np
+
+from harness.cuda import STATIC_SMEM_LIMIT, KernelCall, KernelStep, ctas_per_sm, get_kernel
+from harness.registry import Launch, Variant
+
+from . import reference, scan_variants, select_model, topk_model, topk_variants
+from . import select_spec as spec
+
+HERE = pathlib.Path(__file__).resolve().parent
+FUSED_SOURCE = "select_fused.cu"
+H200_SMS, FUSED_CTAS_PER_SM = 132, 3        # the CPU model's plan (select_fused's __launch_bounds__)
+KEY_POISON = np.uint64(0xAAAAAAAAAAAAAAAA)  # candidate keys never written
+
+
+def _kernel(backend, source: str, symbol: str, dyn_smem: int):
+    """get_kernel, and the dynamic shared-memory opt-in also when static + dynamic pass 48 KiB."""
+    fn = get_kernel(backend, HERE / source, symbol, dyn_smem)
+    if dyn_smem <= STATIC_SMEM_LIMIT < dyn_smem + int(fn.shared_size_bytes):
+        fn.max_dynamic_shared_size_bytes = dyn_smem
+    return fn
+
+
+def _supports_fused(geometry, point) -> str | None:
+    k = spec.k_selected(geometry, point)
+    if k > select_model.KMAX:
+        return f"select_fused keeps at most SEL_KMAX = {select_model.KMAX} candidates a CTA; this point selects {k}"
+    return scan_variants._supports_mma(geometry, point)
+
+
+def _supports_unfused(geometry, point) -> str | None:
+    if spec.k_selected(geometry, point) > spec.n_candidates(geometry, point):
+        return "topk_radix.cu is built for k <= C (dsa_axes.check_point refuses more for dsa_topk)"
+    return scan_variants._supports_mma(geometry, point) or topk_variants._supports_radix(geometry, point)
+
+
+def _indices_step(backend, kernels, buffers, poison, k_note: str) -> KernelStep:
+    step = KernelStep(backend, kernels, buffers, {}, {"indices": topk_model.POISON, **poison},
+                      lambda b: {"indices": backend.to_host(b["indices"])}, dependent=False)
+    step.note = k_note
+    return step.ready()
+
+
+def build_fused(geometry, point, inputs, backend) -> KernelStep:
+    reason = _supports_fused(geometry, point)
+    if reason:
+        raise ValueError(f"fused_mma: {reason}")
+    cp = backend.cp
+    d = scan_variants._Device(backend, inputs)
+    Mn, C, k = int(point["M"]), spec.n_candidates(geometry, point), spec.k_selected(geometry, point)
+    fp8 = point["key_dtype"] == "fp8"
+    threads, mthreads = select_model.define("SEL_THREADS"), select_model.define("MERGE_THREADS")
+    cap = select_model.capacity(k)
+    fn = _kernel(backend, FUSED_SOURCE, f"select_fused_mma_{point['key_dtype']}", 8 * cap)
+    merge0 = get_kernel(backend, HERE / FUSED_SOURCE, "select_merge")
+    optin = int(backend.props.get("sharedMemPerBlockOptin", 232448))
+    merge_room = min(select_model.MERGE_SMEM_MAX, optin - int(merge0.shared_size_bytes))
+    S, tiles = select_model.plan(Mn, C, k, int(backend.props["multiProcessorCount"]),
+                                 ctas_per_sm(fn, backend.props, threads, 8 * cap), merge_room)
+    mfn = _kernel(backend, FUSED_SOURCE, "select_merge", 8 * S * k)
+    with backend.stream:
+        buffers = {"cand_keys": cp.empty((Mn, S, k), cp.uint64), "cand_counts": cp.empty((Mn, S), cp.int32),
+                   "indices": cp.empty((Mn, k), cp.int32)}
+    head = (d.q, d.w, d.keys, d.scales) if fp8 else (d.q, d.w, d.keys)
+    kernels = [
+        KernelCall(fn, (S, Mn), threads, 8 * cap, lambda b: (
+            *head, d.eligible, b["cand_keys"], b["cand_counts"], np.int32(C), np.int32(k), np.int32(cap),
+            np.int32(tiles))),
+        KernelCall(mfn, Mn, mthreads, 8 * S * k, lambda b: (
+            b["cand_keys"], b["cand_counts"], b["indices"], np.int32(S), np.int32(k))),
+    ]
+    poison = {"cand_keys": KEY_POISON, "cand_counts": topk_model.POISON}
+    return _indices_step(backend, kernels, buffers, poison,
+                         f"{S} slices a stream ({S * Mn} CTAs, {tiles} tiles of 16 keys each), buffer {cap} keys "
+                         f"a CTA; {S * k} candidates a stream merged")
+
+
+def scan_mma_grid(backend, fn, Mn: int, C: int) -> tuple[int, int]:
+    """(CTAs, tiles a warp) of scan_variants.build_mma, recomputed the same way (it is inside that
+    build function): a persistent grid over the M x ceil(C / 16) tiles."""
+    threads = scan_variants.define("scan_mma.cu", "SCAN_MMA_THREADS")
+    warps = scan_variants.define("scan_mma.cu", "SCAN_MMA_WARPS")
+    tile = scan_variants.define("scan_mma.cu", "SCAN_MMA_TILE")
+    total = Mn * -(-C // tile)
+    ctas = min(int(backend.props["multiProcessorCount"]) * ctas_per_sm(fn, backend.props, threads, 0),
+               -(-total // warps))
+    tpw = scan_variants.mma_tiles_per_warp(total, ctas, warps)
+    return -(-total // (tpw * warps)), tpw
+
+
+def build_unfused(geometry, point, inputs, backend) -> KernelStep:
+    reason = _supports_unfused(geometry, point)
+    if reason:
+        raise ValueError(f"scan_then_topk: {reason}")
+    cp = backend.cp
+    d = scan_variants._Device(backend, inputs)
+    Mn, C, k = int(point["M"]), spec.n_candidates(geometry, point), spec.k_selected(geometry, point)
+    fp8 = point["key_dtype"] == "fp8"
+    scan = get_kernel(backend, HERE / "scan_mma.cu", f"scan_mma_{point['key_dtype']}")
+    ctas, tpw = scan_mma_grid(backend, scan, Mn, C)
+    cs = topk_variants.pick_cluster(Mn, int(backend.props["multiProcessorCount"]))
+    topk = get_kernel(backend, HERE / topk_variants.RADIX_SOURCE, f"dsa_topk_radix_c{cs}")
+    with backend.stream:
+        buffers = {"scores": cp.empty((Mn, C), cp.float32), "indices": cp.empty((Mn, k), cp.int32)}
+    head = (d.q, d.w, d.keys, d.scales) if fp8 else (d.q, d.w, d.keys)
+    kernels = [
+        KernelCall(scan, ctas, scan_variants.define("scan_mma.cu", "SCAN_MMA_THREADS"), 0, lambda b: (
+            *head, d.eligible, b["scores"], np.int32(Mn), np.int32(C), np.int32(tpw))),
+        KernelCall(topk, (cs, Mn), topk_variants.radix_define("DSA_TOPK_THREADS"), 0, lambda b: (
+            b["scores"], b["indices"], np.int32(C), np.int32(k))),
+    ]
+    return _indices_step(backend, kernels, buffers, {"scores": np.float32(np.nan)},
+                         f"scan_mma: {ctas} persistent CTAs, {tpw} tiles a warp; radix_cluster: {cs} CTAs a row")
+
+
+class _HostSelect(Launch):
+    """CPU backend: scan_variants' float32 host scan, then a selection of every row."""
+
+    def __init__(self, select, geometry, point, inputs):
+        self.select, self.inputs = select, inputs
+        self.scan = scan_variants._HostScan(geometry, point, inputs)
+        self.k = spec.k_selected(geometry, point)
+
+    def poison(self) -> None:
+        self.out = np.full((int(self.scan.point["M"]), self.k), topk_model.POISON, np.int32)
+
+    def __call__(self) -> None:
+        self.scan()
+        scores = self.scan.outputs()["scores"].astype(np.float32)
+        self.out = self.select(scores, self.inputs["eligible"], self.k)
+
+    def outputs(self) -> dict[str, np.ndarray]:
+        return {"indices": self.out.copy()}
+
+
+def _reference_rows(scores, eligible, k):
+    return np.stack([reference.topk(row, k) for row in scores])
+
+
+def _model_rows(scores, eligible, k):
+    return select_model.select(scores, eligible, k, H200_SMS, FUSED_CTAS_PER_SM, rng=np.random.default_rng(0))
+
+
+SELECT_VARIANTS = (
+    Variant("fused_mma", "cuda", build_fused,
+            why="the scan's tensor-core tiles (scan_mma's fragments and pipeline) scored straight into a "
+                "shared-memory threshold buffer of 64-bit (score, lower-index-first) keys per CTA, shrunk "
+                "to its top k by a radix select whenever it fills; S x k candidates a stream reach memory "
+                "instead of C scores, and one CTA a stream merges them",
+            supports=_supports_fused, sources=(FUSED_SOURCE,)),
+    Variant("scan_then_topk", "cuda", build_unfused,
+            why="the unfused pair in one step: scan_mma writes scores [M, C], then radix_cluster selects "
+                "(each with its own variant's launch geometry)",
+            supports=_supports_unfused, sources=("scan_mma.cu", topk_variants.RADIX_SOURCE)),
+    Variant("ref_select", "cpu", lambda g, p, i, b: _HostSelect(_reference_rows, g, p, i),
+            why="float32 NumPy scan on the host, then reference.topk row by row", sources=("select_spec.py",)),
+    Variant("model_fused", "cpu", lambda g, p, i, b: _HostSelect(_model_rows, g, p, i),
+            why="the host scores through select_model: fused_mma's buffers, shrinks and merge in NumPy "
+                "(the H200's plan)", sources=("select_model.py",)),
+)
