@@ -94,19 +94,6 @@ def build_fused(geometry, point, inputs, backend) -> KernelStep:
                          f"a CTA; {S * k} candidates a stream merged")
 
 
-def scan_mma_grid(backend, fn, Mn: int, C: int) -> tuple[int, int]:
-    """(CTAs, tiles a warp) of scan_variants.build_mma, recomputed the same way (it is inside that
-    build function): a persistent grid over the M x ceil(C / 16) tiles."""
-    threads = scan_variants.define("scan_mma.cu", "SCAN_MMA_THREADS")
-    warps = scan_variants.define("scan_mma.cu", "SCAN_MMA_WARPS")
-    tile = scan_variants.define("scan_mma.cu", "SCAN_MMA_TILE")
-    total = Mn * -(-C // tile)
-    ctas = min(int(backend.props["multiProcessorCount"]) * ctas_per_sm(fn, backend.props, threads, 0),
-               -(-total // warps))
-    tpw = scan_variants.mma_tiles_per_warp(total, ctas, warps)
-    return -(-total // (tpw * warps)), tpw
-
-
 def build_unfused(geometry, point, inputs, backend) -> KernelStep:
     reason = _supports_unfused(geometry, point)
     if reason:
@@ -116,7 +103,7 @@ def build_unfused(geometry, point, inputs, backend) -> KernelStep:
     Mn, C, k = int(point["M"]), spec.n_candidates(geometry, point), spec.k_selected(geometry, point)
     fp8 = point["key_dtype"] == "fp8"
     scan = get_kernel(backend, HERE / "scan_mma.cu", f"scan_mma_{point['key_dtype']}")
-    ctas, tpw = scan_mma_grid(backend, scan, Mn, C)
+    _, ctas, tpw = scan_variants.mma_launch(backend, scan, Mn, C)
     cs = topk_variants.pick_cluster(Mn, int(backend.props["multiProcessorCount"]))
     topk = get_kernel(backend, HERE / topk_variants.RADIX_SOURCE, f"dsa_topk_radix_c{cs}")
     with backend.stream:
