@@ -199,6 +199,15 @@ def skip_reason(comp, variant, point: dict[str, Any], geometry: Geometry, backen
     return reason
 
 
+def _may_run(comp, variant, point, geometry: Geometry, backend) -> bool:
+    """False only when the variant will be skipped (a supports() that raises will be a failed row,
+    which is measured against the roofline like any other)."""
+    try:
+        return skip_reason(comp, variant, point, geometry, backend) is None
+    except Exception:
+        return True
+
+
 def measure(comp, variant, point: dict[str, Any], geometry: Geometry, backend, timing_conf,
             seed: int, roofline: dict[str, Any] | None, shared: dict | None = None) -> dict[str, Any]:
     """Verify then time one variant at one point; always returns a row (ok / skipped / failed)."""
@@ -207,7 +216,12 @@ def measure(comp, variant, point: dict[str, Any], geometry: Geometry, backend, t
     row["chain"] = chain_length(timing_conf, comp, geometry)
     streams = reference_streams(comp, geometry, point)
     row["ref_sample"] = describe_sample(streams, point)
-    reason = skip_reason(comp, variant, point, geometry, backend)
+    try:
+        reason = skip_reason(comp, variant, point, geometry, backend)
+    except Exception as exc:  # a broken supports() is the variant's failure, not the sweep's
+        row.update(status="failed", reason=f"supports: {type(exc).__name__}: {sweep.first_error_line(exc)}"[:500])
+        log.warning("%s/%s failed at %s: %s", comp.name, variant.name, point, row["reason"])
+        return row
     if reason:
         row.update(status="skipped", reason=reason)
         return row
@@ -390,7 +404,7 @@ def run_job(cfg, ctx: JobContext) -> list[dict[str, Any]]:
     wanted = list(getattr(cfg, "variants", None) or [])
     chosen = selected_variants(comp, backend.name, cfg.variant, wanted)
     # A job whose every variant will be skipped does not pay for the sweep's copy roofline.
-    runnable = [v for v in chosen if skip_reason(comp, v, point, geometry, backend) is None]
+    runnable = [v for v in chosen if _may_run(comp, v, point, geometry, backend)]
     roof = sweep_roofline(ctx, backend, geometry, cfg.timing) if runnable else store.read_roofline(ctx.sweep_dir)
     where = placement.placement()
     where_line = placement.describe(where)

@@ -9,7 +9,8 @@ on, end with a summary, and exit non-zero when a row failed.
 - ``wrong_output``: off by one: a failed verification (failed, not timed);
 - ``compile_error``: its build raises what CuPy raises for a kernel NVRTC cannot compile (the log
   after a first line that names no error);
-- ``out_of_memory``: its build raises an OutOfMemoryError as CuPy's allocator does (skipped).
+- ``out_of_memory``: its build raises an OutOfMemoryError as CuPy's allocator does (skipped);
+- ``broken_supports``: its ``supports`` raises (a failed row, the job goes on).
 
 The ``fault_only`` axis picks one variant's fault per job (``none``: all four variants).
 """
@@ -27,7 +28,7 @@ from harness.verify import RelErr
 from kernels.axes import M
 
 FAULT_ONLY = Axis("fault_only", str, "none", "which variant of fault_sum the job runs (none: all)",
-                  choices=("none", "right", "wrong_output", "compile_error", "out_of_memory"))
+                  choices=("none", "right", "wrong_output", "compile_error", "out_of_memory", "broken_supports"))
 
 
 class CompileException(Exception):
@@ -86,7 +87,10 @@ COMPONENT = register(Component(
               Variant("compile_error", "cpu", _compile_error, why="does not compile",
                       supports=_only("compile_error")),
               Variant("out_of_memory", "cpu", _out_of_memory, why="does not fit",
-                      supports=_only("out_of_memory"))),
+                      supports=_only("out_of_memory")),
+              Variant("broken_supports", "cpu", lambda g, p, i, b: _Sum(i, 0.0), why="its supports() raises",
+                      supports=lambda geometry, point: {}[point["fault_only"]] if point["fault_only"] in
+                      ("none", "broken_supports") else "fault_only")),
     summary="test component: every way a variant can fail",
     folder=__file__.rsplit("/", 1)[0],
 ))

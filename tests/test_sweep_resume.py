@@ -36,7 +36,7 @@ def test_each_fault_is_a_row_the_sweep_goes_on_and_exits_1(fault_cli, tmp_path):
     assert "Traceback" not in res.stderr, res.stderr
     (folder,) = _sweep_dirs(root)
     rows = store.load_sweep(folder)
-    assert len(rows) == 8 and sorted(rows["M"].unique()) == [2, 3]
+    assert len(rows) == 10 and sorted(rows["M"].unique()) == [2, 3]
     by = {v: g for v, g in rows.groupby("variant")}
     assert set(by["right"]["status"]) == {"ok"} and by["right"]["ms_p50"].notna().all()
     assert set(by["wrong_output"]["status"]) == {"failed"} and by["wrong_output"]["ms_p50"].isna().all()
@@ -46,10 +46,12 @@ def test_each_fault_is_a_row_the_sweep_goes_on_and_exits_1(fault_cli, tmp_path):
         'CompileException: fault_sum.cu(7): error: identifier "undefined_symbol" is undefined'}
     assert set(by["out_of_memory"]["status"]) == {"skipped"}
     assert all(r.startswith("out of memory (cpu): OutOfMemoryError") for r in by["out_of_memory"]["reason"])
+    assert set(by["broken_supports"]["status"]) == {"failed"}
+    assert all(r.startswith("supports: KeyError: ") for r in by["broken_supports"]["reason"])
     assert "jobs: 2 of 2 stored" in res.stderr
     table = [ln.split() for ln in res.stderr.splitlines() if ln.startswith("fault_sum ")]
     # ok, skipped, failed (noisy depends on the host's timer)
-    assert [r[:4] for r in table] == [["fault_sum", "2", "2", "4"]], res.stderr
+    assert [r[:4] for r in table] == [["fault_sum", "2", "2", "6"]], res.stderr
 
 
 def test_a_sweep_without_failed_rows_exits_0(fault_cli, tmp_path):

@@ -50,7 +50,10 @@ def _supports_fused(geometry, point) -> str | None:
 def _supports_unfused(geometry, point) -> str | None:
     if spec.k_selected(geometry, point) > spec.n_candidates(geometry, point):
         return "topk_radix.cu is built for k <= C (dsa_axes.check_point refuses more for dsa_topk)"
-    return scan_variants._supports_mma(geometry, point) or topk_variants._supports_radix(geometry, point)
+    # the top-k's rules at the top-k's own point: this component's point has no topk axis (it
+    # selects the fuel's index_topk)
+    topk_point = {**point, "topk": int(geometry.indexer.index_topk)}
+    return scan_variants._supports_mma(geometry, point) or topk_variants._supports_radix(geometry, topk_point)
 
 
 def _indices_step(backend, kernels, buffers, poison, k_note: str) -> KernelStep:
