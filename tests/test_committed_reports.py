@@ -17,8 +17,23 @@ FOLDERS = publish.published(publish.REPORTS)
 def test_reports_folder_holds_published_reports_only():
     assert len(FOLDERS) > 0
     others = sorted(p.name for p in publish.REPORTS.iterdir()
-                    if p not in FOLDERS and p.name not in ("templates", publish.INDEX))
+                    if p not in FOLDERS and p.name not in (*publish.NOT_REPORTS, publish.INDEX))
     assert others == [], "every folder of reports/ is a published report (README.md, rows.csv, provenance.json)"
+
+
+def test_the_committed_step_budget_is_what_the_reports_give(tmp_path):
+    """reports/budget/README.md is generated from the published rows (attnbench budget): a report
+    published since, or a budget file changed, makes it stale."""
+    from harness import budget
+    from harness.fuel import load_fuel
+
+    geometry = load_fuel()
+    spec = budget.load_budget("decode_step", geometry)
+    budget.render(spec, budget.published_rows(publish.REPORTS), geometry, tmp_path)
+    committed = publish.REPORTS / publish.BUDGET / "README.md"
+    assert committed.read_text() == (tmp_path / "README.md").read_text(), \
+        "stale: run python3 -m harness budget --out reports/budget"
+    assert (publish.REPORTS / publish.BUDGET / f"{spec.name}.png").is_file()
 
 
 @pytest.mark.parametrize("folder", FOLDERS, ids=[f.name for f in FOLDERS])
