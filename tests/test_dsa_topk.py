@@ -233,12 +233,34 @@ def test_cluster_pick_fills_the_sms(M, expect):
     assert topk_variants.pick_cluster(M, 132) == expect
 
 
+@pytest.mark.parametrize("M,C,expect", [(32, 262144, 8), (32, 262143, 4), (32, 65536, 4), (32, 16384, 4),
+                                        (1, 1048576, 8), (1, 8192, 4), (64, 65536, 4), (66, 8192, 2),
+                                        (132, 65536, 1)])
+def test_the_length_pick_caps_short_rows_at_four(M, C, expect):
+    assert topk_variants.pick_cluster_len(M, C, 132) == expect
+
+
+@pytest.mark.parametrize("kind", ["random", "ties", "sorted", "few_eligible"])
+def test_the_emulation_at_the_length_pick_gives_the_reference_set(kind):
+    """The cluster sizes radix_cluster_len and radix_lean launch at the experiment's M = 32 shapes
+    (scaled down in C, the pick taken at the full length): the emulation's row is the reference's."""
+    rng = np.random.default_rng(11)
+    for C_full, C, k in ((262144, 4096, 2048), (65536, 4000, 512), (16384, 1024, 512)):
+        cs = topk_variants.pick_cluster_len(32, C_full, 132)
+        row = _rows(kind, C, k, rng)
+        out, _ = topk_model.select_row(row, k, cs, topk_variants.radix_define("DSA_TOPK_CAP"))
+        ref = rules.topk(row.astype(np.float64), k)
+        res = compare("indices", out[None], {"indices": ref[None], "scores": row[None].astype(np.float64)}, STRICT)
+        assert res.ok, (kind, C_full, cs, res.describe())
+
+
 def test_the_launcher_reads_the_kernel_declarations():
     assert topk_variants.radix_define("DSA_TOPK_THREADS") == 512
     assert topk_variants.radix_define("DSA_TOPK_CAP") >= 2048
     text = (topk_variants.HERE / topk_variants.RADIX_SOURCE).read_text()
     for cs in topk_variants.CLUSTER_SIZES:
         assert f"DSA_TOPK_KERNEL({cs})" in text
+    assert "dsa_topk_radix_c##CS" in text and "dsa_topk_lean_c##CS" in text   # both kernels a size
 
 
 def test_gpu_variants_skip_with_a_reason_here(geometry):

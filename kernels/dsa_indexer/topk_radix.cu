@@ -41,6 +41,8 @@ the bin and the count above it (96 remote words a rank a level instead of 2048).
   order, tiles of 2048 with a block-wide exclusive scan, and the first q_c keys == T written at
   base + (A_c - P_c) + rank. Then -1 in [F, k), and a last cluster barrier so that no CTA leaves
   while another still reads its shared memory.
+dsa_topk_lean_c{1,2,4,8}: the same logic and counts with passes 1 and 2 batched (16 keys a thread,
+the warp votes and the buffer claim once a batch instead of once a key: lean_pass1 / lean_pass2).
 Shared memory: 20 KiB of histograms and their group sums (never reused, so no extra barriers) +
 24 KiB of buffer: 44.7 KiB static, 2 CTAs an SM; __launch_bounds__(512, 2).
 */
@@ -177,15 +179,16 @@ __device__ __forceinline__ unsigned warp_claim(unsigned* ctr, bool ok) {
 // f(index, score, ok) for every element of [lo, hi) of `row`, the whole warp calling f together
 // (ok false on the lanes past hi). vec: float4 loads (lo and hi multiples of 4, row 16-B aligned),
 // 4 of them in flight per thread so that a CTA keeps 32 KiB of reads outstanding.
+// for_slice's vector path from the thread's float4 index i (its first: lo / 4 + tid; or where a
+// lean pass's main loop left it, so that only the tail remains).
 template <class F>
-__device__ __forceinline__ void for_slice(const float* __restrict__ row, unsigned lo, unsigned hi, bool vec, F&& f) {
+__device__ __forceinline__ void for_slice_vec(const float* __restrict__ row, unsigned i, unsigned hi, F&& f) {
     const unsigned lane = threadIdx.x & 31u;
     const unsigned T = DSA_TOPK_THREADS;
-    if (vec) {
+    {
         const float4* p = reinterpret_cast<const float4*>(row);
         const unsigned hi4 = hi >> 2;
-        unsigned i = (lo >> 2) + threadIdx.x;
-        for (; i - lane + 31u + 3u * T < hi4; i += 4u * T) {
+        for (; i - lane + 31u + 3u * T < hi4; i += 4u * T) {  // warp-uniform: the warp's whole batch below hi4
             const float4 v0 = ld_nc_f32x4(p + i), v1 = ld_nc_f32x4(p + i + T), v2 = ld_nc_f32x4(p + i + 2u * T),
                          v3 = ld_nc_f32x4(p + i + 3u * T);
             const float4 v[4] = {v0, v1, v2, v3};
@@ -207,8 +210,16 @@ __device__ __forceinline__ void for_slice(const float* __restrict__ row, unsigne
             f(e + 2u, v.z, ok);
             f(e + 3u, v.w, ok);
         }
+    }
+}
+
+template <class F>
+__device__ __forceinline__ void for_slice(const float* __restrict__ row, unsigned lo, unsigned hi, bool vec, F&& f) {
+    const unsigned lane = threadIdx.x & 31u;
+    if (vec) {
+        for_slice_vec(row, (lo >> 2) + threadIdx.x, hi, f);
     } else {
-        for (unsigned i = lo + threadIdx.x; i - lane < hi; i += T) {
+        for (unsigned i = lo + threadIdx.x; i - lane < hi; i += DSA_TOPK_THREADS) {
             const bool ok = i < hi;
             f(i, ok ? ld_nc_f32(row + i) : 0.f, ok);
         }
@@ -309,7 +320,100 @@ __device__ __forceinline__ unsigned local_above(const unsigned* h, unsigned bin,
     return total;
 }
 
-template <int CS>
+// The lean passes (dsa_topk_lean_c*): pass 1 and pass 2 over the vector path's main loop, 16 keys
+// a thread a batch (4 float4 in flight, as for_slice), with the warp-synchronous work done once a
+// batch instead of once a key. Pass 1: one __all_sync a batch for the case where the warp's 512
+// keys share one digit-0 bin (all -inf rows, sorted runs, ties: one atomic of 512), else a plain
+// shared atomicAdd a key with no shuffle or vote. Pass 2: a thread counts its keys to buffer; one
+// __any_sync a batch, and only when some lane has one a warp scan of the counts and one atomicAdd
+// on n_buf for the warp. The same keys reach the same bins and the buffer (in another order, which
+// no later step depends on), so every count, decision and overflow is radix_cluster's exactly.
+// The tails (the last < 4 x 512 float4 of a slice) and the scalar path (C % 4 != 0) run the
+// per-key code of radix_cluster (for_slice_vec from the float4 index the lean loop returns).
+#define DSA_TOPK_BATCH 16u       // keys a thread a batch: 4 float4
+
+__device__ __forceinline__ void lean_batch_keys(const float4* p, unsigned i, unsigned key[DSA_TOPK_BATCH]) {
+    const unsigned T = DSA_TOPK_THREADS;
+    const float4 v0 = ld_nc_f32x4(p + i), v1 = ld_nc_f32x4(p + i + T), v2 = ld_nc_f32x4(p + i + 2u * T),
+                 v3 = ld_nc_f32x4(p + i + 3u * T);
+    const float4 v[4] = {v0, v1, v2, v3};
+#pragma unroll
+    for (unsigned u = 0; u < 4; ++u) {
+        key[4u * u] = topk_key(v[u].x);
+        key[4u * u + 1u] = topk_key(v[u].y);
+        key[4u * u + 2u] = topk_key(v[u].z);
+        key[4u * u + 3u] = topk_key(v[u].w);
+    }
+}
+
+// Batch j of a thread at float4 index i holds element 4 (i + (j / 4) T) + j % 4.
+__device__ __forceinline__ unsigned lean_batch_index(unsigned i, unsigned j) {
+    return 4u * (i + (j >> 2) * DSA_TOPK_THREADS) + (j & 3u);
+}
+
+// Both lean passes: the main loop's bounds as for_slice_vec's (float4 index i from lo / 4 + tid
+// while the warp's whole batch lies below hi / 4, a warp-uniform condition); they return the
+// thread's i where the tail starts. Call only on the vector path (C % 4 == 0).
+__device__ __forceinline__ unsigned lean_pass1(const float* __restrict__ row, unsigned lo, unsigned hi, unsigned* h) {
+    const unsigned lane = threadIdx.x & 31u, T = DSA_TOPK_THREADS;
+    const float4* p = reinterpret_cast<const float4*>(row);
+    const unsigned hi4 = hi >> 2;
+    unsigned i = (lo >> 2) + threadIdx.x;
+    for (; i - lane + 31u + 3u * T < hi4; i += 4u * T) {  // warp-uniform condition
+        unsigned key[DSA_TOPK_BATCH];
+        lean_batch_keys(p, i, key);
+        const unsigned lead = __shfl_sync(FULL_MASK, key[0] >> 21, 0);
+        bool same = true;
+#pragma unroll
+        for (unsigned j = 0; j < DSA_TOPK_BATCH; ++j) same = same && (key[j] >> 21) == lead;
+        if (__all_sync(FULL_MASK, same)) {
+            if (lane == 0) atomicAdd(&h[lead], 32u * DSA_TOPK_BATCH);
+        } else {
+#pragma unroll
+            for (unsigned j = 0; j < DSA_TOPK_BATCH; ++j) atomicAdd(&h[key[j] >> 21], 1u);
+        }
+    }
+    return i;
+}
+
+__device__ __forceinline__ unsigned lean_pass2(const float* __restrict__ row, unsigned lo, unsigned hi, unsigned b0,
+                                               unsigned* n_buf, unsigned* buf_key, unsigned* buf_idx) {
+    const unsigned lane = threadIdx.x & 31u, T = DSA_TOPK_THREADS;
+    const float4* p = reinterpret_cast<const float4*>(row);
+    const unsigned hi4 = hi >> 2;
+    unsigned i = (lo >> 2) + threadIdx.x;
+    for (; i - lane + 31u + 3u * T < hi4; i += 4u * T) {
+        unsigned key[DSA_TOPK_BATCH];
+        lean_batch_keys(p, i, key);
+        unsigned n = 0u;
+#pragma unroll
+        for (unsigned j = 0; j < DSA_TOPK_BATCH; ++j) n += (key[j] != 0u && (key[j] >> 21) >= b0) ? 1u : 0u;
+        if (__any_sync(FULL_MASK, n != 0u)) {
+            unsigned incl = n;
+#pragma unroll
+            for (unsigned o = 1; o < 32; o <<= 1) {
+                const unsigned y = __shfl_up_sync(FULL_MASK, incl, o);
+                if (lane >= o) incl += y;
+            }
+            unsigned wbase = 0u;
+            if (lane == 31u) wbase = atomicAdd(n_buf, incl);  // incl of lane 31: the warp's total
+            unsigned pos = __shfl_sync(FULL_MASK, wbase, 31) + incl - n;
+#pragma unroll
+            for (unsigned j = 0; j < DSA_TOPK_BATCH; ++j) {
+                if (key[j] != 0u && (key[j] >> 21) >= b0) {
+                    if (pos < DSA_TOPK_CAP) {
+                        buf_key[pos] = key[j];
+                        buf_idx[pos] = lean_batch_index(i, j);
+                    }
+                    ++pos;
+                }
+            }
+        }
+    }
+    return i;
+}
+
+template <int CS, bool LEAN>
 __device__ __forceinline__ void topk_body(const float* __restrict__ scores, int* __restrict__ out, int C_, int k_) {
     __shared__ __align__(16) TopkShared s;
     if (cluster_nctarank() != (unsigned)CS) __trap();  // launched without its cluster: fail loudly
@@ -334,10 +438,12 @@ __device__ __forceinline__ void topk_body(const float* __restrict__ scores, int*
     }
     __syncthreads();
 
-    // pass 1: digit 0 of every key
-    for_slice(row, lo, hi, vec, [&](unsigned, float x, bool ok) {
-        hist_add(s.hist0, ok ? topk_key(x) >> 21 : 0u, ok);
-    });
+    // pass 1: digit 0 of every key (lean: the main loop batched, then the tail per key from lo1)
+    auto count0 = [&](unsigned, float x, bool ok) { hist_add(s.hist0, ok ? topk_key(x) >> 21 : 0u, ok); };
+    if (LEAN && vec)
+        for_slice_vec(row, lean_pass1(row, lo, hi, s.hist0), hi, count0);
+    else
+        for_slice(row, lo, hi, vec, count0);
     __syncthreads();
     group_sums<DSA_TOPK_NB0>(s.hist0, s.coarse0);
     cluster_sync();
@@ -345,8 +451,8 @@ __device__ __forceinline__ void topk_body(const float* __restrict__ scores, int*
     const unsigned b0 = s.found_bin;
     unsigned G = s.found_above;  // keys above the bins found so far, over the row
 
-    // pass 2: the keys that can still be members into the buffer
-    for_slice(row, lo, hi, vec, [&](unsigned e, float x, bool ok) {
+    // pass 2: the keys that can still be members into the buffer (lean: batched, then the tail)
+    auto append = [&](unsigned e, float x, bool ok) {
         const unsigned key = topk_key(x);
         const bool take = ok && key != 0u && (key >> 21) >= b0;
         const unsigned pos = warp_claim(&s.n_buf, take);
@@ -354,7 +460,11 @@ __device__ __forceinline__ void topk_body(const float* __restrict__ scores, int*
             s.buf_key[pos] = key;
             s.buf_idx[pos] = e;
         }
-    });
+    };
+    if (LEAN && vec)
+        for_slice_vec(row, lean_pass2(row, lo, hi, b0, &s.n_buf, s.buf_key, s.buf_idx), hi, append);
+    else
+        for_slice(row, lo, hi, vec, append);
     __syncthreads();
     const bool overflow = s.n_buf > DSA_TOPK_CAP;
     const unsigned nb = min(s.n_buf, (unsigned)DSA_TOPK_CAP);
@@ -473,7 +583,11 @@ __device__ __forceinline__ void topk_body(const float* __restrict__ scores, int*
 #define DSA_TOPK_KERNEL(CS)                                                                                   \
     extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(DSA_TOPK_THREADS, 2)              \
         dsa_topk_radix_c##CS(const float* __restrict__ scores, int* __restrict__ out, int C, int k) {        \
-        topk_body<CS>(scores, out, C, k);                                                                     \
+        topk_body<CS, false>(scores, out, C, k);                                                              \
+    }                                                                                                         \
+    extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(DSA_TOPK_THREADS, 2)              \
+        dsa_topk_lean_c##CS(const float* __restrict__ scores, int* __restrict__ out, int C, int k) {         \
+        topk_body<CS, true>(scores, out, C, k);                                                               \
     }
 
 DSA_TOPK_KERNEL(1)
