@@ -7,6 +7,9 @@
 - ``radix_cluster_len``: radix_cluster with the cluster size capped at 4 below 262144 candidates
   (pick_cluster_len, from the H200 run). ``radix_lean`` / ``radix_lean4``: the same logic with the
   two row passes batched (``dsa_topk_lean_c*``; every count identical, so topk_model emulates it).
+  ``radix_bound`` / ``radix_bound4``: ``dsa_topk_bound_c*``, a lower bound on the threshold from
+  pass 1's per-thread two largest keys, every later count over the keys above it
+  (``topk_model.select_row(bound=True)``).
 - ``torch_topk`` (peer): ``torch.topk`` unsorted on our stream, non-finite picks mapped to -1 as a
   caller would.
 - ``flashinfer_topk`` / ``flashinfer_topk_lower`` (peers): ``flashinfer.top_k(x, k)`` as called by
@@ -240,6 +243,11 @@ def _model_rows(scores: np.ndarray, k: int) -> np.ndarray:
     return topk_model.select(scores, k, pick_cluster(len(scores), H200_SMS), radix_define("DSA_TOPK_CAP"))
 
 
+def _model_bound_rows(scores: np.ndarray, k: int) -> np.ndarray:
+    cs = pick_cluster_len(len(scores), scores.shape[1], H200_SMS)
+    return topk_model.select(scores, k, cs, radix_define("DSA_TOPK_CAP"), bound=True)
+
+
 TOPK_VARIANTS = (
     Variant("radix_cluster", "cuda", _make_radix_build(None),
             why="radix threshold select, 11/11/10-bit digits, one thread-block cluster per row (1-8 CTAs "
@@ -266,6 +274,16 @@ TOPK_VARIANTS = (
             why="radix_lean at 4 CTAs a row whatever M: with the per-key cost cut, clusters of 4 may win "
                 "at 262144 too (the cluster of 8's fixed cost is ~8 us more)",
             supports=_supports_radix, sources=(RADIX_SOURCE,)),
+    Variant("radix_bound", "cuda", _make_radix_build(None, by_length=True, kernel="bound"),
+            why="pass 1 with no histogram: each thread keeps its two largest keys (HBM read, max / min "
+                "only), lane groups give a lower bound tlb <= T (at least k keys >= it); pass 2 (L2) counts "
+                "digit 0 and buffers only the keys >= tlb (~9.2 k / 2 of them on iid rows: ~4% of 262144), "
+                "so shared atomics fall from C to ~0.04 C a row; then radix_cluster's digits and quota",
+            supports=_supports_radix, sources=(RADIX_SOURCE,)),
+    Variant("radix_bound4", "cuda", _make_radix_build(4, kernel="bound"),
+            why="radix_bound at 4 CTAs a row whatever M (the cluster of 4's lower fixed cost at 262144; "
+                "~2.4k buffered keys a CTA at 2048 of 262144, under the 3072 entries)",
+            supports=_supports_radix, sources=(RADIX_SOURCE,)),
     Variant("torch_topk", "cuda", lambda g, p, i, b: _TorchTopk(g, p, i, b),
             why="torch.topk(k, sorted=False) on our stream, non-finite picks mapped to -1",
             supports=lambda g, p: _torch_ready(), peer=True),
@@ -281,5 +299,9 @@ TOPK_VARIANTS = (
             why="reference.topk row by row on the host (a float64 lexsort)"),
     Variant("model_radix", "cpu", lambda g, p, i, b: _HostTopk(_model_rows, g, p, i),
             why="topk_radix.cu's logic emulated in NumPy (topk_model): histograms, merges, quota split",
+            sources=("topk_model.py",)),
+    Variant("model_bound", "cpu", lambda g, p, i, b: _HostTopk(_model_bound_rows, g, p, i),
+            why="dsa_topk_bound's logic emulated in NumPy (topk_model, bound=True) at radix_bound's "
+                "cluster pick: the lower bound from lane groups' second largest keys, counts above it",
             sources=("topk_model.py",)),
 )
