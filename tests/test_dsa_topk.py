@@ -78,17 +78,19 @@ def test_keys_preserve_order_and_fold_the_special_values():
     assert topk_model.keys(np.array([-3.4e38], np.float32))[0] >> 21 >= 4   # bins 1..3 hold no key
 
 
+@pytest.mark.parametrize("bound", [False, True], ids=["radix", "bound"])
 @pytest.mark.parametrize("cap", [4, 3072], ids=["cap4-overflow", "cap3072"])
 @pytest.mark.parametrize("cs", [1, 2, 4, 8])
 @pytest.mark.parametrize("kind", KINDS)
-def test_the_radix_emulation_gives_the_reference_set(kind, cs, cap):
+def test_the_radix_emulation_gives_the_reference_set(kind, cs, cap, bound):
     """Several rows per case, irregular lengths (C % 4 != 0, slices of unequal length, empty
-    slices when C < 4 cs), k from 1 to C: the emulation's row is the reference's exactly, members
-    first and then -1, no slot left unwritten."""
-    rng = np.random.default_rng(hash((kind, cs, cap)) % 2 ** 32)
-    for C, k in ((1, 1), (7, 3), (2049, 512), (3001, 2048), (4096, 1), (999, 999)):
+    slices when C < 4 cs), k from 1 to C (k > 2 x 512 cs: no bound): the emulation's row is the
+    reference's exactly, members first and then -1, no slot left unwritten; radix_cluster's logic
+    and dsa_topk_bound's (counts over the keys >= the lower bound)."""
+    rng = np.random.default_rng(hash((kind, cs, cap, bound)) % 2 ** 32)
+    for C, k in ((1, 1), (7, 3), (2049, 512), (3001, 2048), (4096, 1), (999, 999), (20000, 64), (30000, 700)):
         row = _rows(kind, C, k, rng)
-        out, _ = topk_model.select_row(row, k, cs, cap)
+        out, _ = topk_model.select_row(row, k, cs, cap, bound)
         ref = rules.topk(row.astype(np.float64), k)
         res = compare("indices", out[None], {"indices": ref[None], "scores": row[None].astype(np.float64)}, STRICT)
         assert res.ok, (kind, C, k, res.describe())
@@ -172,7 +174,7 @@ def test_reference_samples_streams_only_for_large_rows(geometry):
     assert np.array_equal(ref["indices"][1], _sorted_rule(inputs["scores"][1], 2048))
 
 
-@pytest.mark.parametrize("variant", ["ref_topk", "model_radix"])
+@pytest.mark.parametrize("variant", ["ref_topk", "model_radix", "model_bound"])
 @pytest.mark.parametrize("kind", spec.SCORE_ROW_KINDS)
 def test_cpu_variants_pass_through_the_runner(geometry, variant, kind):
     comp = registry.get("dsa_topk")
@@ -233,12 +235,63 @@ def test_cluster_pick_fills_the_sms(M, expect):
     assert topk_variants.pick_cluster(M, 132) == expect
 
 
+@pytest.mark.parametrize("M,C,expect", [(32, 262144, 8), (32, 262143, 4), (32, 65536, 4), (32, 16384, 4),
+                                        (1, 1048576, 8), (1, 8192, 4), (64, 65536, 4), (66, 8192, 2),
+                                        (132, 65536, 1)])
+def test_the_length_pick_caps_short_rows_at_four(M, C, expect):
+    assert topk_variants.pick_cluster_len(M, C, 132) == expect
+
+
+@pytest.mark.parametrize("kind", ["random", "ties", "sorted", "few_eligible"])
+def test_the_emulation_at_the_length_pick_gives_the_reference_set(kind):
+    """The cluster sizes radix_cluster_len and radix_lean launch at the experiment's M = 32 shapes
+    (scaled down in C, the pick taken at the full length): the emulation's row is the reference's."""
+    rng = np.random.default_rng(11)
+    for C_full, C, k in ((262144, 4096, 2048), (65536, 4000, 512), (16384, 1024, 512)):
+        cs = topk_variants.pick_cluster_len(32, C_full, 132)
+        row = _rows(kind, C, k, rng)
+        out, _ = topk_model.select_row(row, k, cs, topk_variants.radix_define("DSA_TOPK_CAP"))
+        ref = rules.topk(row.astype(np.float64), k)
+        res = compare("indices", out[None], {"indices": ref[None], "scores": row[None].astype(np.float64)}, STRICT)
+        assert res.ok, (kind, C_full, cs, res.describe())
+
+
+@pytest.mark.parametrize("C,k,cs", [(262144, 2048, 4), (262144, 2048, 8), (65536, 512, 4), (65536, 2048, 4)])
+def test_the_bound_is_below_the_kth_key_and_fits_the_buffer(C, k, cs):
+    """dsa_topk_bound at the model points (random rows): tlb <= T (at least k keys >= it), tlb > 0
+    (a bound at all), and every CTA's keys >= tlb fit its 3072 entries (no overflow re-reads)."""
+    rng = np.random.default_rng(C + k + cs)
+    row = rng.standard_normal(C).astype(np.float32)
+    key = topk_model.keys(row)
+    out, trace = topk_model.select_row(row, k, cs, topk_variants.radix_define("DSA_TOPK_CAP"), bound=True)
+    assert trace.tlb > 0 and int((key >= trace.tlb).sum()) >= k and trace.tlb <= trace.T
+    assert not any(trace.overflow), ((key >= trace.tlb).sum(), cs)
+    assert np.array_equal(np.sort(out), np.sort(rules.topk(row.astype(np.float64), k)))
+
+
+def test_the_bound_groups_and_its_degenerate_rows():
+    # 2 x 512 x cs / R >= k lane groups' pairs, R a power of two <= 32
+    assert topk_model.bound_group_lanes(2048, 4) == 2 and topk_model.bound_group_lanes(2048, 8) == 4
+    assert topk_model.bound_group_lanes(512, 4) == 8 and topk_model.bound_group_lanes(64, 8) == 32
+    assert topk_model.bound_group_lanes(3000, 4) == 1
+    assert topk_model.bound_group_lanes(8192, 4) == 0 and topk_model.bound_group_lanes(4097, 4) == 0
+    # an all -inf row, and a row whose finite keys sit in one thread's group: no bound (tlb 0)
+    _, trace = topk_model.select_row(np.full(8192, -np.inf, np.float32), 512, 4, 3072, bound=True)
+    assert trace.tlb == 0
+    row = np.full(8192, -np.inf, np.float32)
+    row[:3] = 1.0
+    out, trace = topk_model.select_row(row, 512, 4, 3072, bound=True)
+    assert trace.tlb == 0 and sorted(out[:3].tolist()) == [0, 1, 2] and (out[3:] == -1).all()
+
+
 def test_the_launcher_reads_the_kernel_declarations():
     assert topk_variants.radix_define("DSA_TOPK_THREADS") == 512
     assert topk_variants.radix_define("DSA_TOPK_CAP") >= 2048
     text = (topk_variants.HERE / topk_variants.RADIX_SOURCE).read_text()
     for cs in topk_variants.CLUSTER_SIZES:
         assert f"DSA_TOPK_KERNEL({cs})" in text
+    for kernel in ("radix", "lean", "bound"):                                  # every kernel a size
+        assert f"dsa_topk_{kernel}_c##CS" in text
 
 
 def test_gpu_variants_skip_with_a_reason_here(geometry):

@@ -6,6 +6,8 @@ tolerance against torch's BF16 rounding, and both CPU variants through the runne
 
 from __future__ import annotations
 
+import pathlib
+
 from types import SimpleNamespace
 
 import numpy as np
@@ -268,6 +270,49 @@ def test_mma_tiles_per_warp_cover_every_tile():
     for total, ctas in [(32 * 16384, 396), (128, 16), (7, 3), (1, 1)]:
         tpw = mma_tiles_per_warp(total, ctas, 4)
         assert tpw * ctas * 4 >= total and (tpw - 1) * ctas * 4 < total
+
+
+def _walk_rows(M: int, C: int, elig: list[int], sub: int, ctas: int, warps: int) -> tuple[np.ndarray, np.ndarray]:
+    """scan_mma.cu's persistent walk with warp tiles of ``sub`` m-tiles of 16 keys (mma_step and
+    load_tile in NumPy): how often each score [M, C] is written, and how often each key row is
+    loaded (a row past eligible[m] or past C must be neither)."""
+    from kernels.dsa_indexer.scan_variants import mma_tiles_per_warp
+
+    ntiles = -(-C // (16 * sub))
+    total = M * ntiles
+    tpw = mma_tiles_per_warp(total, ctas, warps)
+    written, loaded = np.zeros((M, C), int), np.zeros((M, C), int)
+    for gw in range(-(-total // tpw)):
+        for idx in range(gw * tpw, min(gw * tpw + tpw, total)):
+            m, tile = divmod(idx, ntiles)
+            for s_ in range(sub):
+                rows = (tile * sub + s_) * 16 + np.arange(16)
+                loaded[m, rows[rows < elig[m]]] += 1
+                written[m, rows[rows < C]] += 1
+    return written, loaded
+
+
+@pytest.mark.parametrize("sub", [1, 2])
+def test_the_mma_walk_writes_every_score_once_and_loads_only_eligible_keys(sub):
+    """scan_mma (sub 1) and scan_mma_fp8x2 (warp tiles of 32 keys): every score once at ragged C
+    (C % 32 = 3: the last warp tile's second m-tile starts past C), no load past eligible."""
+    for M, C, ctas in ((3, 2051, 5), (1, 1028, 1), (5, 64, 2)):
+        elig = [C - m % 4 for m in range(M)]
+        written, loaded = _walk_rows(M, C, elig, sub, ctas, 4)
+        assert (written == 1).all(), (M, C, sub)
+        for m in range(M):
+            assert (loaded[m, :elig[m]] == 1).all() and (loaded[m, elig[m]:] == 0).all()
+
+
+def test_the_fp8x2_variants_run_fp8_keys_only(geometry):
+    comp = registry.get("indexer_scan")
+    for name in ("scan_mma_fp8x2", "scan_mma_fp8x2_w8"):
+        v = comp.variant(name)
+        assert "FP8" in v.supports(geometry, _point(key_dtype="bf16"))
+        assert "dim_cand" in v.supports(geometry, _point(key_dtype="fp8", key_layout="dim_cand"))
+        assert v.supports(geometry, _point(key_dtype="fp8")) is None
+    text = (pathlib.Path(spec.__file__).parent / "scan_mma.cu").read_text()
+    assert "scan_mma<true, 2>" in text and "scan_mma_fp8x2_w8(" in text
 
 
 # -- tolerance, checks, rules ------------------------------------------------------------------------

@@ -47,6 +47,17 @@ scan_mma_bf16 / scan_mma_fp8: a persistent grid (as many CTAs as fit, the launch
     buffers alternate (the loop is unrolled by two: copying a buffer whose loads are in flight would
     wait for them). __launch_bounds__(128, 3): <= 168 registers, 12 warps an SM, up to 96 KiB of
     key loads in flight an SM (bf16).
+
+scan_mma_fp8x2 / scan_mma_fp8x2_w8 (FP8 keys): a warp's tile is 2 m-tiles, 32 keys (rows c0 .. c0
+    + 31, c0 = 32 x tile), the loads of both issued together and the MMAs and scores of one m-tile
+    after the other, so 8 KiB of keys are in flight a warp as for bf16, where scan_mma_fp8 keeps 4
+    KiB (the H200 run at e9f434a: fp8 at 77% of its stream-only floor, bf16 at 91%; the test of
+    whether bytes in flight, not the conversions, bind). The work is then M x ceil(C / 32) tiles.
+    Issue slots a 16-key m-tile a thread: 32 MMAs, 32 cvt.rn.f16x2.e4m3x2 (8 a 16-byte load) and
+    their 16-bit operand moves, 4 LDG.128 + 1 scale load, ~40 for the relu / weights / quad sums /
+    store: ~150 warp instructions for 2 KiB, ~75 us of issue an SM at the model point, under the
+    ~270 us floor. fp8x2: 12 warps an SM at 168 registers (ptxas spills 40 B); fp8x2_w8: 8 warps
+    (launch bounds (128, 2), 246 registers, no spills), 64 KiB in flight an SM.
 */
 
 #include "scan_common.cuh"
@@ -76,37 +87,43 @@ __device__ __forceinline__ unsigned word_of(const uint4& v, int i) {
     return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;  // i is a compile-time constant
 }
 
-template <bool FP8>
+// A warp's tile: SUB m-tiles of 16 keys (rows c0 + 16 sub + 0 .. 15). SUB = 1: scan_mma_bf16 /
+// scan_mma_fp8; SUB = 2: scan_mma_fp8x2 (header).
+template <bool FP8, int SUB = 1>
 struct Tile {
     static constexpr int KEY_BYTES = FP8 ? 128 : 256;
     static constexpr int LOADS = FP8 ? 2 : 4;     // 16-byte loads per key row per lane
-    uint4 v[2][LOADS];                             // [row g, row g + 8][load i]
-    float scale;                                   // fp8: the scale of row g + 8 (t & 1)
+    uint4 v[SUB][2][LOADS];                        // [m-tile][row g, row g + 8][load i]
+    float scale[SUB];                              // fp8: the scale of row g + 8 (t & 1) of each m-tile
 };
 
-template <bool FP8>
-__device__ __forceinline__ void load_tile(Tile<FP8>& tile, const unsigned char* __restrict__ keys,
+template <bool FP8, int SUB>
+__device__ __forceinline__ void load_tile(Tile<FP8, SUB>& tile, const unsigned char* __restrict__ keys,
                                           const float* __restrict__ scales, size_t stream, int c0, int elig,
                                           int g, int t) {
-    constexpr int KB = Tile<FP8>::KEY_BYTES, L = Tile<FP8>::LOADS;
-    const unsigned char* base = keys + (stream + (size_t)c0) * KB + 16 * t;
-    if (c0 + SCAN_MMA_TILE <= elig) {  // warp-uniform: every row eligible
+    constexpr int KB = Tile<FP8, SUB>::KEY_BYTES, L = Tile<FP8, SUB>::LOADS;
 #pragma unroll
-        for (int r = 0; r < 2; ++r)
+    for (int sub = 0; sub < SUB; ++sub) {
+        const int cs = c0 + SCAN_MMA_TILE * sub;  // this m-tile's first key
+        const unsigned char* base = keys + (stream + (size_t)cs) * KB + 16 * t;
+        if (cs + SCAN_MMA_TILE <= elig) {  // warp-uniform: every row eligible
 #pragma unroll
-            for (int i = 0; i < L; ++i) tile.v[r][i] = ld_nc_v4(base + (size_t)(g + 8 * r) * KB + 64 * i);
-    } else {
+            for (int r = 0; r < 2; ++r)
 #pragma unroll
-        for (int r = 0; r < 2; ++r)
+                for (int i = 0; i < L; ++i) tile.v[sub][r][i] = ld_nc_v4(base + (size_t)(g + 8 * r) * KB + 64 * i);
+        } else {  // rows at or past elig (<= C) are never read: zeros, and their scores -inf or unwritten
 #pragma unroll
-            for (int i = 0; i < L; ++i) {
-                tile.v[r][i] = make_uint4(0u, 0u, 0u, 0u);
-                if (c0 + g + 8 * r < elig) tile.v[r][i] = ld_nc_v4(base + (size_t)(g + 8 * r) * KB + 64 * i);
-            }
-    }
-    if constexpr (FP8) {
-        const int row = c0 + g + 8 * (t & 1);
-        tile.scale = row < elig ? ld_nc_f32(scales + stream + row) : 0.0f;
+            for (int r = 0; r < 2; ++r)
+#pragma unroll
+                for (int i = 0; i < L; ++i) {
+                    tile.v[sub][r][i] = make_uint4(0u, 0u, 0u, 0u);
+                    if (cs + g + 8 * r < elig) tile.v[sub][r][i] = ld_nc_v4(base + (size_t)(g + 8 * r) * KB + 64 * i);
+                }
+        }
+        if constexpr (FP8) {
+            const int row = cs + g + 8 * (t & 1);
+            tile.scale[sub] = row < elig ? ld_nc_f32(scales + stream + row) : 0.0f;
+        }
     }
 }
 
@@ -140,8 +157,8 @@ __device__ __forceinline__ void stream_setup(unsigned (&bq)[4][8][2], float (&wr
 // MMAs and scores (from cur); advance (m, tile, elig) and rebuild q's fragments at a stream change.
 // The caller alternates the two buffers (no register copy of a tile whose loads are in flight: a
 // move would wait for the data and leave a single tile in flight).
-template <bool FP8>
-__device__ __forceinline__ void mma_step(Tile<FP8>& cur, Tile<FP8>& nxt, int idx, int last, int& m,
+template <bool FP8, int SUB>
+__device__ __forceinline__ void mma_step(Tile<FP8, SUB>& cur, Tile<FP8, SUB>& nxt, int idx, int last, int& m,
                                          int& tile, int& elig, unsigned (&bq)[4][8][2], float (&wr)[4][2],
                                          const bf16* __restrict__ q, const float* __restrict__ w,
                                          const unsigned char* __restrict__ keys, const float* __restrict__ scales,
@@ -155,51 +172,55 @@ __device__ __forceinline__ void mma_step(Tile<FP8>& cur, Tile<FP8>& nxt, int idx
         ntile = 0;
         if (more) nelig = ld_nc_s32(eligible + nm);
     }
-    if (more) load_tile<FP8>(nxt, keys, scales, (size_t)nm * (size_t)C, ntile * SCAN_MMA_TILE, nelig, g, t);
+    if (more)
+        load_tile<FP8, SUB>(nxt, keys, scales, (size_t)nm * (size_t)C, ntile * SCAN_MMA_TILE * SUB, nelig, g, t);
 
-    const int c0 = tile * SCAN_MMA_TILE;
-    float acc[4][4];
 #pragma unroll
-    for (int nt = 0; nt < 4; ++nt)
+    for (int sub = 0; sub < SUB; ++sub) {
+        const int c0 = (tile * SUB + sub) * SCAN_MMA_TILE;  // this m-tile's first key
+        float acc[4][4];
 #pragma unroll
-        for (int j = 0; j < 4; ++j) acc[nt][j] = 0.0f;
+        for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
-    for (int s = 0; s < 8; ++s) {
-        unsigned a0, a1, a2, a3;  // row g low k, row g + 8 low k, row g high k, row g + 8 high k
-        if constexpr (FP8) {
-            const unsigned w0 = word_of(cur.v[0][s >> 2], s & 3), w1 = word_of(cur.v[1][s >> 2], s & 3);
-            a0 = e4m3x2_to_f16x2((unsigned short)(w0 & 0xFFFFu));
-            a2 = e4m3x2_to_f16x2((unsigned short)(w0 >> 16));
-            a1 = e4m3x2_to_f16x2((unsigned short)(w1 & 0xFFFFu));
-            a3 = e4m3x2_to_f16x2((unsigned short)(w1 >> 16));
-        } else {
-            const int lo = 2 * (s & 1);
-            a0 = word_of(cur.v[0][s >> 1], lo);
-            a2 = word_of(cur.v[0][s >> 1], lo + 1);
-            a1 = word_of(cur.v[1][s >> 1], lo);
-            a3 = word_of(cur.v[1][s >> 1], lo + 1);
+            for (int j = 0; j < 4; ++j) acc[nt][j] = 0.0f;
+#pragma unroll
+        for (int s = 0; s < 8; ++s) {
+            unsigned a0, a1, a2, a3;  // row g low k, row g + 8 low k, row g high k, row g + 8 high k
+            if constexpr (FP8) {
+                const unsigned w0 = word_of(cur.v[sub][0][s >> 2], s & 3), w1 = word_of(cur.v[sub][1][s >> 2], s & 3);
+                a0 = e4m3x2_to_f16x2((unsigned short)(w0 & 0xFFFFu));
+                a2 = e4m3x2_to_f16x2((unsigned short)(w0 >> 16));
+                a1 = e4m3x2_to_f16x2((unsigned short)(w1 & 0xFFFFu));
+                a3 = e4m3x2_to_f16x2((unsigned short)(w1 >> 16));
+            } else {
+                const int lo = 2 * (s & 1);
+                a0 = word_of(cur.v[sub][0][s >> 1], lo);
+                a2 = word_of(cur.v[sub][0][s >> 1], lo + 1);
+                a1 = word_of(cur.v[sub][1][s >> 1], lo);
+                a3 = word_of(cur.v[sub][1][s >> 1], lo + 1);
+            }
+#pragma unroll
+            for (int nt = 0; nt < 4; ++nt) {
+                if constexpr (FP8) mma_f16(acc[nt], a0, a1, a2, a3, bq[nt][s][0], bq[nt][s][1]);
+                else mma_bf16(acc[nt], a0, a1, a2, a3, bq[nt][s][0], bq[nt][s][1]);
+            }
         }
+        float lo = 0.0f, hi = 0.0f;  // rows g and g + 8, this thread's 8 heads
 #pragma unroll
         for (int nt = 0; nt < 4; ++nt) {
-            if constexpr (FP8) mma_f16(acc[nt], a0, a1, a2, a3, bq[nt][s][0], bq[nt][s][1]);
-            else mma_bf16(acc[nt], a0, a1, a2, a3, bq[nt][s][0], bq[nt][s][1]);
+            lo += wr[nt][0] * fmaxf(acc[nt][0], 0.0f) + wr[nt][1] * fmaxf(acc[nt][1], 0.0f);
+            hi += wr[nt][0] * fmaxf(acc[nt][2], 0.0f) + wr[nt][1] * fmaxf(acc[nt][3], 0.0f);
         }
+        lo += __shfl_xor_sync(FULL_MASK, lo, 1);
+        hi += __shfl_xor_sync(FULL_MASK, hi, 1);
+        lo += __shfl_xor_sync(FULL_MASK, lo, 2);
+        hi += __shfl_xor_sync(FULL_MASK, hi, 2);
+        // t = 0 writes row g, t = 1 row g + 8 (fp8: each loaded the scale of that row)
+        const int row = c0 + g + 8 * (t & 1);
+        float value = (t & 1) ? hi : lo;
+        if constexpr (FP8) value *= cur.scale[sub];
+        if (t < 2 && row < C) scores[(size_t)m * (size_t)C + row] = row < elig ? value : neg_inf();
     }
-    float lo = 0.0f, hi = 0.0f;  // rows g and g + 8, this thread's 8 heads
-#pragma unroll
-    for (int nt = 0; nt < 4; ++nt) {
-        lo += wr[nt][0] * fmaxf(acc[nt][0], 0.0f) + wr[nt][1] * fmaxf(acc[nt][1], 0.0f);
-        hi += wr[nt][0] * fmaxf(acc[nt][2], 0.0f) + wr[nt][1] * fmaxf(acc[nt][3], 0.0f);
-    }
-    lo += __shfl_xor_sync(FULL_MASK, lo, 1);
-    hi += __shfl_xor_sync(FULL_MASK, hi, 1);
-    lo += __shfl_xor_sync(FULL_MASK, lo, 2);
-    hi += __shfl_xor_sync(FULL_MASK, hi, 2);
-    // t = 0 writes row g, t = 1 row g + 8 (fp8: each loaded the scale of that row)
-    const int row = c0 + g + 8 * (t & 1);
-    float value = (t & 1) ? hi : lo;
-    if constexpr (FP8) value *= cur.scale;
-    if (t < 2 && row < C) scores[(size_t)m * (size_t)C + row] = row < elig ? value : neg_inf();
 
     if (more && nm != m) stream_setup<FP8>(bq, wr, q, w, nm, g, t);  // after the last MMA of stream m
     m = nm;
@@ -207,7 +228,7 @@ __device__ __forceinline__ void mma_step(Tile<FP8>& cur, Tile<FP8>& nxt, int idx
     elig = nelig;
 }
 
-template <bool FP8>
+template <bool FP8, int SUB = 1>
 __device__ __forceinline__ void scan_mma(const bf16* __restrict__ q, const float* __restrict__ w,
                                          const unsigned char* __restrict__ keys, const float* __restrict__ scales,
                                          const int* __restrict__ eligible, float* __restrict__ scores, int M, int C,
@@ -215,7 +236,7 @@ __device__ __forceinline__ void scan_mma(const bf16* __restrict__ q, const float
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, t = lane & 3;
     // Work: the M x ntiles tiles flattened stream-major; warp gw takes [gw tpw, (gw + 1) tpw).
-    const int ntiles = (C + SCAN_MMA_TILE - 1) / SCAN_MMA_TILE;
+    const int ntiles = (C + SCAN_MMA_TILE * SUB - 1) / (SCAN_MMA_TILE * SUB);  // warp tiles a stream
     // ints: M x C < 2^31 (scan_spec.check_point), so the tile count and every index below fit
     const int total = M * ntiles;
     const int first = (blockIdx.x * SCAN_MMA_WARPS + warp) * tiles_per_warp;
@@ -228,14 +249,15 @@ __device__ __forceinline__ void scan_mma(const bf16* __restrict__ q, const float
     float wr[4][2];
     stream_setup<FP8>(bq, wr, q, w, m, g, t);
 
-    Tile<FP8> a, b;
-    load_tile<FP8>(a, keys, scales, (size_t)m * (size_t)C, tile * SCAN_MMA_TILE, elig, g, t);
+    Tile<FP8, SUB> a, b;
+    load_tile<FP8, SUB>(a, keys, scales, (size_t)m * (size_t)C, tile * SCAN_MMA_TILE * SUB, elig, g, t);
 #pragma unroll 1
     for (int idx = first; idx < last; idx += 2) {
-        mma_step<FP8>(a, b, idx, last, m, tile, elig, bq, wr, q, w, keys, scales, eligible, scores, C, ntiles, g, t);
+        mma_step<FP8, SUB>(a, b, idx, last, m, tile, elig, bq, wr, q, w, keys, scales, eligible, scores, C, ntiles,
+                           g, t);
         if (idx + 1 >= last) break;
-        mma_step<FP8>(b, a, idx + 1, last, m, tile, elig, bq, wr, q, w, keys, scales, eligible, scores, C, ntiles, g,
-                      t);
+        mma_step<FP8, SUB>(b, a, idx + 1, last, m, tile, elig, bq, wr, q, w, keys, scales, eligible, scores, C,
+                           ntiles, g, t);
     }
 }
 
@@ -251,4 +273,23 @@ scan_mma_fp8(const bf16* __restrict__ q, const float* __restrict__ w, const unsi
              const float* __restrict__ scales, const int* __restrict__ eligible, float* __restrict__ scores, int M,
              int C, int tiles_per_warp) {
     scan_mma<true>(q, w, keys, scales, eligible, scores, M, C, tiles_per_warp);
+}
+
+// FP8 keys, warp tiles of 32 keys (2 m-tiles): 4 KiB of keys a tile, 8 KiB in flight a warp (as
+// scan_mma_bf16), 96 KiB an SM at 12 warps, where scan_mma_fp8 keeps 48 KiB.
+extern "C" __global__ void __launch_bounds__(SCAN_MMA_THREADS, 3)
+scan_mma_fp8x2(const bf16* __restrict__ q, const float* __restrict__ w, const unsigned char* __restrict__ keys,
+               const float* __restrict__ scales, const int* __restrict__ eligible, float* __restrict__ scores, int M,
+               int C, int tiles_per_warp) {
+    scan_mma<true, 2>(q, w, keys, scales, eligible, scores, M, C, tiles_per_warp);
+}
+
+// The same at __launch_bounds__(128, 2): the registers it wants without spills (246 at nvcc 13.0),
+// 8 warps an SM, 64 KiB in flight an SM; scan_mma_fp8x2 keeps 12 warps at 168 registers with a
+// few bytes spilled.
+extern "C" __global__ void __launch_bounds__(SCAN_MMA_THREADS, 2)
+scan_mma_fp8x2_w8(const bf16* __restrict__ q, const float* __restrict__ w, const unsigned char* __restrict__ keys,
+                  const float* __restrict__ scales, const int* __restrict__ eligible, float* __restrict__ scores,
+                  int M, int C, int tiles_per_warp) {
+    scan_mma<true, 2>(q, w, keys, scales, eligible, scores, M, C, tiles_per_warp);
 }

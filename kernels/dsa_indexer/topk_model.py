@@ -20,6 +20,46 @@ KEY_POSINF = 0xFF800000
 BIN_POSINF = KEY_POSINF >> 21          # 2044: the digit-0 bin of +inf, which holds +inf alone
 DIGITS = ((21, 2048), (10, 2048), (0, 1024))   # (shift, bins): key bits 31..21, 20..10, 9..0
 POISON = np.int32(np.uint32(0xAAAAAAAA).view(np.int32))
+THREADS = 512                          # DSA_TOPK_THREADS: a CTA's threads, the bound's groups
+
+
+def bound_group_lanes(k: int, cs: int, threads: int = THREADS) -> int:
+    """bound_group_lanes of topk_radix.cu: the largest power of two R <= 32 with 2 x threads x cs /
+    R >= k (a group gives 2 keys >= its second largest); 0 when k > 2 x threads x cs (no bound)."""
+    per = 2 * threads * cs // k
+    if per == 0:
+        return 0
+    r = 1
+    while r * 2 <= per and r < 32:
+        r *= 2
+    return r
+
+
+def lower_bound(key: np.ndarray, slices, k: int, cs: int, vec: bool, threads: int = THREADS) -> int:
+    """dsa_topk_bound's tlb: the least, over groups of R lanes of every CTA, of the group's second
+    largest key (0 for a group with fewer than 2 keys, and 0 when R = 0). A thread of CTA c holds
+    the float4 indices lo / 4 + tid + threads j (vector path) or the elements lo + tid + threads j
+    (scalar path)."""
+    R = bound_group_lanes(k, cs, threads)
+    if R == 0:
+        return 0
+    least = None
+    for lo, hi in slices:
+        e = np.arange(lo, hi)
+        tid = ((e >> 2) - (lo >> 2)) % threads if vec else (e - lo) % threads
+        gid = tid // R
+        kv = key[lo:hi].astype(np.int64)
+        order = np.lexsort((kv, gid))                     # by group, then key ascending
+        g_sorted, k_sorted = gid[order], kv[order]
+        second = np.zeros(threads // R, np.int64)
+        counts = np.bincount(gid, minlength=threads // R)
+        ends = np.cumsum(counts)                           # one past each group's largest
+        has2 = counts >= 2
+        second[has2] = k_sorted[ends[has2] - 2]
+        assert (g_sorted[ends[has2] - 2] == np.flatnonzero(has2)).all()
+        m = int(second.min())
+        least = m if least is None else min(least, m)
+    return least
 
 
 def keys(scores: np.ndarray) -> np.ndarray:
@@ -65,16 +105,22 @@ class RowTrace:
     overflow: list[bool]
     quota: list[int]
     partial: list[int]
+    tlb: int = 0
 
 
-def select_row(scores: np.ndarray, k: int, cs: int, cap: int) -> tuple[np.ndarray, RowTrace]:
+def select_row(scores: np.ndarray, k: int, cs: int, cap: int, bound: bool = False) -> tuple[np.ndarray, RowTrace]:
     """One row as a cluster of ``cs`` CTAs with ``cap`` buffer entries each: ``(out [k] int32,
-    trace)``. out holds the members first, then -1; a slot the logic never wrote keeps POISON."""
+    trace)``. out holds the members first, then -1; a slot the logic never wrote keeps POISON.
+    bound: dsa_topk_bound's logic, every count and the buffer over the keys >= lower_bound only
+    (T >= that bound, so the decisions are the same; the overflows are fewer)."""
     key = keys(scores)
     C = len(key)
     L = -(-C // (4 * cs)) * 4
     slices = [(min(C, c * L), min(C, c * L + L)) for c in range(cs)]
-    ks = [key[lo:hi] for lo, hi in slices]
+    tlb = lower_bound(key, slices, k, cs, C % 4 == 0) if bound else 0
+    # the bound's counts are over the keys >= tlb (with tlb = 0 every key, key 0 included)
+    ks = [key[lo:hi][key[lo:hi] >= tlb] for lo, hi in slices]
+    pos = [lo + np.flatnonzero(key[lo:hi] >= tlb) for lo, hi in slices]
 
     def hists(level: int, masks) -> list[np.ndarray]:
         shift, nb = DIGITS[level]
@@ -83,7 +129,7 @@ def select_row(scores: np.ndarray, k: int, cs: int, cap: int) -> tuple[np.ndarra
     h0 = hists(0, [np.ones(len(kc), bool) for kc in ks])
     b0, G = find_bin(sum(h0), k)
     # pass 2's buffer: keys > 0 with digit 0 >= b0; a CTA with more than cap of them overflows
-    overflow = [int(((kc != 0) & ((kc >> 21) >= b0)).sum()) > cap for kc in ks]
+    overflow = [int(((kc != 0) & ((kc >= tlb) if bound else ((kc >> 21) >= b0))).sum()) > cap for kc in ks]
     T, b1, b2 = 0, 0, 0
     h1 = h2 = None
     if b0 != 0:
@@ -107,22 +153,22 @@ def select_row(scores: np.ndarray, k: int, cs: int, cap: int) -> tuple[np.ndarra
     members = [A[c] - P[c] + quota[c] for c in range(cs)]
     out = np.full(k, POISON, np.int32)
     partial = []
-    for c, ((lo, hi), kc) in enumerate(zip(slices, ks)):
+    for c, ((lo, hi), kc, pc) in enumerate(zip(slices, ks, pos)):
         base = sum(members[:c])
         take_all_eq = t_finite and quota[c] == E[c]
         chosen = (kc != 0) & (kc != KEY_POSINF) & ((kc > T) | (take_all_eq & (kc == T)))
-        idx = lo + np.flatnonzero(chosen)
+        idx = pc[chosen]
         out[base:base + len(idx)] = idx
         if t_finite and 0 < quota[c] < E[c]:
             partial.append(c)
-            eq = lo + np.flatnonzero(kc == T)[:quota[c]]      # index order: the lowest first
+            eq = pc[kc == T][:quota[c]]                        # index order: the lowest first
             at = base + A[c] - P[c]
             out[at:at + len(eq)] = eq
     F = sum(members)
     out[F:] = -1
-    return out, RowTrace(T=T, b0=b0, overflow=overflow, quota=quota, partial=partial)
+    return out, RowTrace(T=T, b0=b0, overflow=overflow, quota=quota, partial=partial, tlb=tlb)
 
 
-def select(scores: np.ndarray, k: int, cs: int, cap: int) -> np.ndarray:
+def select(scores: np.ndarray, k: int, cs: int, cap: int, bound: bool = False) -> np.ndarray:
     """Every row of ``scores`` [M, C] float32 -> [M, k] int32 (select_row)."""
-    return np.stack([select_row(row, k, cs, cap)[0] for row in scores])
+    return np.stack([select_row(row, k, cs, cap, bound)[0] for row in scores])

@@ -41,6 +41,16 @@ the bin and the count above it (96 remote words a rank a level instead of 2048).
   order, tiles of 2048 with a block-wide exclusive scan, and the first q_c keys == T written at
   base + (A_c - P_c) + rank. Then -1 in [F, k), and a last cluster barrier so that no CTA leaves
   while another still reads its shared memory.
+dsa_topk_lean_c{1,2,4,8}: the same logic and counts with passes 1 and 2 batched (16 keys a thread,
+the warp votes and the buffer claim once a batch instead of once a key: lean_pass1 / lean_pass2).
+dsa_topk_bound_c{1,2,4,8}: pass 1 builds no histogram; each thread keeps its two largest keys, lane
+groups of R (bound_group_lanes: 2 x 512 CS / R >= k) merge theirs, and tlb = the least group's
+second largest over the cluster (one barrier.cluster, CS remote words) is <= T: at least k keys are
+>= it. Pass 2 (L2) counts digit 0 of the keys >= tlb and buffers the nonzero ones (on iid rows ~9 x
+k / 2 of them, ~4% of 262144: shared atomics on ~4% of the row instead of all of it); digit 0's
+merge follows, then everything as above over the keys >= tlb (T >= tlb: the same T, counts, quota
+and members). tlb = 0 (no bound: k > 1024 CS, an empty or one-key group, all -inf rows) counts every
+key, as radix_cluster. topk_model.select_row(bound=True) emulates it.
 Shared memory: 20 KiB of histograms and their group sums (never reused, so no extra barriers) +
 24 KiB of buffer: 44.7 KiB static, 2 CTAs an SM; __launch_bounds__(512, 2).
 */
@@ -67,6 +77,8 @@ struct TopkShared {
     unsigned n_buf;              // entries appended (may pass DSA_TOPK_CAP: overflow)
     unsigned cnt;                // members written through the shared counter
     unsigned found_bin, found_above;
+    unsigned tmin;               // bound: this CTA's least group maximum, published to the cluster
+    unsigned tlb;                // bound: the cluster's lower bound on T
     unsigned base, quota, total, eq_local, mp_local;
 };
 
@@ -177,15 +189,16 @@ __device__ __forceinline__ unsigned warp_claim(unsigned* ctr, bool ok) {
 // f(index, score, ok) for every element of [lo, hi) of `row`, the whole warp calling f together
 // (ok false on the lanes past hi). vec: float4 loads (lo and hi multiples of 4, row 16-B aligned),
 // 4 of them in flight per thread so that a CTA keeps 32 KiB of reads outstanding.
+// for_slice's vector path from the thread's float4 index i (its first: lo / 4 + tid; or where a
+// lean pass's main loop left it, so that only the tail remains).
 template <class F>
-__device__ __forceinline__ void for_slice(const float* __restrict__ row, unsigned lo, unsigned hi, bool vec, F&& f) {
+__device__ __forceinline__ void for_slice_vec(const float* __restrict__ row, unsigned i, unsigned hi, F&& f) {
     const unsigned lane = threadIdx.x & 31u;
     const unsigned T = DSA_TOPK_THREADS;
-    if (vec) {
+    {
         const float4* p = reinterpret_cast<const float4*>(row);
         const unsigned hi4 = hi >> 2;
-        unsigned i = (lo >> 2) + threadIdx.x;
-        for (; i - lane + 31u + 3u * T < hi4; i += 4u * T) {
+        for (; i - lane + 31u + 3u * T < hi4; i += 4u * T) {  // warp-uniform: the warp's whole batch below hi4
             const float4 v0 = ld_nc_f32x4(p + i), v1 = ld_nc_f32x4(p + i + T), v2 = ld_nc_f32x4(p + i + 2u * T),
                          v3 = ld_nc_f32x4(p + i + 3u * T);
             const float4 v[4] = {v0, v1, v2, v3};
@@ -207,8 +220,16 @@ __device__ __forceinline__ void for_slice(const float* __restrict__ row, unsigne
             f(e + 2u, v.z, ok);
             f(e + 3u, v.w, ok);
         }
+    }
+}
+
+template <class F>
+__device__ __forceinline__ void for_slice(const float* __restrict__ row, unsigned lo, unsigned hi, bool vec, F&& f) {
+    const unsigned lane = threadIdx.x & 31u;
+    if (vec) {
+        for_slice_vec(row, (lo >> 2) + threadIdx.x, hi, f);
     } else {
-        for (unsigned i = lo + threadIdx.x; i - lane < hi; i += T) {
+        for (unsigned i = lo + threadIdx.x; i - lane < hi; i += DSA_TOPK_THREADS) {
             const bool ok = i < hi;
             f(i, ok ? ld_nc_f32(row + i) : 0.f, ok);
         }
@@ -309,7 +330,143 @@ __device__ __forceinline__ unsigned local_above(const unsigned* h, unsigned bin,
     return total;
 }
 
+// The lean passes (dsa_topk_lean_c*): pass 1 and pass 2 over the vector path's main loop, 16 keys
+// a thread a batch (4 float4 in flight, as for_slice), with the warp-synchronous work done once a
+// batch instead of once a key. Pass 1: one __all_sync a batch for the case where the warp's 512
+// keys share one digit-0 bin (all -inf rows, sorted runs, ties: one atomic of 512), else a plain
+// shared atomicAdd a key with no shuffle or vote. Pass 2: a thread counts its keys to buffer; one
+// __any_sync a batch, and only when some lane has one a warp scan of the counts and one atomicAdd
+// on n_buf for the warp. The same keys reach the same bins and the buffer (in another order, which
+// no later step depends on), so every count, decision and overflow is radix_cluster's exactly.
+// The tails (the last < 4 x 512 float4 of a slice) and the scalar path (C % 4 != 0) run the
+// per-key code of radix_cluster (for_slice_vec from the float4 index the lean loop returns).
+#define DSA_TOPK_BATCH 16u       // keys a thread a batch: 4 float4
+
+__device__ __forceinline__ void lean_batch_keys(const float4* p, unsigned i, unsigned key[DSA_TOPK_BATCH]) {
+    const unsigned T = DSA_TOPK_THREADS;
+    const float4 v0 = ld_nc_f32x4(p + i), v1 = ld_nc_f32x4(p + i + T), v2 = ld_nc_f32x4(p + i + 2u * T),
+                 v3 = ld_nc_f32x4(p + i + 3u * T);
+    const float4 v[4] = {v0, v1, v2, v3};
+#pragma unroll
+    for (unsigned u = 0; u < 4; ++u) {
+        key[4u * u] = topk_key(v[u].x);
+        key[4u * u + 1u] = topk_key(v[u].y);
+        key[4u * u + 2u] = topk_key(v[u].z);
+        key[4u * u + 3u] = topk_key(v[u].w);
+    }
+}
+
+// Batch j of a thread at float4 index i holds element 4 (i + (j / 4) T) + j % 4.
+__device__ __forceinline__ unsigned lean_batch_index(unsigned i, unsigned j) {
+    return 4u * (i + (j >> 2) * DSA_TOPK_THREADS) + (j & 3u);
+}
+
+// The main loop of a lean pass, with for_slice_vec's bounds (float4 index i from lo / 4 + tid while
+// the warp's whole batch lies below hi / 4, a warp-uniform condition): f(i, key) for each batch of
+// the thread (its 16 keys), the whole warp together; returns the thread's i where the tail starts.
+// Vector path only (C % 4 == 0).
+template <class F>
+__device__ __forceinline__ unsigned lean_batches(const float* __restrict__ row, unsigned lo, unsigned hi, F&& f) {
+    const unsigned lane = threadIdx.x & 31u, T = DSA_TOPK_THREADS;
+    const float4* p = reinterpret_cast<const float4*>(row);
+    const unsigned hi4 = hi >> 2;
+    unsigned i = (lo >> 2) + threadIdx.x;
+    for (; i - lane + 31u + 3u * T < hi4; i += 4u * T) {  // warp-uniform condition
+        unsigned key[DSA_TOPK_BATCH];
+        lean_batch_keys(p, i, key);
+        f(i, key);
+    }
+    return i;
+}
+
+// Digit 0 of a batch into h: one atomic of 512 when the warp's keys that count (all, or those >= thr)
+// are all its 512 and share one bin, else one atomic a counted key.
+__device__ __forceinline__ void lean_count0(const unsigned (&key)[DSA_TOPK_BATCH], unsigned thr, unsigned* h) {
+    const unsigned lane = threadIdx.x & 31u;
+    const unsigned lead = __shfl_sync(FULL_MASK, key[0] >> 21, 0);
+    bool same = true;
+#pragma unroll
+    for (unsigned j = 0; j < DSA_TOPK_BATCH; ++j) same = same && key[j] >= thr && (key[j] >> 21) == lead;
+    if (__all_sync(FULL_MASK, same)) {
+        if (lane == 0) atomicAdd(&h[lead], 32u * DSA_TOPK_BATCH);
+    } else {
+#pragma unroll
+        for (unsigned j = 0; j < DSA_TOPK_BATCH; ++j)
+            if (key[j] >= thr) atomicAdd(&h[key[j] >> 21], 1u);
+    }
+}
+
+__device__ __forceinline__ unsigned lean_pass1(const float* __restrict__ row, unsigned lo, unsigned hi, unsigned* h) {
+    return lean_batches(row, lo, hi, [&](unsigned, const unsigned (&key)[DSA_TOPK_BATCH]) { lean_count0(key, 0u, h); });
+}
+
+// BOUND (dsa_topk_bound_c*): buffer the keys >= thr (thr = the lower bound tlb) and count their
+// digit 0 into h0; else (lean) buffer the keys with digit 0 >= thr (thr = b0), h0 unused.
+__device__ __forceinline__ bool lean_take(unsigned key, unsigned thr, bool bound) {
+    return key != 0u && (bound ? key >= thr : (key >> 21) >= thr);
+}
+
+template <bool BOUND>
+__device__ __forceinline__ unsigned lean_pass2(const float* __restrict__ row, unsigned lo, unsigned hi, unsigned thr,
+                                               unsigned* n_buf, unsigned* buf_key, unsigned* buf_idx, unsigned* h0) {
+    const unsigned lane = threadIdx.x & 31u;
+    return lean_batches(row, lo, hi, [&](unsigned i, const unsigned (&key)[DSA_TOPK_BATCH]) {
+        if constexpr (BOUND) lean_count0(key, thr, h0);  // digit 0 of the keys >= thr (key 0 too when thr = 0)
+        unsigned n = 0u;
+#pragma unroll
+        for (unsigned j = 0; j < DSA_TOPK_BATCH; ++j) n += lean_take(key[j], thr, BOUND) ? 1u : 0u;
+        if (__any_sync(FULL_MASK, n != 0u)) {
+            unsigned incl = n;
+#pragma unroll
+            for (unsigned o = 1; o < 32; o <<= 1) {
+                const unsigned y = __shfl_up_sync(FULL_MASK, incl, o);
+                if (lane >= o) incl += y;
+            }
+            unsigned wbase = 0u;
+            if (lane == 31u) wbase = atomicAdd(n_buf, incl);  // incl of lane 31: the warp's total
+            unsigned pos = __shfl_sync(FULL_MASK, wbase, 31) + incl - n;
+#pragma unroll
+            for (unsigned j = 0; j < DSA_TOPK_BATCH; ++j) {
+                if (lean_take(key[j], thr, BOUND)) {
+                    if (pos < DSA_TOPK_CAP) {
+                        buf_key[pos] = key[j];
+                        buf_idx[pos] = lean_batch_index(i, j);
+                    }
+                    ++pos;
+                }
+            }
+        }
+    });
+}
+
+// The two largest of a multiset kept as (m1 >= m2), 0 for a missing one: key folded in.
+__device__ __forceinline__ void top2_add(unsigned& m1, unsigned& m2, unsigned key) {
+    m2 = max(m2, min(m1, key));
+    m1 = max(m1, key);
+}
+
+// BOUND's pass 1: the thread's keys folded into its two largest (m1, m2); no atomics.
+__device__ __forceinline__ unsigned bound_pass1(const float* __restrict__ row, unsigned lo, unsigned hi, unsigned& m1,
+                                                unsigned& m2) {
+    return lean_batches(row, lo, hi, [&](unsigned, const unsigned (&key)[DSA_TOPK_BATCH]) {
+#pragma unroll
+        for (unsigned j = 0; j < DSA_TOPK_BATCH; ++j) top2_add(m1, m2, key[j]);
+    });
+}
+
+// The lane-group size R of the bound: the largest power of two (at most 32) with 2 x (threads x
+// CS) / R >= k (each group gives 2 keys >= its second largest); 0 when k > 2 x threads x CS (no
+// bound: tlb = 0).
 template <int CS>
+__device__ __forceinline__ unsigned bound_group_lanes(unsigned k) {
+    const unsigned per = (2u * DSA_TOPK_THREADS * (unsigned)CS) / k;
+    if (per == 0u) return 0u;
+    unsigned r = 1u;
+    while (r * 2u <= per && r < 32u) r *= 2u;
+    return r;
+}
+
+template <int CS, bool LEAN, bool BOUND = false>
 __device__ __forceinline__ void topk_body(const float* __restrict__ scores, int* __restrict__ out, int C_, int k_) {
     __shared__ __align__(16) TopkShared s;
     if (cluster_nctarank() != (unsigned)CS) __trap();  // launched without its cluster: fail loudly
@@ -331,31 +488,92 @@ __device__ __forceinline__ void topk_body(const float* __restrict__ scores, int*
     if (threadIdx.x == 0) {
         s.n_buf = 0u;
         s.cnt = 0u;
+        s.tmin = 0xffffffffu;
     }
     __syncthreads();
 
-    // pass 1: digit 0 of every key
-    for_slice(row, lo, hi, vec, [&](unsigned, float x, bool ok) {
-        hist_add(s.hist0, ok ? topk_key(x) >> 21 : 0u, ok);
-    });
-    __syncthreads();
-    group_sums<DSA_TOPK_NB0>(s.hist0, s.coarse0);
-    cluster_sync();
-    cluster_find_bin<DSA_TOPK_NB0, CS>(s.hist0, s.coarse0, k, &s);
-    const unsigned b0 = s.found_bin;
-    unsigned G = s.found_above;  // keys above the bins found so far, over the row
-
-    // pass 2: the keys that can still be members into the buffer
-    for_slice(row, lo, hi, vec, [&](unsigned e, float x, bool ok) {
-        const unsigned key = topk_key(x);
-        const bool take = ok && key != 0u && (key >> 21) >= b0;
-        const unsigned pos = warp_claim(&s.n_buf, take);
-        if (take && pos < DSA_TOPK_CAP) {
-            s.buf_key[pos] = key;
-            s.buf_idx[pos] = e;
+    unsigned b0 = 0u, G = 0u, tlb = 0u;  // G: keys above the bins found so far, over the row
+    auto find_b0 = [&]() {  // hist0 complete in every CTA: merge, b0 and the count above it
+        __syncthreads();
+        group_sums<DSA_TOPK_NB0>(s.hist0, s.coarse0);
+        cluster_sync();
+        cluster_find_bin<DSA_TOPK_NB0, CS>(s.hist0, s.coarse0, k, &s);
+        b0 = s.found_bin;
+        G = s.found_above;
+    };
+    if constexpr (BOUND) {
+        // pass 1 (bound): no histogram. Groups of R lanes (bound_group_lanes) of the cluster's CTAs
+        // partition the row, at least k / 2 of them; each group holds 2 keys >= its second largest
+        // key, and tlb is the least of those, so at least k keys are >= tlb and T >= tlb. Every
+        // later count is over the keys >= tlb (key 0 too when tlb = 0: radix_cluster's counts).
+        unsigned m1 = 0u, m2 = 0u;
+        auto fold = [&](unsigned, float x, bool ok) { top2_add(m1, m2, ok ? topk_key(x) : 0u); };
+        if (vec)
+            for_slice_vec(row, bound_pass1(row, lo, hi, m1, m2), hi, fold);
+        else
+            for_slice(row, lo, hi, vec, fold);
+        const unsigned R = bound_group_lanes<CS>(k);
+        for (unsigned o = 1; o < R; o <<= 1) {  // merge the lanes' pairs: the group's two largest
+            const unsigned o1 = __shfl_xor_sync(FULL_MASK, m1, o), o2 = __shfl_xor_sync(FULL_MASK, m2, o);
+            m2 = max(min(m1, o1), max(m2, o2));
+            m1 = max(m1, o1);
         }
-    });
-    __syncthreads();
+        const unsigned mx = R == 0u ? 0u : m2;  // the group's second largest; R = 0: no bound
+        unsigned mn = mx;
+#pragma unroll
+        for (unsigned o = 16; o > 0; o >>= 1) mn = min(mn, __shfl_xor_sync(FULL_MASK, mn, o));
+        if (lane == 0) atomicMin(&s.tmin, mn);
+        cluster_sync();  // every CTA's tmin complete and visible
+        if (threadIdx.x == 0) {
+            unsigned t = 0xffffffffu;
+            for (unsigned r = 0; r < (unsigned)CS; ++r) t = min(t, ld_rank(&s.tmin, r));
+            s.tlb = t;
+        }
+        __syncthreads();
+        tlb = s.tlb;
+        // pass 2 (bound): digit 0 of the keys >= tlb, and the nonzero ones into the buffer
+        auto count_append = [&](unsigned e, float x, bool ok) {
+            const unsigned key = topk_key(x);
+            const bool in = ok && key >= tlb;
+            hist_add(s.hist0, in ? key >> 21 : 0u, in);
+            const bool take = in && key != 0u;
+            const unsigned pos = warp_claim(&s.n_buf, take);
+            if (take && pos < DSA_TOPK_CAP) {
+                s.buf_key[pos] = key;
+                s.buf_idx[pos] = e;
+            }
+        };
+        if (vec)
+            for_slice_vec(row, lean_pass2<true>(row, lo, hi, tlb, &s.n_buf, s.buf_key, s.buf_idx, s.hist0), hi,
+                          count_append);
+        else
+            for_slice(row, lo, hi, vec, count_append);
+        find_b0();
+    } else {
+        // pass 1: digit 0 of every key (lean: the main loop batched, then the tail per key)
+        auto count0 = [&](unsigned, float x, bool ok) { hist_add(s.hist0, ok ? topk_key(x) >> 21 : 0u, ok); };
+        if (LEAN && vec)
+            for_slice_vec(row, lean_pass1(row, lo, hi, s.hist0), hi, count0);
+        else
+            for_slice(row, lo, hi, vec, count0);
+        find_b0();
+
+        // pass 2: the keys that can still be members into the buffer (lean: batched, then the tail)
+        auto append = [&](unsigned e, float x, bool ok) {
+            const unsigned key = topk_key(x);
+            const bool take = ok && key != 0u && (key >> 21) >= b0;
+            const unsigned pos = warp_claim(&s.n_buf, take);
+            if (take && pos < DSA_TOPK_CAP) {
+                s.buf_key[pos] = key;
+                s.buf_idx[pos] = e;
+            }
+        };
+        if (LEAN && vec)
+            for_slice_vec(row, lean_pass2<false>(row, lo, hi, b0, &s.n_buf, s.buf_key, s.buf_idx, s.hist0), hi, append);
+        else
+            for_slice(row, lo, hi, vec, append);
+        __syncthreads();
+    }
     const bool overflow = s.n_buf > DSA_TOPK_CAP;
     const unsigned nb = min(s.n_buf, (unsigned)DSA_TOPK_CAP);
 
@@ -367,7 +585,12 @@ __device__ __forceinline__ void topk_body(const float* __restrict__ scores, int*
                 f(ok ? s.buf_idx[j] : 0u, ok ? s.buf_key[j] : 0u, ok);
             }
         } else {
-            for_slice(row, lo, hi, vec, [&](unsigned e, float x, bool ok) { f(e, ok ? topk_key(x) : 0u, ok); });
+            // bound: only the keys >= tlb, as the histograms and the buffer hold
+            for_slice(row, lo, hi, vec, [&](unsigned e, float x, bool ok) {
+                const unsigned key = ok ? topk_key(x) : 0u;
+                const bool in = ok && (!BOUND || key >= tlb);
+                f(e, in ? key : 0u, in);
+            });
         }
     };
 
@@ -473,7 +696,15 @@ __device__ __forceinline__ void topk_body(const float* __restrict__ scores, int*
 #define DSA_TOPK_KERNEL(CS)                                                                                   \
     extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(DSA_TOPK_THREADS, 2)              \
         dsa_topk_radix_c##CS(const float* __restrict__ scores, int* __restrict__ out, int C, int k) {        \
-        topk_body<CS>(scores, out, C, k);                                                                     \
+        topk_body<CS, false>(scores, out, C, k);                                                              \
+    }                                                                                                         \
+    extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(DSA_TOPK_THREADS, 2)              \
+        dsa_topk_lean_c##CS(const float* __restrict__ scores, int* __restrict__ out, int C, int k) {         \
+        topk_body<CS, true>(scores, out, C, k);                                                               \
+    }                                                                                                         \
+    extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(DSA_TOPK_THREADS, 2)              \
+        dsa_topk_bound_c##CS(const float* __restrict__ scores, int* __restrict__ out, int C, int k) {        \
+        topk_body<CS, true, true>(scores, out, C, k);                                                         \
     }
 
 DSA_TOPK_KERNEL(1)

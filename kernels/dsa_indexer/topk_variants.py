@@ -4,6 +4,12 @@
   cluster per row (1, 2, 4 or 8 CTAs, picked so that M x CTAs fills the SMs), histograms merged
   through distributed shared memory; never sorts the row. ``radix_cluster4``: the same at 4 CTAs a
   row whatever M (one CTA an SM at M = 32), to price the pick.
+- ``radix_cluster_len``: radix_cluster with the cluster size capped at 4 below 262144 candidates
+  (pick_cluster_len, from the H200 run). ``radix_lean`` / ``radix_lean4``: the same logic with the
+  two row passes batched (``dsa_topk_lean_c*``; every count identical, so topk_model emulates it).
+  ``radix_bound`` / ``radix_bound4``: ``dsa_topk_bound_c*``, a lower bound on the threshold from
+  pass 1's per-thread two largest keys, every later count over the keys above it
+  (``topk_model.select_row(bound=True)``).
 - ``torch_topk`` (peer): ``torch.topk`` unsorted on our stream, non-finite picks mapped to -1 as a
   caller would.
 - ``flashinfer_topk`` / ``flashinfer_topk_lower`` (peers): ``flashinfer.top_k(x, k)`` as called by
@@ -46,34 +52,52 @@ def pick_cluster(M: int, sms: int) -> int:
     return next((cs for cs in CLUSTER_SIZES if M * cs >= sms), CLUSTER_SIZES[-1])
 
 
+# Below this many candidates a row, clusters of 4 beat pick_cluster's 8 (H200, M = 32, e9f434a:
+# 25.09 against 31.10 us at 65536, 15.76 against 24.10 at 16384; at 262144 8 wins, 61.50 to 63.65).
+LONG_ROW = 262144
+
+
+def pick_cluster_len(M: int, C: int, sms: int) -> int:
+    """pick_cluster, capped at 4 CTAs a row for rows shorter than LONG_ROW: there the cluster's
+    fixed cost (barriers, DSMEM merges of 8 ranks) outweighs the halved slice."""
+    cs = pick_cluster(M, sms)
+    return min(cs, 4) if C < LONG_ROW else cs
+
+
 def _supports_radix(geometry, point) -> str | None:
     if spec.n_candidates(geometry, point) >= 2 ** 31 or spec.k_selected(geometry, point) >= 2 ** 31:
         return "the radix kernel indexes rows with 32-bit integers"
     return None
 
 
-def _make_radix_build(cluster: int | None):
-    """The radix kernel's launcher, with a fixed cluster size or (None) pick_cluster's."""
+def _make_radix_build(cluster: int | None, by_length: bool = False, kernel: str = "radix"):
+    """The radix kernel's launcher (``dsa_topk_<kernel>_c<CS>``), with a fixed cluster size or
+    (None) pick_cluster's, or with by_length pick_cluster_len's."""
 
     def build(geometry, point, inputs, backend) -> KernelStep:
-        Mn = int(point["M"])
-        cs = cluster or pick_cluster(Mn, int(backend.props["multiProcessorCount"]))
-        return _radix_step(geometry, point, inputs, backend, cs)
+        Mn, sms = int(point["M"]), int(backend.props["multiProcessorCount"])
+        if cluster:
+            cs = cluster
+        elif by_length:
+            cs = pick_cluster_len(Mn, spec.n_candidates(geometry, point), sms)
+        else:
+            cs = pick_cluster(Mn, sms)
+        return _radix_step(geometry, point, inputs, backend, cs, kernel)
     return build
 
 
-def _radix_step(geometry, point, inputs, backend, cs: int) -> KernelStep:
+def _radix_step(geometry, point, inputs, backend, cs: int, kernel: str = "radix") -> KernelStep:
     cp = backend.cp
     Mn, C, k = int(point["M"]), spec.n_candidates(geometry, point), spec.k_selected(geometry, point)
     threads = radix_define("DSA_TOPK_THREADS")
-    fn = get_kernel(backend, HERE / RADIX_SOURCE, f"dsa_topk_radix_c{cs}")
+    fn = get_kernel(backend, HERE / RADIX_SOURCE, f"dsa_topk_{kernel}_c{cs}")
     scores = backend.to_device(inputs["scores"])
     with backend.stream:
         buffers = {"indices": cp.empty((Mn, k), cp.int32)}
     kernels = [KernelCall(fn, (cs, Mn), threads, 0, lambda b: (scores, b["indices"], np.int32(C), np.int32(k)))]
     step = KernelStep(backend, kernels, buffers, {}, {"indices": topk_model.POISON},
                       lambda b: {"indices": backend.to_host(b["indices"])}, dependent=False)
-    step.note = f"cluster of {cs} CTAs per row ({Mn * cs} CTAs), {radix_define('DSA_TOPK_CAP')} buffer entries a CTA"
+    step.note = f"dsa_topk_{kernel}_c{cs}: cluster of {cs} CTAs per row ({Mn * cs} CTAs), {radix_define('DSA_TOPK_CAP')} buffer entries a CTA"
     return step.ready()
 
 
@@ -219,6 +243,11 @@ def _model_rows(scores: np.ndarray, k: int) -> np.ndarray:
     return topk_model.select(scores, k, pick_cluster(len(scores), H200_SMS), radix_define("DSA_TOPK_CAP"))
 
 
+def _model_bound_rows(scores: np.ndarray, k: int) -> np.ndarray:
+    cs = pick_cluster_len(len(scores), scores.shape[1], H200_SMS)
+    return topk_model.select(scores, k, cs, radix_define("DSA_TOPK_CAP"), bound=True)
+
+
 TOPK_VARIANTS = (
     Variant("radix_cluster", "cuda", _make_radix_build(None),
             why="radix threshold select, 11/11/10-bit digits, one thread-block cluster per row (1-8 CTAs "
@@ -229,6 +258,31 @@ TOPK_VARIANTS = (
     Variant("radix_cluster4", "cuda", _make_radix_build(4),
             why="radix_cluster at 4 CTAs a row whatever M: at M = 32 one CTA an SM (128 CTAs), where "
                 "the pick's 8 needs 2 CTAs an SM and 4 clusters of 8 in every GPC to run in one wave",
+            supports=_supports_radix, sources=(RADIX_SOURCE,)),
+    Variant("radix_cluster_len", "cuda", _make_radix_build(None, by_length=True),
+            why="radix_cluster with the cluster size picked by row length too: at most 4 CTAs a row below "
+                "262144 candidates, where the H200 measured clusters of 4 faster than 8 (25.09 against "
+                "31.10 us for 512 of 65536 at M = 32)",
+            supports=_supports_radix, sources=(RADIX_SOURCE,)),
+    Variant("radix_lean", "cuda", _make_radix_build(None, by_length=True, kernel="lean"),
+            why="radix_cluster_len's logic and counts with the two row passes batched: 16 keys a thread, "
+                "one warp vote a batch and plain shared atomics in pass 1 (no shuffle and vote a key), "
+                "one buffer claim a warp a batch in pass 2; the measured slope (~1.2-1.5 SM cycles a key) "
+                "is these passes' per-key work, not the reads",
+            supports=_supports_radix, sources=(RADIX_SOURCE,)),
+    Variant("radix_lean4", "cuda", _make_radix_build(4, kernel="lean"),
+            why="radix_lean at 4 CTAs a row whatever M: with the per-key cost cut, clusters of 4 may win "
+                "at 262144 too (the cluster of 8's fixed cost is ~8 us more)",
+            supports=_supports_radix, sources=(RADIX_SOURCE,)),
+    Variant("radix_bound", "cuda", _make_radix_build(None, by_length=True, kernel="bound"),
+            why="pass 1 with no histogram: each thread keeps its two largest keys (HBM read, max / min "
+                "only), lane groups give a lower bound tlb <= T (at least k keys >= it); pass 2 (L2) counts "
+                "digit 0 and buffers only the keys >= tlb (~9.2 k / 2 of them on iid rows: ~4% of 262144), "
+                "so shared atomics fall from C to ~0.04 C a row; then radix_cluster's digits and quota",
+            supports=_supports_radix, sources=(RADIX_SOURCE,)),
+    Variant("radix_bound4", "cuda", _make_radix_build(4, kernel="bound"),
+            why="radix_bound at 4 CTAs a row whatever M (the cluster of 4's lower fixed cost at 262144; "
+                "~2.4k buffered keys a CTA at 2048 of 262144, under the 3072 entries)",
             supports=_supports_radix, sources=(RADIX_SOURCE,)),
     Variant("torch_topk", "cuda", lambda g, p, i, b: _TorchTopk(g, p, i, b),
             why="torch.topk(k, sorted=False) on our stream, non-finite picks mapped to -1",
@@ -245,5 +299,9 @@ TOPK_VARIANTS = (
             why="reference.topk row by row on the host (a float64 lexsort)"),
     Variant("model_radix", "cpu", lambda g, p, i, b: _HostTopk(_model_rows, g, p, i),
             why="topk_radix.cu's logic emulated in NumPy (topk_model): histograms, merges, quota split",
+            sources=("topk_model.py",)),
+    Variant("model_bound", "cpu", lambda g, p, i, b: _HostTopk(_model_bound_rows, g, p, i),
+            why="dsa_topk_bound's logic emulated in NumPy (topk_model, bound=True) at radix_bound's "
+                "cluster pick: the lower bound from lane groups' second largest keys, counts above it",
             sources=("topk_model.py",)),
 )
