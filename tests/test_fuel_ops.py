@@ -310,3 +310,17 @@ def test_import_refuses_a_checkpoint_that_contradicts_itself_or_lacks_files(fuel
     (tmp_path / "b").mkdir()
     out = fuel_cli("import", str(tmp_path / "b"))
     assert out.returncode == 2 and "no config.json" in out.stderr
+
+
+def test_nvfp4_packed_weights_count_two_values_per_byte(tmp_path):
+    """An NVFP4 checkpoint stores a quantized weight as U8 [rows, cols / 2] beside its
+    weight_scale; its logical shape (what the geometry reads) doubles the last dimension."""
+    name = f"{PREFIX}.0.self_attn.k_proj"
+    header = {name + ".weight": {"dtype": "U8", "shape": [8192, 2048], "data_offsets": [0, 8192 * 2048]},
+              name + ".weight_scale": {"dtype": "F8_E4M3", "shape": [8192, 256], "data_offsets": [0, 0]},
+              f"{PREFIX}.0.self_attn.b_proj.weight": {"dtype": "U8", "shape": [64, 2048], "data_offsets": [0, 0]}}
+    raw = json.dumps(header).encode()
+    (tmp_path / "model.safetensors").write_bytes(struct.pack("<Q", len(raw)) + raw)
+    t = fuel_import.tensors(tmp_path)
+    assert t[name + ".weight"][1] == [8192, 4096]
+    assert t[f"{PREFIX}.0.self_attn.b_proj.weight"][1] == [64, 2048]  # no scale beside it: not packed
