@@ -399,17 +399,58 @@ def _cmd_accounting(args: list[str]) -> None:
 
 
 def _cmd_fuel(args: list[str]) -> None:
-    ap = argparse.ArgumentParser(prog="attnbench fuel", description="Validate a fuel file and list its open facts.")
-    ap.add_argument("action", choices=["check"])
-    ap.add_argument("path", nargs="?", default=str(REPO_ROOT / "fuels/glm-5.3-flash/attention.yaml"))
+    default = str(REPO_ROOT / "fuels/glm-5.3-flash/attention.yaml")
+    ap = argparse.ArgumentParser(prog="attnbench fuel", description="Validate, update, settle or import the fuel.")
+    verbs = ap.add_subparsers(dest="action", metavar="ACTION", required=True)
+    check = verbs.add_parser("check", help="validate a fuel file and list its open facts")
+    check.add_argument("path", nargs="?", default=default)
+    upd = verbs.add_parser("update", help="write a sweep's (or a report's) measured figures into the fuel's measured section")
+    upd.add_argument("folder", help="a stored sweep folder (results/...) or a published report folder (reports/...)")
+    upd.add_argument("--dry-run", action="store_true", help="print the unified diff and write nothing")
+    upd.add_argument("--fuel", default=default)
+    st = verbs.add_parser("settle", help="mark an open fact established, with the source that settles it")
+    st.add_argument("key", help="an open fact, e.g. indexer.index_topk_unit")
+    st.add_argument("--source", required=True, help="where the value is settled (quoted into the fuel's source)")
+    st.add_argument("--value", help="the alternative that holds (default: the fact's current value)")
+    st.add_argument("--dry-run", action="store_true", help="print the unified diff and write nothing")
+    st.add_argument("--fuel", default=default)
+    imp = verbs.add_parser("import", help="geometry facts from a checkpoint's config.json and safetensors headers, "
+                                         "checked fact by fact against the fuel (exit 1 on a mismatch)")
+    imp.add_argument("checkpoint", help="a checkpoint folder with config.json and *.safetensors (only headers are read)")
+    imp.add_argument("--fuel", default=default)
     ns = ap.parse_args(args)
     try:
-        g = load_fuel(ns.path)
+        if ns.action == "check":
+            g = load_fuel(ns.path)
+            print(f"{ns.path}: {len(g.facts)} facts valid, sha256 {g.sha256[:16]}")
+            for f in g.open_facts():
+                print(f"  open: {f.key} = {f.value!r} (alternatives: {', '.join(map(str, f.alternatives))})")
+        elif ns.action == "update":
+            from harness import fuel_update
+
+            res = fuel_update.update(ns.fuel, ns.folder, dry_run=ns.dry_run)
+            print(res["diff"], end="")
+            verb = "would write" if ns.dry_run else "wrote"
+            print(f"fuel update: {verb} {res['written']} measured figure(s) from {ns.folder}"
+                  f"{'' if res['changed'] else ' (no change)'}; kept {res['kept_newer']} measured later; "
+                  f"left out {res['left_out']['not ok']} row(s) not ok and {res['left_out']['noisy']} noisy")
+        elif ns.action == "settle":
+            from harness import fuel_update
+
+            res = fuel_update.settle(ns.fuel, ns.key, ns.source, ns.value, dry_run=ns.dry_run)
+            print(res["diff"], end="")
+            print(f"fuel settle: {ns.key} = {res['value']!r} {'would be' if ns.dry_run else 'is now'} established")
+        else:
+            from harness import fuel_import
+
+            text, mismatches = fuel_import.run(ns.checkpoint, ns.fuel)
+            print(text, end="")
+            if mismatches:
+                fail(f"fuel import: {mismatches} fact(s) differ from {ns.fuel}", code=1)
     except FuelError as exc:
         fail(str(exc))
-    print(f"{ns.path}: {len(g.facts)} facts valid, sha256 {g.sha256[:16]}")
-    for f in g.open_facts():
-        print(f"  open: {f.key} = {f.value!r} (alternatives: {', '.join(map(str, f.alternatives))})")
+    except (FileNotFoundError, ValueError, OSError) as exc:
+        fail(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
 
 
 def _cmd_list(args: list[str]) -> None:
@@ -485,7 +526,7 @@ verbs:
   budget      where a decode step goes: KDA, sparse MLA and the indexer per step, from measured rows
   list        components, their variants, every axis
   accounting  byte accounting derived from the fuel
-  fuel        validate a fuel file and list its open facts
+  fuel        the fuel: check, update (measured figures), settle (an open fact, with a source), import (a checkpoint)
   reopen-check  which published write-ups the current fuel or a newer run reopens, and why
   help        this text
 

@@ -249,6 +249,48 @@ def _cross_checks(facts: dict[str, Fact]) -> None:
         raise FuelError("indexer.index_topk: must be a multiple of indexer.kpool")
 
 
+MEASURED_FIELDS = ("value", "interval", "run", "commit", "date", "source")
+
+
+def _check_measured(measured: Any) -> None:
+    """``measured: {device: {component: {variant: {point: entry}}}}``, written by ``fuel update``
+    (harness/fuel_update.py); each entry has exactly `MEASURED_FIELDS`."""
+    levels = ("device", "component", "variant", "point")
+
+    def walk(node: Any, where: str, depth: int) -> None:
+        if depth == len(levels):
+            _check_measured_entry(where, node)
+            return
+        if not isinstance(node, dict) or not node:
+            raise FuelError(f"{where}: expected a non-empty mapping of {levels[depth]} -> "
+                            f"{' -> '.join(levels[depth + 1:]) or 'entry'}")
+        for k, v in node.items():
+            walk(v, f"{where}.{k}", depth + 1)
+
+    if measured == {}:
+        return
+    walk(measured, "measured", 0)
+
+
+def _check_measured_entry(where: str, entry: Any) -> None:
+    if not isinstance(entry, dict):
+        raise FuelError(f"{where}: expected a mapping with {', '.join(MEASURED_FIELDS)}")
+    for f in MEASURED_FIELDS:
+        if f not in entry:
+            raise FuelError(f"{where}.{f}: missing (every measured entry has {', '.join(MEASURED_FIELDS)})")
+    extra = sorted(set(entry) - set(MEASURED_FIELDS))
+    if extra:
+        raise FuelError(f"{where}.{extra[0]}: unknown field; allowed: {', '.join(MEASURED_FIELDS)}")
+    if _posnum(entry["value"]):
+        raise FuelError(f"{where}.value: {entry['value']!r} is not a positive number (µs per layer)")
+    iv = entry["interval"]
+    if not (isinstance(iv, list) and len(iv) == 2 and not any(_posnum(x) for x in iv) and iv[0] <= iv[1]):
+        raise FuelError(f"{where}.interval: {iv!r} is not [p20, p80] in µs with p20 <= p80")
+    for f in ("run", "commit", "date", "source"):
+        if not isinstance(entry[f], str) or not entry[f].strip():
+            raise FuelError(f"{where}.{f}: must be a non-empty string")
+
+
 def load_fuel(path: str | pathlib.Path = DEFAULT_FUEL) -> Geometry:
     """Load and validate a fuel file. Raises `FuelError` naming the first bad key."""
     path = pathlib.Path(path)
@@ -288,6 +330,7 @@ def load_fuel(path: str | pathlib.Path = DEFAULT_FUEL) -> Geometry:
         raise FuelError(f"{missing[0]}: missing from the fuel")
     _cross_checks(facts)
     measured = _plain(data.get("measured") or {})
+    _check_measured(measured)
     return Geometry(
         model=str(data["model"]),
         path=str(path),

@@ -22,6 +22,7 @@ exact when that file is the current fuel.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import pathlib
@@ -30,7 +31,7 @@ from typing import Any, Sequence
 import pandas as pd
 
 from harness import store
-from harness.fuel import Geometry
+from harness.fuel import REPO_ROOT, Geometry
 
 REOPEN = "reopen.json"
 BANDWIDTH_FRACTION = 0.05   # a copy roofline moved by more than 5% reopens every "% roofline"
@@ -54,16 +55,44 @@ def _sources(rows: pd.DataFrame) -> dict[str, str]:
     return dict(sorted(out.items()))
 
 
+@functools.lru_cache(maxsize=64)
+def fuel_in_history(sha256: str | None, path: str = "fuels/glm-5.3-flash/attention.yaml") -> Geometry | None:
+    """The fuel whose file hash is ``sha256``, found in the repository's history (the file as some
+    commit held it), or None: what a write-up measured with an older fuel was measured against."""
+    import subprocess
+    import tempfile
+
+    from harness.fuel import FuelError, load_fuel
+
+    if not sha256:
+        return None
+    try:
+        commits = subprocess.run(["git", "log", "--format=%H", "--", path], cwd=REPO_ROOT, capture_output=True,
+                                 text=True, timeout=20).stdout.split()
+        for commit in commits[:200]:
+            blob = subprocess.run(["git", "show", f"{commit}:{path}"], cwd=REPO_ROOT, capture_output=True,
+                                  timeout=20).stdout
+            if hashlib.sha256(blob).hexdigest() == sha256:
+                with tempfile.NamedTemporaryFile(suffix=".yaml") as fh:
+                    fh.write(blob)
+                    fh.flush()
+                    return load_fuel(fh.name)
+    except (OSError, subprocess.SubprocessError, FuelError):
+        return None
+    return None
+
+
 def conditions(prov: dict[str, Any], roof: dict[str, Any] | None, rows: pd.DataFrame, geometry: Geometry,
                manual: Sequence[str] = ()) -> list[dict[str, Any]]:
     """The machine-checkable reopen conditions of rows measured under ``prov`` with ``roof``, plus
     the manual ones. ``geometry`` is the current fuel: when it is the file the rows were measured
-    with, its fact values and flags are recorded; otherwise only that file's hash is known."""
-    same = prov.get("fuel_sha256") == geometry.sha256
+    with, its fact values and flags are recorded; otherwise that file is looked up in the
+    repository's history by its hash, and only its hash is known where it is not found."""
+    measured = geometry if prov.get("fuel_sha256") == geometry.sha256 else fuel_in_history(prov.get("fuel_sha256"))
     out: list[dict[str, Any]] = [{
         "kind": "fuel_geometry", "fuel_sha256": prov.get("fuel_sha256"),
-        "geometry_sha256": geometry_sha256(geometry) if same else None,
-        "established": {k: f.established for k, f in sorted(geometry.facts.items())} if same else None,
+        "geometry_sha256": geometry_sha256(measured) if measured else None,
+        "established": {k: f.established for k, f in sorted(measured.facts.items())} if measured else None,
     }]
     if any(prov.get(k) is not None for k in SOFTWARE_KEYS):  # a CPU sweep records no driver
         out.append({"kind": "software", "device_short": prov.get("device_short"),

@@ -3,11 +3,12 @@ kda_decode component with chosen p20 / p50 / p80, for the verdict, compare and r
 
 from __future__ import annotations
 
+import hashlib
 import pathlib
 from typing import Any
 
 from harness import store
-from harness.fuel import REPO_ROOT
+from harness.fuel import DEFAULT_FUEL, REPO_ROOT
 
 FIXTURES = REPO_ROOT / "tests" / "fixtures" / "h200_store"
 POINT = {"M": 32, "state_dtype": "bf16"}
@@ -30,10 +31,12 @@ def row(variant: str, p20: float, p50: float, p80: float, **over: Any) -> dict[s
 def sweep(root: pathlib.Path, rows: list[dict[str, Any]], name: str = "syn", claims: list | None = None,
           stamp: str = "2026-12-01_10-00-00", meta: dict[str, Any] | None = None, **prov: Any) -> pathlib.Path:
     """A sweep folder under ``root`` holding ``rows`` as one job, with an H200 provenance (the
-    fixture store's, at its own commit and time; ``prov`` changes any key)."""
+    fixture store's, at its own commit and time, measured with the current fuel file; ``prov``
+    changes any key)."""
     folder = pathlib.Path(root) / f"{stamp}_{name}"
     base = store.read_provenance(store.sweep_dirs(FIXTURES)[0])
     store.write_provenance(folder, {**base, "commit": "c0ffee0" * 6,
+                                    "fuel_sha256": hashlib.sha256(DEFAULT_FUEL.read_bytes()).hexdigest(),
                                     "timestamp_utc": f"{stamp[:10]}T{stamp[11:].replace('-', ':')}+00:00", **prov})
     job_meta: dict[str, Any] = {"overrides": [], "point": POINT, **(meta or {})}
     if claims is not None:

@@ -12,17 +12,18 @@ import pytest
 from harness.fuel import DEFAULT_FUEL, FuelError, load_fuel
 
 
-def test_seed000_open_questions_are_open_with_both_alternatives(geometry):
+def test_seed000_open_questions_settled_by_seed003_or_open_with_both_alternatives(geometry):
     """Seed 000: "Three things are not on disk and are not guessed": the top-k unit, the ReLU in
-    the score, which indexer keys are cached; each carried both ways."""
+    the score, which indexer keys are cached. Seed 003 §8.5 quotes the open training code for the
+    first two (settled with `attnbench fuel settle`, the quote as the source); key caching stays
+    open, carried both ways."""
     open_keys = {f.key: f for f in geometry.open_facts()}
-    for key, alts in {
-        "indexer.index_topk_unit": {"tokens", "pools"},
-        "indexer.score_relu": {True, False},
-        "indexer.key_caching": {"pooled", "per_token"},
-    }.items():
-        assert key in open_keys, key
-        assert set(open_keys[key].alternatives) == alts
+    assert set(open_keys["indexer.key_caching"].alternatives) == {"pooled", "per_token"}
+    for key, value, quote in (("indexer.index_topk_unit", "tokens", "min(index_topk // kpool, num_pools) = 512 pools"),
+                              ("indexer.score_relu", True, "using the same ReLU scorer as GLM-5.3")):
+        fact = geometry.fact(key)
+        assert key not in open_keys and fact.established and fact.value == value
+        assert fact.source.startswith("seed 003 §8.5") and quote in fact.source
 
 
 def test_geometry_values(geometry):
