@@ -80,6 +80,9 @@ class JobConfig:
     reopen_if: List[str] = dataclasses.field(default_factory=list)
     # What to measure or build next, as the experiment's authors see it (the write-up's Next steps).
     next_steps: List[str] = dataclasses.field(default_factory=list)
+    # A budget of experiments/budget/ (decode_step): the write-up adds "Where the step goes",
+    # priced from the published reports' rows (harness/budget.py), beside this sweep's own rows.
+    step_budget: str = ""
 
 
 def job_schema() -> type:

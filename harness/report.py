@@ -439,6 +439,24 @@ def sweep_verdicts(sweep_dir: pathlib.Path, df: pd.DataFrame, metas: list[dict[s
             "counts": {v: sum(r["verdict"] == v for r in results) for v in verdicts.VERDICTS}}
 
 
+def _step_budget(metas: list[dict[str, Any]], fuel: Geometry, stage: pathlib.Path) -> tuple[str, str] | None:
+    """(the "Where the step goes" markdown, its plot's file name) for a sweep whose experiment names
+    a ``step_budget``, priced from the published reports' rows; None when it names none."""
+    from harness import budget
+
+    name = next((str(m["step_budget"]) for m in metas if m.get("step_budget")), "")
+    if not name:
+        return None
+    spec = budget.load_budget(name, fuel)
+    costs = budget.price(spec, budget.published_rows(REPO_ROOT / "reports"), fuel)
+    plot = f"budget-{spec.name}.png"
+    has_plot = budget.plot_budget(spec, costs, stage / plot)
+    text = budget.markdown(spec, costs, plot if has_plot else None)
+    intro = ("The published H200 reports' rows (`reports/`), not this sweep's, price the step below: "
+             "this is what the measurements so far say of the mission's question.\n\n")
+    return text.replace("\n\n", "\n\n" + intro, 1), plot
+
+
 def _experiment_list(metas: list[dict[str, Any]], key: str) -> list[str]:
     """The experiment's list ``key`` (``reopen_if``, ``next_steps``) as its jobs stored it, else
     as its file says now (a store written before the key existed)."""
@@ -513,12 +531,15 @@ def _render_into(stage: pathlib.Path, out: pathlib.Path, sweep_dir: pathlib.Path
         generated.append("roofline.json")
     verdict = sweep_verdicts(sweep_dir, df, metas, also)
     fuel = load_fuel(DEFAULT_FUEL)
+    step_budget = _step_budget(metas, fuel, stage)
+    if step_budget and (stage / step_budget[1]).is_file():
+        generated.append(step_budget[1])
     reopen_conds = reopen.conditions(prov, roof, df, fuel, _experiment_list(metas, "reopen_if"))
     reopen.write(stage, reopen_conds)
     generated.append(reopen.REOPEN)
     text = _env().get_template(template).render(
         verdict=verdict, reopen_if=reopen.describe(reopen_conds), reopen_file=reopen.REOPEN,
-        next_steps=_experiment_list(metas, "next_steps"), headline=headline(df, cpu), geometry=geometry_table(fuel), accounting=accounting_markdown(fuel),
+        next_steps=_experiment_list(metas, "next_steps"), step_budget=step_budget[0] if step_budget else "", headline=headline(df, cpu), geometry=geometry_table(fuel), accounting=accounting_markdown(fuel),
         fuel_sha=fuel.sha256, fuel_is_measured=prov.get("fuel_sha256") == fuel.sha256,
         sweep=sweep, prov=prov, roof=roof, cpu=cpu, sections=sections, claim=claim,
         problems=problems_table(df), notes=notes_table(df), n_jobs=len(metas), jobs_line=jobs_line, n_rows=len(df),

@@ -430,6 +430,7 @@ def run_job(cfg, ctx: JobContext) -> list[dict[str, Any]]:
         "claims": verdicts.check_claims(getattr(cfg, "claims", None), geometry),
         "reopen_if": [str(t) for t in (getattr(cfg, "reopen_if", None) or [])],
         "next_steps": [str(t) for t in (getattr(cfg, "next_steps", None) or [])],
+        "step_budget": str(getattr(cfg, "step_budget", "") or ""),
     }
     store.write_job(ctx.job_dir, rows, meta)
     return rows

@@ -77,3 +77,22 @@ def test_budget_cli_and_its_errors(cli, tmp_path):
     res = cli("budget", str(bad))
     lines = res.stderr.strip().splitlines()
     assert res.returncode == 2 and len(lines) == 1 and "terms[0].layers: 'n_moe_layers'" in lines[0], res.stderr
+
+
+def test_a_write_up_whose_experiment_names_a_budget_prices_the_step_from_published_rows(cli, tmp_path, geometry):
+    """The README's main job (quickstart names decode_step): on a CPU machine its write-up still
+    carries Where the step goes, priced from the published H200 rows, with the plot."""
+    root, out = tmp_path / "store", tmp_path / "reports"
+    res = cli("-m", "component=roofline", "copy_mib=1", "backend=cpu", "timing=quick", "step_budget=decode_step",
+              f"store.root={root}")
+    assert res.returncode == 0, res.stderr
+    res = cli("report", "latest", "--root", str(root), "--out", str(out))
+    assert res.returncode == 0, res.stderr
+    (folder,) = list(out.iterdir())
+    text = (folder / "README.md").read_text()
+    assert "## Where the step goes (decode_step, context 262,144)" in text
+    spec = budget.load_budget("decode_step", geometry)
+    costs = budget.price(spec, budget.published_rows(REPO_ROOT / "reports"), geometry)
+    kda = next(c for c in costs[32] if c.term.layers == "n_kda_layers")
+    assert f"| {kda.per_step_us:,.1f} |" in text
+    assert (folder / "budget-decode_step.png").is_file()
