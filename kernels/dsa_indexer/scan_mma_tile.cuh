@@ -1,37 +1,18 @@
 /*
 The tensor-core scan's per-tile device code (mma.sync m16n8k16 on 16 keys x 32 heads), shared by
-select_fused.cu. COPIED from scan_mma.cu (mma_bf16, mma_f16, word_of, Tile, load_tile,
-stream_setup verbatim; tile_score is the MMA + epilogue body of scan_mma.cu's mma_step), because
-scan_mma.cu is being tuned by another session and is not ours to edit: when it settles, scan_mma.cu
-can include this header instead of its own copy. The fragment layouts, the dim permutation and
-the fp8 conversion are documented in scan_mma.cu's header; the op and layouts in scan_common.cuh.
+select_fused.cu: a one-m-tile Tile and load_tile (scan_mma.cu's are templated on its warp tile's
+m-tiles) and tile_score, the MMA + epilogue body of scan_mma.cu's mma_step; the MMA forms, the word
+picker and q's fragments come from scan_mma_ops.cuh, which scan_mma.cu includes too. The fragment
+layouts, the dim permutation and the fp8 conversion are documented in scan_mma.cu's header; the op
+and layouts in scan_common.cuh.
 */
 #ifndef SCAN_MMA_TILE_CUH
 #define SCAN_MMA_TILE_CUH
 
-#include "scan_common.cuh"
+#include "scan_mma_ops.cuh"
 
 #define MMA_TILE_KEYS 16
 
-__device__ __forceinline__ void mma_bf16(float (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
-                                         unsigned b0, unsigned b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ void mma_f16(float (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
-                                        unsigned b0, unsigned b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ unsigned word_of(const uint4& v, int i) {
-    return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;  // i is a compile-time constant
-}
 
 template <bool FP8>
 struct Tile {
@@ -67,31 +48,6 @@ __device__ __forceinline__ void load_tile(Tile<FP8>& tile, const unsigned char* 
     }
 }
 
-// q's B fragments in the permuted dim order (header) and the weights of the heads this thread's D
-// elements hold (8 nt + 2 t + {0, 1}), for stream m.
-template <bool FP8>
-__device__ __forceinline__ void stream_setup(unsigned (&bq)[4][8][2], float (&wr)[4][2], const bf16* __restrict__ q,
-                                             const float* __restrict__ w, int m, int g, int t) {
-#pragma unroll
-    for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-        for (int s = 0; s < 8; ++s) {
-            const int p0 = FP8 ? 64 * (s >> 2) + 16 * t + 4 * (s & 3) : 32 * (s >> 1) + 8 * t + 4 * (s & 1);
-            const uint2 v = ld_nc_v2(q + ((size_t)m * SCAN_HEADS + 8 * nt + g) * SCAN_DIM + p0);
-            if constexpr (FP8) {
-                bq[nt][s][0] = pack_f16x2(bf_lo(v.x), bf_hi(v.x));
-                bq[nt][s][1] = pack_f16x2(bf_lo(v.y), bf_hi(v.y));
-            } else {
-                bq[nt][s][0] = v.x;
-                bq[nt][s][1] = v.y;
-            }
-        }
-#pragma unroll
-    for (int nt = 0; nt < 4; ++nt) {
-        wr[nt][0] = ld_nc_f32(w + (size_t)m * SCAN_HEADS + 8 * nt + 2 * t);
-        wr[nt][1] = ld_nc_f32(w + (size_t)m * SCAN_HEADS + 8 * nt + 2 * t + 1);
-    }
-}
 
 // The score of this thread's row of the tile in ``cur`` (keys c0 + g + 8 (t & 1), valid for t < 2;
 // lanes t = 2, 3 return the same sums, unused): 32 MMAs, relu, x w, the quad's head sum, x the fp8
