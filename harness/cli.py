@@ -15,6 +15,7 @@ import itertools
 import os
 import pathlib
 import shutil
+import signal
 import sys
 from typing import Any
 
@@ -214,7 +215,8 @@ def preflight(argv: list[str]) -> Preflight | None:
     if not _creatable(root):
         fail(f"store.root: {root} cannot be created or written; allowed: a writable directory path")
     for key, comps in sorted(unread.items()):
-        print(f"attnbench: note: {', '.join(sorted(comps))} does not read {key}; those jobs repeat one point",
+        print(f"attnbench: note: {', '.join(sorted(comps))} {'does' if len(comps) == 1 else 'do'} not read {key}; "
+              f"those jobs repeat one point and run once",
               file=sys.stderr)
     explicit = next((o.split("=", 1)[1] for o in fixed if o.split("=", 1)[0] == "hydra.sweep.dir"), None)
     return Preflight(sweep.Plan(sorted(names)[0], jobs), multirun, root,
@@ -568,15 +570,18 @@ def _prepare_sweep(check: Preflight, force: bool) -> tuple[pathlib.Path, list[st
     except ValueError as exc:
         fail(str(exc))
     stored = sweep.stored_count(sweep_dir, plan) if resumed else 0
+    if plan.repeats:
+        print(f"attnbench: {len(plan.repeats)} of {len(plan.jobs)} jobs repeat an earlier job's point "
+              f"(their component does not read a swept key) and are not run: {plan.distinct} to run", file=sys.stderr)
     if resumed:
-        todo = len(plan.jobs) if force else len(plan.jobs) - stored
-        print(f"attnbench: resuming {sweep_dir}: {stored} of {len(plan.jobs)} jobs stored, {todo} to run"
+        todo = plan.distinct if force else plan.distinct - stored
+        print(f"attnbench: resuming {sweep_dir}: {stored} of {plan.distinct} jobs stored, {todo} to run"
               + (" (--force: all of them again)" if force else ""), file=sys.stderr)
     try:
         sweep.write_plan(sweep_dir, plan)
     except OSError as exc:
         fail(f"store.root: cannot write {sweep_dir / sweep.PLAN} ({exc.strerror}); allowed: a writable directory")
-    sweep.export_env(len(plan.jobs), force, 0 if force else stored)
+    sweep.export_env(plan.distinct, force, 0 if force else stored)
     extra = [] if check.explicit_dir is not None else [f"hydra.sweep.dir={sweep_dir}"]
     return sweep_dir, extra
 
@@ -587,7 +592,7 @@ def _finish(check: Preflight, sweep_dir: pathlib.Path | None) -> None:
 
     if sweep_dir is not None:
         rows = store.load_sweep(sweep_dir)
-        planned, stored = len(check.plan.jobs), sweep.stored_count(sweep_dir, check.plan)
+        planned, stored = check.plan.distinct, sweep.stored_count(sweep_dir, check.plan)
     elif _last_job_dirs:
         sweep_dir = _last_job_dirs[-1].parent
         rows = store.load_sweep(sweep_dir)
@@ -628,12 +633,23 @@ def main(argv: list[str] | None = None) -> None:
     elif check is not None:
         sweep.export_env(0, force, 0)
     sys.argv = [sys.argv[0]] + argv
+    # Ctrl-C while Hydra composes a job's config reaches us as Hydra's own error exit (1), not as a
+    # KeyboardInterrupt: remember that one came, so the command still says "interrupted" (130).
+    interrupted: list[bool] = []
+
+    def on_sigint(signum, frame):
+        interrupted.append(True)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, on_sigint)
     try:
         _hydra_job()
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, SystemExit) as exc:
+        if isinstance(exc, SystemExit) and not interrupted:
+            raise
         if sweep_dir is not None:
             done = sweep.stored_count(sweep_dir, check.plan)
-            fail(f"interrupted: {done} of {len(check.plan.jobs)} jobs stored under {sweep_dir}; "
+            fail(f"interrupted: {done} of {check.plan.distinct} jobs stored under {sweep_dir}; "
                  f"run the same command again to run the rest", code=130)
         fail("interrupted; nothing stored for the running job", code=130)
     finally:

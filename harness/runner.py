@@ -392,10 +392,16 @@ def run_job(cfg, ctx: JobContext) -> list[dict[str, Any]]:
     validate(cfg, geometry)
     comp = registry.get(cfg.component.name)
     key = sweep.job_key(cfg)
+    first, place = sweep.repeated_job(ctx.sweep_dir, int(ctx.job)) if str(ctx.job).isdigit() else (None, 0)
+    if first is not None:
+        unread = sorted(set(registry.axes()) - set(comp.axis_names) & set(cfg.keys()))
+        log.info("job %s repeats job %d's point (%s reads none of %s): not run", ctx.job, first, comp.name,
+                 ", ".join(unread) or "the swept keys")
+        return []
     if not sweep.forced() and sweep.stored_job(ctx.job_dir, key):
         log.info("job %s: stored already under this config, sources and commit (--force re-runs it)", ctx.job)
         return store.read_job_rows(ctx.job_dir)
-    line = sweep.progress_line(int(ctx.job)) if str(ctx.job).isdigit() else ""
+    line = sweep.progress_line(place) if str(ctx.job).isdigit() else ""
     if line:
         log.info("%s: %s", line, " ".join(ctx.overrides))
     backend = backends.get(cfg.backend.name, cfg.backend.device)

@@ -54,17 +54,20 @@ def _code_version() -> tuple[str, Any]:
 
 
 def job_key(cfg) -> str:
-    """What decides a job's result, hashed: its resolved config (less ``UNKEYED``), the source
-    hash of each of its component's variants, and the commit and dirty flag."""
+    """What decides a job's result, hashed: its resolved config (less ``UNKEYED`` and the axes its
+    component does not read), the source hash of each of its component's variants, and the commit
+    and dirty flag. Two jobs of one sweep that differ only in an axis their component does not read
+    (a grid over several components: KDA jobs at every swept context) get one key: the later one
+    repeats the earlier and is not run (``Plan.repeats``)."""
     from omegaconf import OmegaConf
 
     from harness import registry
     from harness.sources import sources_sha
 
     config = OmegaConf.to_container(cfg, resolve=True)
-    for key in UNKEYED:
-        config.pop(key, None)
     comp = registry.get(str(cfg.component.name))
+    for key in (*UNKEYED, *(set(registry.axes()) - set(comp.axis_names))):
+        config.pop(key, None)
     sources = {v.name: sources_sha([pathlib.Path(comp.folder) / s for s in v.sources]) for v in comp.variants}
     commit, dirty = _code_version()
     payload = json.dumps({"config": config, "sources": sources, "commit": commit, "dirty": dirty},
@@ -83,11 +86,49 @@ class Plan:
     def sha(self) -> str:
         return hashlib.sha256("\n".join(k for _, k in self.jobs).encode()).hexdigest()[:20]
 
+    @property
+    def repeats(self) -> dict[int, int]:
+        """``{job: the earlier job with its key}`` for every job that repeats another's point."""
+        return repeats_of([k for _, k in self.jobs])
+
+    @property
+    def distinct(self) -> int:
+        """The jobs that run: the planned ones less the repeats."""
+        return len(self.jobs) - len(self.repeats)
+
     def as_json(self) -> dict[str, Any]:
         commit, dirty = _code_version()
+        repeats = self.repeats
         return {"sweep": self.sweep, "plan_sha": self.sha, "commit": commit, "dirty": dirty,
                 "created_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-                "jobs": [{"num": i, "overrides": o, "key": k} for i, (o, k) in enumerate(self.jobs)]}
+                "jobs": [{"num": i, "overrides": o, "key": k, **({"repeat_of": repeats[i]} if i in repeats else {})}
+                         for i, (o, k) in enumerate(self.jobs)]}
+
+
+def repeats_of(keys: Sequence[str]) -> dict[int, int]:
+    first: dict[str, int] = {}
+    out = {}
+    for i, key in enumerate(keys):
+        if key in first:
+            out[i] = first[key]
+        else:
+            first[key] = i
+    return out
+
+
+def repeated_job(sweep_dir: pathlib.Path, job_num: int) -> tuple[int | None, int]:
+    """(the earlier job whose point job ``job_num`` of the sweep's plan repeats, or None; the job's
+    place among the jobs that run, for its progress line)."""
+    try:
+        plan = read_plan(sweep_dir)
+    except ValueError:
+        plan = None
+    if plan is None:
+        return None, job_num
+    jobs = plan.get("jobs", [])
+    entry = next((j for j in jobs if j.get("num") == job_num), None)
+    place = sum("repeat_of" not in j for j in jobs if j.get("num", 0) < job_num)
+    return (None if entry is None else entry.get("repeat_of")), place
 
 
 def read_plan(sweep_dir: pathlib.Path) -> dict[str, Any] | None:
@@ -117,14 +158,21 @@ def stored_job(job_dir: pathlib.Path, key: str) -> bool:
 
 
 def stored_count(sweep_dir: pathlib.Path, plan: dict[str, Any] | Plan) -> int:
+    """Jobs of the plan stored, repeats not counted (they store nothing)."""
     jobs = plan.as_json()["jobs"] if isinstance(plan, Plan) else plan["jobs"]
-    return sum(stored_job(pathlib.Path(sweep_dir) / str(j["num"]), j["key"]) for j in jobs)
+    return sum(stored_job(pathlib.Path(sweep_dir) / str(j["num"]), j["key"]) for j in jobs if "repeat_of" not in j)
+
+
+def distinct_count(plan: dict[str, Any] | Plan) -> int:
+    jobs = plan.as_json()["jobs"] if isinstance(plan, Plan) else plan["jobs"]
+    return sum("repeat_of" not in j for j in jobs)
 
 
 def progress(sweep_dir: pathlib.Path) -> tuple[int, int] | None:
-    """(jobs stored, jobs planned) of a sweep, or None for a sweep stored without a plan."""
+    """(jobs stored, jobs to run: the planned ones less repeats) of a sweep, or None for a sweep
+    stored without a plan."""
     plan = read_plan(sweep_dir)
-    return None if plan is None else (stored_count(sweep_dir, plan), len(plan["jobs"]))
+    return None if plan is None else (stored_count(sweep_dir, plan), distinct_count(plan))
 
 
 def choose_sweep_dir(root: pathlib.Path, plan: Plan, explicit: pathlib.Path | None) -> tuple[pathlib.Path, bool]:

@@ -17,7 +17,10 @@ An experiment states each claim it can test as a rule in its YAML (``claims:``),
 A *selector* (``numerator``, ``denominator``) names one row: its ``component``, its ``variant``
 (or ``fastest``: the lowest p50 among our own ok rows there, a peer's never), the ``point`` axes
 that pin it (an axis left out must take one value among the matching rows) and optionally the
-``sweep`` it comes from (a write-up that draws on several). ``metric`` is ``us`` (µs per launch,
+``sweep`` it comes from (a write-up that draws on several). A side may also be a list of
+selectors: the sum of their times (the indexer's scan + top-k + expand as one term), its interval
+the sum of their p20s to the sum of their p80s; only with the ``us`` metric (rates do not add).
+``metric`` is ``us`` (µs per launch,
 the default), ``gbps`` or ``roofline_fraction``; each row gives its p20-p80 interval of that
 metric (the time's p20 and p80; a rate inverts them). The rule holds ``numerator op factor x
 denominator``, or ``numerator op value`` with a constant ``value`` instead of a denominator.
@@ -96,6 +99,19 @@ def _check_selector(where: str, sel: Any, geometry) -> None:
         raise ConfigError(f"{where}.sweep: empty; allowed: a sweep name")
 
 
+def _check_side(where: str, side: Any, metric: str, geometry) -> None:
+    """One selector, or a non-empty list of them summed (times only)."""
+    if isinstance(side, Sequence) and not isinstance(side, (str, bytes, Mapping)):
+        if not side:
+            raise ConfigError(f"{where}: an empty list; allowed: a selector or a list of selectors")
+        if metric != "us":
+            raise ConfigError(f"{where}: a sum of rows needs metric us, not {metric!r}; allowed: us")
+        for i, sel in enumerate(side):
+            _check_selector(f"{where}[{i}]", sel, geometry)
+        return
+    _check_selector(where, side, geometry)
+
+
 def _number(where: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
         raise ConfigError(f"{where}: {value!r} is not a positive number; allowed: a positive number")
@@ -133,9 +149,9 @@ def check_claims(claims: Any, geometry) -> list[dict[str, Any]]:
                               f"{'both' if has_den else 'neither'}")
         if has_value and "factor" in rule:
             raise ConfigError(f"{where}.factor: only with a denominator; allowed: value alone")
-        _check_selector(f"{where}.numerator", rule["numerator"], geometry)
+        _check_side(f"{where}.numerator", rule["numerator"], metric, geometry)
         if has_den:
-            _check_selector(f"{where}.denominator", rule["denominator"], geometry)
+            _check_side(f"{where}.denominator", rule["denominator"], metric, geometry)
             _number(f"{where}.factor", rule.get("factor", 1.0))
         else:
             _number(f"{where}.value", rule["value"])
@@ -182,10 +198,19 @@ class Pick:
     mid: float = math.nan
     hi: float = math.nan
     problem: str = ""
+    parts: list["Pick"] = dataclasses.field(default_factory=list)   # a sum's terms
+
+    @property
+    def rows(self) -> list[pd.Series]:
+        return [p.row for p in self.parts if p.row is not None] if self.parts else \
+            ([self.row] if self.row is not None else [])
 
     def describe(self, unit: str) -> str:
         if self.row is None:
             return f"{self.label}: {self.problem}"
+        if self.parts:
+            terms = " + ".join(f"{p.label} {_f(p.mid)}" for p in self.parts)
+            return f"sum {_f(self.mid)} {unit} ({_f(self.lo)}–{_f(self.hi)}) = {terms}"
         run = f"{self.row.get('sweep', '?')} at {str(self.row.get('commit', '') or '')[:7]}"
         return f"{self.label} {_f(self.mid)} {unit} ({_f(self.lo)}–{_f(self.hi)}, {run})"
 
@@ -273,6 +298,23 @@ def select(rows: pd.DataFrame, sel: Mapping[str, Any], metric: str) -> Pick:
     return pick
 
 
+def select_side(rows: pd.DataFrame, side: Any, metric: str) -> Pick:
+    """A selector's pick, or the sum of a list's picks (their p20s, p50s and p80s added; any
+    problem of a part is the sum's)."""
+    if isinstance(side, Mapping):
+        return select(rows, side, metric)
+    parts = [select(rows, sel, metric) for sel in side]
+    total = Pick(" + ".join(p.label for p in parts))
+    total.row = next((p.row for p in parts if p.row is not None), None)
+    total.parts = parts
+    bad = [p for p in parts if p.problem]
+    if bad:
+        total.problem = "; ".join(f"{p.label}: {p.problem}" for p in bad)
+        return total
+    total.lo, total.mid, total.hi = (sum(getattr(p, k) for p in parts) for k in ("lo", "mid", "hi"))
+    return total
+
+
 def _holds(lo: float, hi: float, op: str, target: float) -> str:
     """accepted when every value of [lo, hi] satisfies ``x op target``, rejected when none does."""
     if op in ("<=", "<"):
@@ -292,11 +334,11 @@ def evaluate_claim(claim: Mapping[str, Any], rows: pd.DataFrame) -> dict[str, An
     rule = claim["rule"]
     metric, op = rule.get("metric", "us"), rule["op"]
     unit = UNITS[metric]
-    num = select(rows, rule["numerator"], metric)
+    num = select_side(rows, rule["numerator"], metric)
     picks = [num]
     if rule.get("denominator") is not None:
         factor = float(rule.get("factor", 1.0))
-        den = select(rows, rule["denominator"], metric)
+        den = select_side(rows, rule["denominator"], metric)
         picks.append(den)
         target_text = f"{op} {factor:g} × denominator"
     else:
@@ -305,7 +347,7 @@ def evaluate_claim(claim: Mapping[str, Any], rows: pd.DataFrame) -> dict[str, An
     bad = [p for p in picks if p.problem]
     figures = "; ".join(p.describe(unit) for p in picks if p.row is not None and p.lo == p.lo)
     result = {"id": claim["id"], "text": claim["text"], "rule": target_text,
-              "rows": [p.row for p in picks if p.row is not None]}
+              "rows": [r for p in picks for r in p.rows]}
     if bad:
         why = "; ".join(f"{p.label}: {p.problem}" for p in bad)
         return {**result, "verdict": "inconclusive", "figures": figures or "–", "why": why,

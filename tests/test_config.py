@@ -76,11 +76,11 @@ def test_single_job_stores_rows_and_provenance(cli, tmp_path):
 
 def test_multirun_runs_one_job_per_value(cli, tmp_path):
     root = tmp_path / "store"
-    res = cli("-m", "M=8,16,32", *CPU_QUICK, f"store.root={root}", "sweep=multi")
+    res = cli("-m", "copy_mib=1,2,4", "backend=cpu", "timing=quick", f"store.root={root}", "sweep=multi")
     assert res.returncode == 0, res.stderr
     sweep = store.find_sweep(root, "multi")
     metas = [json.loads(p.read_text()) for p in sorted(sweep.glob("*/meta.json"))]
-    assert sorted(m["overrides"][0] for m in metas) == ["M=16", "M=32", "M=8"]
+    assert sorted(m["overrides"][0] for m in metas) == ["copy_mib=1", "copy_mib=2", "copy_mib=4"]
     df = store.load(root)
     assert len(df) == 3 and set(df["status"]) == {"ok"}
     assert isinstance(df, pd.DataFrame) and {"commit", "device_short", "driver_version"} <= set(df.columns)

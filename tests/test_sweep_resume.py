@@ -130,6 +130,27 @@ def test_force_reruns_and_a_folder_holds_one_sweep(fault_cli, tmp_path):
     assert lines[0].startswith(f"attnbench: hydra.sweep.dir: {folder} holds another sweep"), lines
 
 
+def test_a_grid_over_two_components_runs_each_distinct_point_once(fault_cli, tmp_path):
+    """roofline reads no M: its jobs at M = 2 and 3 are one point, run once; fault_sum reads no
+    copy_mib but it has one value here. 4 planned jobs, 3 run, each stored once."""
+    root = tmp_path / "store"
+    res = fault_cli("-m", "component=fault_sum,roofline", "M=2,3", "copy_mib=1", "fault_only=right",
+                    "backend=cpu", "timing=quick", f"store.root={root}")
+    assert res.returncode == 0, res.stderr
+    (folder,) = _sweep_dirs(root)
+    plan = sweep.read_plan(folder)
+    repeats = {j["num"]: j["repeat_of"] for j in plan["jobs"] if "repeat_of" in j}
+    assert len(plan["jobs"]) == 4 and len(repeats) == 1, plan
+    (num, first), = repeats.items()
+    assert plan["jobs"][num]["overrides"] != plan["jobs"][first]["overrides"]
+    assert all("component=roofline" in plan["jobs"][n]["overrides"] for n in (num, first))
+    rows = store.load_sweep(folder)
+    assert sorted(rows.groupby("component")["job"].nunique().items()) == [("fault_sum", 2), ("roofline", 1)]
+    assert "1 of 4 jobs repeat an earlier job's point" in res.stderr and "jobs: 3 of 3 stored" in res.stderr
+    assert f"job {num} repeats job {first}'s point (roofline reads none of M" in res.stdout + res.stderr
+    assert sweep.progress(folder) == (3, 3)
+
+
 def test_job_keys_follow_what_decides_a_result(tmp_path):
     """The key changes with the point and with the code, not with the store's location."""
     from hydra import compose, initialize_config_dir
