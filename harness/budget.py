@@ -46,6 +46,16 @@ class Term:
 
 
 @dataclasses.dataclass(frozen=True)
+class ContextCurve:
+    """How the per-layer cost of the terms moves with the context: every strategy term is held
+    against the ``against`` term at each context the rows hold, and the context where they cross
+    is interpolated; ``derived`` is a crossover a source derives (tokens, and where it is from)."""
+    against: str
+    derived_tokens: int | None = None
+    derived_source: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
 class Budget:
     name: str
     context: int
@@ -53,6 +63,7 @@ class Budget:
     terms: tuple[Term, ...]
     moe_us_per_step: float | None
     moe_source: str
+    curve: ContextCurve | None = None
 
     @property
     def strategies(self) -> list[str]:
@@ -87,9 +98,19 @@ def load_budget(path: str | pathlib.Path, geometry: Geometry) -> Budget:
     if not terms:
         raise BudgetError(f"terms: {path} names no terms")
     moe = data.get("moe_us_per_step")
+    curve = None
+    if data.get("context_curve") is not None:
+        raw = data["context_curve"] or {}
+        against = str(raw.get("against", ""))
+        if against not in [t.label for t in terms if t.strategy is None]:
+            raise BudgetError(f"context_curve.against: {against!r} is not a term without a strategy; allowed: "
+                              + ", ".join(repr(t.label) for t in terms if t.strategy is None))
+        derived = raw.get("derived_crossover") or {}
+        curve = ContextCurve(against, int(derived["tokens"]) if derived.get("tokens") else None,
+                             str(derived.get("source", "")))
     return Budget(str(data.get("name", path.stem)), int(data.get("context", 262144)),
                   tuple(int(m) for m in data.get("M", [32])), tuple(terms),
-                  None if moe is None else float(moe), str(data.get("moe_source") or ""))
+                  None if moe is None else float(moe), str(data.get("moe_source") or ""), curve)
 
 
 def published_rows(reports: str | pathlib.Path) -> pd.DataFrame:
@@ -154,9 +175,148 @@ class TermCost:
         return self.per_layer_us * self.layers
 
 
-def price(budget: Budget, rows: pd.DataFrame, geometry: Geometry) -> dict[int, list[TermCost]]:
-    return {M: [TermCost(t, [(p, pick(rows, p, M, budget.context)) for p in t.parts], int(getattr(geometry, t.layers)))
+def price(budget: Budget, rows: pd.DataFrame, geometry: Geometry, context: int | None = None) -> dict[int, list[TermCost]]:
+    """Every term at every M of the budget, at its context (or ``context``)."""
+    context = budget.context if context is None else context
+    return {M: [TermCost(t, [(p, pick(rows, p, M, context)) for p in t.parts], int(getattr(geometry, t.layers)))
                 for t in budget.terms] for M in budget.Ms}
+
+
+def complete(costs_by_m: dict[int, list[TermCost]]) -> bool:
+    """True when every part of every term is measured at every M."""
+    return all(found is not None for costs in costs_by_m.values() for c in costs for _, found in c.parts)
+
+
+# -- the context curve --------------------------------------------------------------------------------
+def curve_contexts(budget: Budget, rows: pd.DataFrame) -> list[int]:
+    """The contexts at which the rows hold a row of every part that reads a context."""
+    if rows.empty or "context" not in rows.columns:
+        return []
+    parts = {p.component for t in budget.terms for p in t.parts}
+    per = [set(pd.to_numeric(rows.loc[(rows["component"] == c) & (rows["status"] == "ok"), "context"],
+                             errors="coerce").dropna().astype(int)) for c in parts]
+    per = [s for s in per if s]
+    return sorted(set.intersection(*per)) if per else []
+
+
+def curve(budget: Budget, rows: pd.DataFrame, geometry: Geometry) -> dict[int, dict[int, list[TermCost]]]:
+    """``{context: {M: [TermCost]}}`` at every context the rows hold for every part."""
+    return {ctx: price(budget, rows, geometry, ctx) for ctx in curve_contexts(budget, rows)}
+
+
+def crossovers(budget: Budget, by_context: dict[int, dict[int, list[TermCost]]]) -> list[dict[str, Any]]:
+    """Per M and strategy term: where its per-layer cost crosses the ``against`` term's, from the
+    measured contexts: the bracketing pair and the crossing interpolated linearly in log(context)
+    on the difference of the two costs; or that it stays on one side over the measured range."""
+    if budget.curve is None or len(by_context) < 2:
+        return []
+    contexts = sorted(by_context)
+    out = []
+    for M in budget.Ms:
+        for strategy_term in [t for t in budget.terms if t.strategy is not None]:
+            diffs = []
+            for ctx in contexts:
+                costs = {c.term.label: c.per_layer_us for c in by_context[ctx][M]}
+                diffs.append(costs[strategy_term.label] - costs[budget.curve.against])
+            row = {"M": M, "term": strategy_term.label, "strategy": strategy_term.strategy,
+                   "against": budget.curve.against, "bracket": None, "tokens": None, "side": ""}
+            if any(d != d for d in diffs):
+                row["side"] = "not measured at every context"
+            else:
+                for (c1, d1), (c2, d2) in zip(zip(contexts, diffs), zip(contexts[1:], diffs[1:])):
+                    if d1 <= 0 < d2 or d1 >= 0 > d2:
+                        t = d1 / (d1 - d2)
+                        row["bracket"] = (c1, c2)
+                        row["tokens"] = float(math.exp(math.log(c1) + t * (math.log(c2) - math.log(c1))))
+                        break
+                else:
+                    row["side"] = (f"it costs {'more' if diffs[0] > 0 else 'less'} at every measured context "
+                                   f"({contexts[0]:,}–{contexts[-1]:,})")
+            out.append(row)
+    return out
+
+
+def curve_markdown(budget: Budget, by_context: dict[int, dict[int, list[TermCost]]], plot: str | None) -> str:
+    """Per-layer µs of every DSA-layer term at each measured context, and the crossings."""
+    if budget.curve is None or len(by_context) < 2:
+        return ""
+    contexts = sorted(by_context)
+    labels = [budget.curve.against] + [t.label for t in budget.terms if t.strategy is not None]
+    lines = [f"### Per layer against the context", "",
+             f"µs per layer (p50 of our fastest verified rows, summed over each term's parts) at every context "
+             f"the rows hold all parts for; each strategy term is held against *{budget.curve.against}*, whose "
+             f"selection does not grow with the context.", ""]
+    lines += ["| M | context | " + " | ".join(labels) + " |", "| --- | --- | " + " | ".join("---" for _ in labels) + " |"]
+    for M in budget.Ms:
+        for ctx in contexts:
+            costs = {c.term.label: c.per_layer_us for c in by_context[ctx][M]}
+            lines.append(f"| {M} | {ctx:,} | " + " | ".join(_us(costs[label]) for label in labels) + " |")
+    lines.append("")
+    rows = []
+    for x in crossovers(budget, by_context):
+        if x["tokens"] is not None:
+            where = (f"between {x['bracket'][0]:,} and {x['bracket'][1]:,}, near **{x['tokens']:,.0f}** "
+                     f"(interpolated in log context)")
+        else:
+            where = f"none: {x['side']}"
+        rows.append(f"| {x['M']} | {x['term']} | {where} |")
+    if rows:
+        lines += [f"Where each strategy's indexer crosses *{budget.curve.against}* (measured):", "",
+                  "| M | indexer strategy | crossing (tokens) |", "| --- | --- | --- |", *rows, ""]
+    if budget.curve.derived_tokens:
+        lines.append(f"- Derived, not measured: {budget.curve.derived_source} puts the crossover near "
+                     f"{budget.curve.derived_tokens:,} tokens.")
+    lines.append("")
+    if plot:
+        lines += [f"![µs per layer against the context]({plot})", ""]
+    return "\n".join(lines)
+
+
+def plot_curve(budget: Budget, by_context: dict[int, dict[int, list[TermCost]]], path: pathlib.Path) -> bool:
+    """One panel per M: µs per layer against the context (log scale) for the ``against`` term and
+    every strategy term, the measured crossings marked and the derived one drawn as a line."""
+    if budget.curve is None or len(by_context) < 2:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker
+
+    contexts = sorted(by_context)
+    labels = [budget.curve.against] + [t.label for t in budget.terms if t.strategy is not None]
+    cross = crossovers(budget, by_context)
+    ncols = min(2, len(budget.Ms))
+    nrows = -(-len(budget.Ms) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(5.2 * ncols, 3.8 * nrows), squeeze=False)
+    for ax in axes.flat[len(budget.Ms):]:
+        ax.set_visible(False)
+    for ax, M in zip(axes.flat, budget.Ms):
+        for label in labels:
+            ys = [{c.term.label: c.per_layer_us for c in by_context[ctx][M]}[label] for ctx in contexts]
+            ax.plot(contexts, ys, marker="o", lw=2 if label == budget.curve.against else 1.2,
+                    ls="-" if label == budget.curve.against else "--", label=label)
+        for x in cross:
+            if x["M"] == M and x["tokens"] is not None:
+                ax.axvline(x["tokens"], color="grey", lw=0.8, alpha=0.6)
+        if budget.curve.derived_tokens:
+            ax.axvline(budget.curve.derived_tokens, color="k", ls=":", lw=1,
+                       label=f"derived crossover {budget.curve.derived_tokens:,}")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xticks(contexts, [f"{c // 1024:,}K" if c % 1024 == 0 else f"{c:,}" for c in contexts])
+        ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+        ax.set_xlabel("context (tokens)")
+        ax.set_ylabel("µs per layer")
+        ax.set_title(f"M = {M}", fontsize=9)
+        ax.grid(alpha=0.3, which="both")
+    axes[0][0].legend(fontsize=6)
+    fig.suptitle(f"{budget.name}: one DSA layer's terms against the context (measured; grey: crossings)", fontsize=9)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
 
 
 def step_totals(budget: Budget, costs: list[TermCost]) -> dict[str, float]:
@@ -166,6 +326,29 @@ def step_totals(budget: Budget, costs: list[TermCost]) -> dict[str, float]:
         terms = [c for c in costs if c.term.strategy in (None, strategy)]
         out[strategy] = sum(c.per_step_us for c in terms)
     return out
+
+
+def finding(budget: Budget, costs_by_m: dict[int, list[TermCost]]) -> str:
+    """One sentence in numbers: attention per step at each M under the budget's first strategy and
+    the term that sets it (or "" when a part is not measured)."""
+    strategy = budget.strategies[0]
+    totals, tops = [], []
+    for M, costs in costs_by_m.items():
+        total = step_totals(budget, costs)[strategy]
+        if total != total:
+            return ""
+        terms = [c for c in costs if c.term.strategy in (None, strategy)]
+        top = max(terms, key=lambda c: c.per_step_us)
+        totals.append(total)
+        tops.append((M, top.term.label, top.per_step_us / total))
+    Ms = " / ".join(str(M) for M in costs_by_m)
+    head = (f"at {budget.context:,} tokens ({next(t.label for t in budget.terms if t.strategy == strategy) if strategy else 'every term'}), "
+            f"attention per decode step takes {' / '.join(f'{t:,.0f}' for t in totals)} µs at M = {Ms}")
+    labels = {label for _, label, _ in tops}
+    if len(labels) == 1:
+        shares = [share for _, _, share in tops]
+        return head + f"; the largest term at every M is {tops[0][1]} ({min(shares):.0%}–{max(shares):.0%} of it)"
+    return head + "; the largest term: " + ", ".join(f"M = {M} {label} ({share:.0%})" for M, label, share in tops)
 
 
 def _us(x: float) -> str:
@@ -264,12 +447,27 @@ def plot_budget(budget: Budget, costs_by_m: dict[int, list[TermCost]], path: pat
     return True
 
 
-def render(budget: Budget, rows: pd.DataFrame, geometry: Geometry, out: pathlib.Path | None) -> str:
+def section(budget: Budget, rows: pd.DataFrame, geometry: Geometry, out: pathlib.Path | None,
+            prefix: str = "") -> tuple[str, list[str]]:
+    """The whole "Where the step goes" markdown (the step at the budget's context, then the
+    per-layer curve against the context where the rows hold several) and the plots it wrote
+    into ``out`` (named ``<prefix><budget>.png`` and ``<prefix><budget>-context.png``)."""
     costs = price(budget, rows, geometry)
-    plot = None
-    if out is not None and plot_budget(budget, costs, out / f"{budget.name}.png"):
-        plot = f"{budget.name}.png"
+    plots, plot, curve_plot = [], None, None
+    if out is not None and plot_budget(budget, costs, out / f"{prefix}{budget.name}.png"):
+        plot = f"{prefix}{budget.name}.png"
+        plots.append(plot)
+    by_context = curve(budget, rows, geometry)
+    if out is not None and plot_curve(budget, by_context, out / f"{prefix}{budget.name}-context.png"):
+        curve_plot = f"{prefix}{budget.name}-context.png"
+        plots.append(curve_plot)
     text = markdown(budget, costs, plot)
+    more = curve_markdown(budget, by_context, curve_plot)
+    return text + ("\n" + more if more else ""), plots
+
+
+def render(budget: Budget, rows: pd.DataFrame, geometry: Geometry, out: pathlib.Path | None) -> str:
+    text, _ = section(budget, rows, geometry, out)
     if out is not None:
         store.atomic_write_bytes(out / "README.md", (f"# {budget.name}: where the decode step goes\n\n" + text).encode())
     return text

@@ -285,12 +285,15 @@ def _cmd_report(args: list[str]) -> None:
     ap.add_argument("--out", help="where reports go (default: <store root>/reports, beside the sweep)")
     ap.add_argument("--also", action="append", default=[], metavar="SWEEP",
                     help="another sweep whose rows the claims draw on (repeatable; a roofline_step, say)")
+    ap.add_argument("--rules-now", action="store_true",
+                    help="decide the experiment file's claims as they are now, not those stored with the jobs "
+                         "(new questions of old rows; the write-up says so)")
     ns = ap.parse_args(args)
     try:
         sweep_dir = store.find_sweep(ns.root, ns.sweep)
         also = [store.find_sweep(ns.root, name) for name in ns.also]
         out_root = pathlib.Path(ns.out) if ns.out else sweep_dir.parent / "reports"
-        path = report.render_sweep(sweep_dir, out_root, also=also)
+        path = report.render_sweep(sweep_dir, out_root, also=also, rules_now=ns.rules_now)
     except PermissionError as exc:
         fail(f"report: cannot write under {exc.filename or out_root} ({exc.strerror}); allowed: a writable --out folder")
     except KeyError as exc:  # a column the rows lack: an older or hand-edited store

@@ -138,6 +138,28 @@ class Variant:
     packages: tuple[str, ...] = ()
 
 
+PLOT_METRICS = ("us", "gbps")
+
+
+@dataclasses.dataclass(frozen=True)
+class Plot:
+    """One figure a component's write-up draws, declared by its family: ``y`` (``us``: µs per
+    launch, or ``gbps``) against the numeric axis ``x``, one panel per value of ``facet``, one
+    line per variant (and per other axis that still varies), the rows pinned by ``where`` (an
+    axis value the rows do not hold leaves the figure out). ``beside`` names other components
+    whose rows at the same points are drawn with it (a floor measured in the same sweep: the
+    gather of the same rows, the stream-only scan); ``roofline`` draws the sweep's copy roofline
+    (GB/s figures only)."""
+
+    x: str
+    y: str = "us"
+    facet: str | None = None
+    where: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    beside: tuple[str, ...] = ()
+    roofline: bool = False
+    title: str = ""
+
+
 @dataclasses.dataclass(frozen=True)
 class Component:
     """A kernel family: the op, its axes, its float64 reference, its byte/FLOP counts, its checks
@@ -165,6 +187,8 @@ class Component:
                  are compared. None (the default): every stream.
     cpu_max_bytes: the CPU reference backend skips points that move more than this.
     folder:      the component's folder, for hashing sources.
+    plots:       the figures its write-up draws (`Plot`); none declared: GB/s against the first
+                 numeric axis that varies.
     """
 
     name: str
@@ -183,6 +207,7 @@ class Component:
     reference_streams: Callable[[Any, Point], Sequence[int] | None] = lambda geometry, point: None
     cpu_max_bytes: int = 1 << 30
     folder: str = ""
+    plots: tuple[Plot, ...] = ()
 
     @property
     def axis_names(self) -> tuple[str, ...]:
@@ -225,6 +250,13 @@ def register(component: Component) -> Component:
         raise ValueError(f"component {component.name!r} declares a variant name twice: {names}")
     if len(set(component.axis_names)) != len(component.axes):
         raise ValueError(f"component {component.name!r} lists an axis twice: {component.axis_names}")
+    for i, plot in enumerate(component.plots):
+        named = [plot.x, *([plot.facet] if plot.facet else []), *plot.where]
+        unknown = [a for a in named if a not in component.axis_names]
+        if unknown or plot.y not in PLOT_METRICS:
+            raise ValueError(f"component {component.name!r} plots[{i}]: "
+                             + (f"axis {unknown[0]!r} is not one of its axes ({', '.join(component.axis_names)})"
+                                if unknown else f"y {plot.y!r}; allowed: {', '.join(PLOT_METRICS)}"))
     declare_axes(*component.axes)
     _COMPONENTS[component.name] = component
     return component

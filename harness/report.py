@@ -245,19 +245,56 @@ def geometry_table(g: Geometry) -> str:
                      for k, f in g.facts.items()])
 
 
-def headline(df: pd.DataFrame, cpu: bool) -> list[str]:
+def other_runs(published: pd.DataFrame, row: pd.Series, axes: Sequence[str]) -> pd.DataFrame:
+    """The ok rows of other sweeps (published ones) that measured ``row``'s component, variant and
+    point on the same kind of device: the runs a figure's run-to-run spread is taken over."""
+    from harness.verdicts import _same
+
+    if published.empty or "component" not in published.columns:
+        return published
+    m = (published["component"] == row["component"]) & (published["variant"] == row["variant"]) & (
+        published["status"] == "ok")
+    if "device_short" in published.columns:
+        m &= published["device_short"].astype(str) == str(row.get("device_short"))
+    mine = pathlib.Path(str(row.get("sweep_dir", ""))).name
+    m &= published["sweep_dir"].map(lambda d: pathlib.Path(str(d)).name != mine)
+    if "chain" in published.columns and row.get("chain") == row.get("chain"):
+        # launches per sample: a layer timed back to back is another measurement than one alone
+        m &= pd.to_numeric(published["chain"], errors="coerce").fillna(1) == float(row.get("chain") or 1)
+    for a in axes:
+        if a not in published.columns:
+            return published.iloc[0:0]
+        m &= published[a].map(lambda v, want=row[a]: _same(want, v) if want == want else v != v).astype(bool)
+    return published[m]
+
+
+def headline(df: pd.DataFrame, cpu: bool, published: pd.DataFrame | None = None) -> list[str]:
     """One line per component, computed from the rows: our fastest ok row at its largest point,
-    its µs per launch with the p20–p80 range, GB/s and share of this sweep's roofline."""
+    its µs per launch with the p20–p80 range across this run's repetitions, GB/s, share of this
+    sweep's roofline, and its spread across the other published runs of that point on this kind
+    of device (run to run), or that none measured it."""
     from harness.publish import headlines
 
     lines = []
     for h in headlines(df):
         r = df[(df["component"] == h["component"]) & (df["variant"] == h["variant"]) & (df["status"] == "ok")]
         r = r.loc[(r["ms_p50"] * 1e3 - h["us"]).abs().idxmin()]
-        lines.append(f"{h['component']}: `{h['variant']}` at {h['point']} takes **{h['us']:.2f} µs** per launch "
-                     f"(p20–p80 {r['ms_p20'] * 1e3:.2f}–{r['ms_p80'] * 1e3:.2f}), {fmt(h['gbps'], '.0f')} GB/s, "
-                     f"{fmt(h['roofline_pct'], '.1f')}% of the copy roofline measured in this sweep"
-                     + (" (noisy)" if h["noisy"] else "") + (" — CPU host figures" if cpu else ""))
+        line = (f"{h['component']}: `{h['variant']}` at {h['point']} takes **{h['us']:.2f} µs** per launch "
+                f"(p20–p80 across repetitions {r['ms_p20'] * 1e3:.2f}–{r['ms_p80'] * 1e3:.2f}), {fmt(h['gbps'], '.0f')} GB/s, "
+                f"{fmt(h['roofline_pct'], '.1f')}% of the copy roofline measured in this sweep"
+                + (" (noisy)" if h["noisy"] else "") + (" — CPU host figures" if cpu else ""))
+        if published is not None and not cpu:
+            runs = other_runs(published, r, component_axes(df[df["component"] == h["component"]]))
+            if len(runs):
+                p50 = runs["ms_p50"].astype(float) * 1e3
+                med = float(p50.median())
+                names = sorted({str(x).split("/")[-1] for x in runs["source"]})
+                line += (f"; across {len(runs)} other published run(s) of that point on this device "
+                         f"({', '.join(f'`{n}`' for n in names[-3:])}{', …' if len(names) > 3 else ''}) its p50 ran "
+                         f"{p50.min():.2f}–{p50.max():.2f} µs, this run {(h['us'] / med - 1) * 100:+.1f}% from their median")
+            else:
+                line += "; no other published run measured that point on this device (no run-to-run spread yet)"
+        lines.append(line)
     return lines
 
 
@@ -354,47 +391,120 @@ def chain_lengths(df: pd.DataFrame) -> list[int]:
 
 
 # -- plots --------------------------------------------------------------------------------------------
-def plot_component(df: pd.DataFrame, roofline_gbps: float | None, path: pathlib.Path, title: str) -> bool:
-    """GB/s against the first numeric axis that varies, one line per variant (and other varying
-    axes), one panel per value of the first categorical axis that varies (state_dtype, say)."""
+def _pinned(df: pd.DataFrame, where: dict[str, Any]) -> pd.DataFrame:
+    from harness.verdicts import _same
+
+    for axis, value in where.items():
+        if axis not in df.columns:
+            return df.iloc[0:0]
+        # as a bool mask: an empty frame's mapped column is an object Series, which would index columns
+        df = df[df[axis].map(lambda v, value=value: _same(value, v)).astype(bool)]
+    return df
+
+
+def plot_declared(plot, rows: pd.DataFrame, component: str, roofline_gbps: float | None,
+                  path: pathlib.Path, title: str) -> bool:
+    """One `registry.Plot` of ``component`` from the sweep's rows (its own, and those of the
+    components it is drawn ``beside``): median per launch with the p20-p80 band. False (nothing
+    written) when the pinned rows leave fewer than two values of ``x``."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
-    ok = df[df["status"] == "ok"]
-    varying = [a for a in component_axes(ok) if ok[a].nunique() > 1]
-    numeric = [a for a in varying if pd.api.types.is_numeric_dtype(ok[a])]
-    if ok.empty or not numeric:
+    ok = rows[rows["status"] == "ok"]
+    own = _pinned(ok[ok["component"] == component], dict(plot.where))
+    beside = _pinned(ok[ok["component"].isin(plot.beside)], dict(plot.where))
+    if own.empty or plot.x not in own.columns or own[plot.x].nunique() < 2:
         return False
-    x = numeric[0]
-    facets = [a for a in varying if a not in numeric]
-    facet = facets[0] if facets else None
-    panels = sorted(ok[facet].unique()) if facet else [None]
-    series_keys = [a for a in varying if a not in (x, facet)]
-    fig, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 4.4), dpi=110, squeeze=False)
+    panels = sorted(own[plot.facet].dropna().unique()) if plot.facet else [None]
+    fixed = {plot.x, *([plot.facet] if plot.facet else []), *plot.where}
+    series = [a for a in component_axes(own) if a not in fixed and own[a].nunique() > 1]
+
+    def values(grp: pd.DataFrame) -> tuple[Any, Any, Any]:
+        grp = grp.sort_values(plot.x)
+        if plot.y == "us":
+            return grp["ms_p50"] * 1e3, grp["ms_p20"] * 1e3, grp["ms_p80"] * 1e3
+        rate = grp["bytes"] / 1e6
+        return rate / grp["ms_p50"], rate / grp["ms_p80"], rate / grp["ms_p20"]
+
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.2 * len(panels), 4.4), dpi=110, squeeze=False)
     for ax, value in zip(axes[0], panels):
-        ax.set_prop_cycle(color=plt.cm.tab20.colors)  # more variants than the default 10 colours
-        part = ok if facet is None else ok[ok[facet] == value]
-        for key, grp in part.groupby(["variant", *series_keys], dropna=False):
+        ax.set_prop_cycle(color=plt.cm.tab20.colors)
+        part = own if plot.facet is None else own[own[plot.facet] == value]
+        for key, grp in part.groupby(["variant", *series], dropna=False):
             key = key if isinstance(key, tuple) else (key,)
-            grp = grp.sort_values(x)
+            grp = grp.sort_values(plot.x)
             peer = bool(grp["peer"].iloc[0]) if "peer" in grp else False
-            ax.plot(grp[x], grp["gbps"], marker="o", ls="--" if peer else "-",
-                    label=" ".join(str(k) for k in key) + (" [peer]" if peer else ""))
-        if roofline_gbps:
-            ax.axhline(roofline_gbps, color="k", ls=":", lw=1, label=f"copy roofline {roofline_gbps:.0f} GB/s")
-        if part[x].max() / max(part[x].min(), 1) >= 16:
+            mid, lo, hi = values(grp)
+            line, = ax.plot(grp[plot.x], mid, marker="o", ms=3, ls="--" if peer else "-",
+                            label=" ".join(str(k) for k in key) + (" [peer]" if peer else ""))
+            ax.fill_between(grp[plot.x], lo, hi, color=line.get_color(), alpha=0.15, lw=0)
+        side = beside if plot.facet is None or plot.facet not in beside.columns else beside[beside[plot.facet] == value]
+        for (comp, variant), grp in side.groupby(["component", "variant"]):
+            if bool(grp["peer"].iloc[0]) if "peer" in grp else False:
+                continue
+            for key, sub in grp.groupby(series, dropna=False) if series and all(a in grp for a in series) else [((), grp)]:
+                mid, _, _ = values(sub.sort_values(plot.x))
+                ax.plot(sub.sort_values(plot.x)[plot.x], mid, color="k", ls=":", marker="x", ms=4, lw=1.2,
+                        label=f"{comp}/{variant}" + (f" {' '.join(map(str, key if isinstance(key, tuple) else (key,)))}" if series else "") + " (floor)")
+        if roofline_gbps and plot.roofline and plot.y == "gbps":
+            ax.axhline(roofline_gbps, color="k", ls="-.", lw=1, label=f"copy roofline {roofline_gbps:.0f} GB/s")
+        xs = part[plot.x].astype(float)
+        if xs.max() / max(xs.min(), 1) >= 16:
             ax.set_xscale("log", base=2)
-        ax.set_xlabel(x)
-        ax.set_ylabel("GB/s (bytes read + written)")
-        ax.set_title(title + (f", {facet}={value}" if facet else ""), fontsize=9)
+            ticks = sorted(xs.unique())
+            ax.set_xticks(ticks, [f"{int(t) // 1024}K" if t >= 8192 and t % 1024 == 0 else f"{t:g}" for t in ticks])
+            ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+        ys = values(part)[0]
+        if plot.y == "us" and len(ys) and ys.max() / max(ys.min(), 1e-9) >= 30:
+            ax.set_yscale("log")
+        ax.set_xlabel(plot.x)
+        ax.set_ylabel("µs per launch (p50, p20–p80 band)" if plot.y == "us" else "GB/s (bytes read + written)")
+        pins = ", ".join(f"{k}={v}" for k, v in plot.where.items())
+        ax.set_title(f"{title}" + (f", {plot.facet}={value}" if plot.facet else "") + (f"\n{pins}" if pins else ""),
+                     fontsize=8)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=6, ncol=2)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
     return True
+
+
+def component_plots(df: pd.DataFrame, component: str, roofline_gbps: float | None, stage: pathlib.Path,
+                    title: str) -> list[dict[str, str]]:
+    """The figures ``component`` declares (`registry.Plot`), drawn from the sweep's rows, each
+    ``{"file", "caption"}``; the GB/s plot against the first varying numeric axis when it declares
+    none or none can be drawn from these rows."""
+    from harness import registry
+
+    try:
+        declared = registry.get(component).plots
+    except (KeyError, ValueError):  # a component no longer registered (an old store)
+        declared = ()
+    out = []
+    for i, plot in enumerate(declared):
+        name = f"{component}-{i + 1}.png"
+        if plot_declared(plot, df, component, roofline_gbps, stage / name, f"{component}: {plot.title or plot.y}"):
+            pins = ", ".join(f"{k} = {v}" for k, v in plot.where.items())
+            what = "µs per launch" if plot.y == "us" else "GB/s"
+            caption = (plot.title or f"{what} against {plot.x}") + (f" ({pins})" if pins else "") + (
+                f"; beside it, dotted: {', '.join(plot.beside)} (the floor measured in the same sweep)" if plot.beside else "")
+            out.append({"file": name, "caption": caption})
+    if not out:
+        # nothing declared (or drawable here): GB/s against the first numeric axis that varies, a
+        # panel per value of the first categorical one, the copy roofline drawn
+        ok = df[(df["component"] == component) & (df["status"] == "ok")]
+        varying = [a for a in component_axes(ok) if ok[a].nunique() > 1]
+        numeric = [a for a in varying if pd.api.types.is_numeric_dtype(ok[a])]
+        facets = [a for a in varying if a not in numeric]
+        if numeric:
+            guess = registry.Plot(x=numeric[0], y="gbps", facet=facets[0] if facets else None, roofline=True)
+            if plot_declared(guess, df, component, roofline_gbps, stage / f"{component}.png", title):
+                out.append({"file": f"{component}.png", "caption": f"GB/s against {numeric[0]}"})
+    return out
 
 
 # -- the write-up -------------------------------------------------------------------------------------
@@ -406,7 +516,7 @@ def report_dir_name(prov: dict[str, Any], sweep: str) -> str:
 
 
 def sweep_verdicts(sweep_dir: pathlib.Path, df: pd.DataFrame, metas: list[dict[str, Any]],
-                   also: Sequence[pathlib.Path] = ()) -> dict[str, Any]:
+                   also: Sequence[pathlib.Path] = (), rules_now: bool = False) -> dict[str, Any]:
     """The experiment's claims decided over this sweep's rows and those of the ``also`` sweeps it
     draws on: ``{"results": [...], "source": where the rules came from, "draws_on": [...]}``.
 
@@ -414,14 +524,16 @@ def sweep_verdicts(sweep_dir: pathlib.Path, df: pd.DataFrame, metas: list[dict[s
     experiment file's current rules (named by the jobs' ``+experiment=``), and says so."""
     from harness import verdicts
 
-    claims = store.sweep_claims(sweep_dir)
+    claims = None if rules_now else store.sweep_claims(sweep_dir)
     source = "stored with the sweep's jobs"
     if claims is None:
         name = next((n for m in metas if (n := verdicts.experiment_of(m.get("overrides", [])))), None)
         claims = []
         if name is not None and (verdicts.EXPERIMENTS / "experiment" / f"{name}.yaml").is_file():
             claims = verdicts.experiment_claims(name, load_fuel(DEFAULT_FUEL))
-            source = (f"`experiments/experiment/{name}.yaml` as of this render (the sweep's jobs stored no "
+            source = (f"`experiments/experiment/{name}.yaml` as of this render (asked for with --rules-now: "
+                      f"the file's rules now, over rows measured before them)" if rules_now else
+                      f"`experiments/experiment/{name}.yaml` as of this render (the sweep's jobs stored no "
                       f"rules: they ran before claims were rules)")
     frames = [df] + [store.load_sweep(pathlib.Path(p)) for p in also]
     rows = pd.concat([f for f in frames if len(f)], ignore_index=True)
@@ -439,22 +551,55 @@ def sweep_verdicts(sweep_dir: pathlib.Path, df: pd.DataFrame, metas: list[dict[s
             "counts": {v: sum(r["verdict"] == v for r in results) for v in verdicts.VERDICTS}}
 
 
-def _step_budget(metas: list[dict[str, Any]], fuel: Geometry, stage: pathlib.Path) -> tuple[str, str] | None:
-    """(the "Where the step goes" markdown, its plot's file name) for a sweep whose experiment names
-    a ``step_budget``, priced from the published reports' rows; None when it names none."""
+def _step_budget(metas: list[dict[str, Any]], fuel: Geometry, stage: pathlib.Path,
+                 df: pd.DataFrame) -> dict[str, Any] | None:
+    """``{"text": the "Where the step goes" markdown, "plots": the plots it wrote, "finding": its
+    one-sentence finding, "own": priced from this sweep's rows}`` for a sweep whose experiment
+    names a ``step_budget``; None when it names none. Priced from this sweep's own rows when they
+    hold every part at every M (one run: every ratio inside it), else from the published reports."""
     from harness import budget
 
     name = next((str(m["step_budget"]) for m in metas if m.get("step_budget")), "")
     if not name:
         return None
     spec = budget.load_budget(name, fuel)
-    costs = budget.price(spec, budget.published_rows(REPO_ROOT / "reports"), fuel)
-    plot = f"budget-{spec.name}.png"
-    has_plot = budget.plot_budget(spec, costs, stage / plot)
-    text = budget.markdown(spec, costs, plot if has_plot else None)
-    intro = ("The published H200 reports' rows (`reports/`), not this sweep's, price the step below: "
-             "this is what the measurements so far say of the mission's question.\n\n")
-    return text.replace("\n\n", "\n\n" + intro, 1), plot
+    rows = df.assign(source="this sweep")
+    own = budget.complete(budget.price(spec, rows, fuel))
+    if own:
+        intro = ("This sweep's own rows price the step below: every part at every M was measured in "
+                 "this run, so every figure and ratio is from one run.\n\n")
+    else:
+        rows = budget.published_rows(REPO_ROOT / "reports")
+        intro = ("The published H200 reports' rows (`reports/`), not this sweep's, price the step below: "
+                 "this is what the measurements so far say of the mission's question.\n\n")
+    text, plots = budget.section(spec, rows, fuel, stage, prefix="budget-")
+    return {"text": text.replace("\n\n", "\n\n" + intro, 1), "plots": plots, "own": own,
+            "finding": budget.finding(spec, budget.price(spec, rows, fuel))}
+
+
+def summary_paragraph(df: pd.DataFrame, verdict: dict[str, Any], step: dict[str, Any] | None, cpu: bool) -> str:
+    """The write-up in one paragraph, computed: what was measured, how the rows came out, how the
+    claims were decided (by id), and where the step goes."""
+    comps = sorted(df["component"].unique())
+    counts = df["status"].value_counts()
+    noisy = int((df["noisy"].map(lambda v: str(v).lower() in ("true", "1")) & (df["status"] == "ok")).sum())
+    text = (f"This sweep measured {len(comps)} component(s) ({', '.join(comps)}) in {len(df)} rows: "
+            f"{int(counts.get('ok', 0))} ok ({noisy} of them noisy), {int(counts.get('skipped', 0))} skipped, "
+            f"{int(counts.get('failed', 0))} failed{', on the CPU reference backend (smoke figures)' if cpu else ''}.")
+    if verdict["results"]:
+        by = {v: [r["id"] for r in verdict["results"] if r["verdict"] == v] for v in ("accepted", "rejected", "inconclusive")}
+        text += " Of its claims " + "; ".join(f"{len(ids)} {v} ({', '.join(f'`{i}`' for i in ids)})" if ids else f"0 {v}"
+                                              for v, ids in by.items()) + "."
+    if step and step["finding"]:
+        where = "this sweep's rows" if step["own"] else "the published reports' rows"
+        text += f" Priced from {where}, {step['finding']}."
+    return text
+
+
+def _published_rows() -> pd.DataFrame:
+    from harness import budget
+
+    return budget.published_rows(REPO_ROOT / "reports")
 
 
 def _experiment_list(metas: list[dict[str, Any]], key: str) -> list[str]:
@@ -475,7 +620,7 @@ def _experiment_list(metas: list[dict[str, Any]], key: str) -> list[str]:
 
 
 def render_sweep(sweep_dir: pathlib.Path, out_root: pathlib.Path, template: str = "sweep.md.j2",
-                 also: Sequence[pathlib.Path] = ()) -> pathlib.Path:
+                 also: Sequence[pathlib.Path] = (), rules_now: bool = False) -> pathlib.Path:
     """Render one sweep; ``also``: other sweeps whose rows its claims draw on (a roofline, say)."""
     sweep_dir = pathlib.Path(sweep_dir)
     prov = store.read_provenance(sweep_dir)
@@ -494,7 +639,7 @@ def render_sweep(sweep_dir: pathlib.Path, out_root: pathlib.Path, template: str 
     out_root.mkdir(parents=True, exist_ok=True)
     stage = pathlib.Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out_root))
     try:
-        generated = _render_into(stage, out, sweep_dir, prov, roof, df, sweep, metas, claim, template, also)
+        generated = _render_into(stage, out, sweep_dir, prov, roof, df, sweep, metas, claim, template, also, rules_now)
         out.mkdir(parents=True, exist_ok=True)
         for name in generated:
             os.replace(stage / name, out / name)
@@ -505,7 +650,7 @@ def render_sweep(sweep_dir: pathlib.Path, out_root: pathlib.Path, template: str 
 
 
 def _render_into(stage: pathlib.Path, out: pathlib.Path, sweep_dir: pathlib.Path, prov, roof, df, sweep: str,
-                 metas, claim: str, template: str, also) -> list[str]:
+                 metas, claim: str, template: str, also, rules_now: bool = False) -> list[str]:
     """Write one sweep's report files into ``stage``; ``out`` is where they will live (its
     timeline folder, if any, is read from there). Returns the files written."""
     generated: list[str] = ["README.md", "rows.csv", "provenance.json"]
@@ -515,31 +660,29 @@ def _render_into(stage: pathlib.Path, out: pathlib.Path, sweep_dir: pathlib.Path
     cpu = prov["backend"] == "cpu"
     sections = []
     for comp, grp in df.groupby("component", sort=True):
-        plot_name = f"{comp}.png"
-        has_plot = plot_component(grp, roof["gbps"] if roof else None, stage / plot_name,
-                                  f"{comp} on {prov['device']} ({sweep})")
+        plots = component_plots(df, comp, roof["gbps"] if roof else None, stage, f"{comp} on {prov['device']} ({sweep})")
         sections.append({"component": comp, "table": results_table(grp, cpu),
                          "scaling": scaling_table(grp, roof["gbps"] if roof else None),
-                         "plot": plot_name if has_plot else None,
-                         "n_ok": int((grp["status"] == "ok").sum()), "n": len(grp)})
-        if has_plot:
-            generated.append(plot_name)
+                         "plots": plots, "n_ok": int((grp["status"] == "ok").sum()), "n": len(grp)})
+        generated += [p["file"] for p in plots]
     df.to_csv(stage / "rows.csv", index=False)
     store.atomic_write_json(stage / "provenance.json", prov)  # the store's own format
     if roof:
         store.atomic_write_json(stage / "roofline.json", roof)
         generated.append("roofline.json")
-    verdict = sweep_verdicts(sweep_dir, df, metas, also)
+    verdict = sweep_verdicts(sweep_dir, df, metas, also, rules_now)
     fuel = load_fuel(DEFAULT_FUEL)
-    step_budget = _step_budget(metas, fuel, stage)
-    if step_budget and (stage / step_budget[1]).is_file():
-        generated.append(step_budget[1])
+    step_budget = _step_budget(metas, fuel, stage, df)
+    if step_budget:
+        generated += step_budget["plots"]
     reopen_conds = reopen.conditions(prov, roof, df, fuel, _experiment_list(metas, "reopen_if"))
     reopen.write(stage, reopen_conds)
     generated.append(reopen.REOPEN)
     text = _env().get_template(template).render(
         verdict=verdict, reopen_if=reopen.describe(reopen_conds), reopen_file=reopen.REOPEN,
-        next_steps=_experiment_list(metas, "next_steps"), step_budget=step_budget[0] if step_budget else "", headline=headline(df, cpu), geometry=geometry_table(fuel), accounting=accounting_markdown(fuel),
+        next_steps=_experiment_list(metas, "next_steps"), step_budget=step_budget["text"] if step_budget else "", headline=headline(df, cpu, _published_rows()),
+        finding=step_budget["finding"] if step_budget and step_budget["own"] else "",
+        summary=summary_paragraph(df, verdict, step_budget, cpu), geometry=geometry_table(fuel), accounting=accounting_markdown(fuel),
         fuel_sha=fuel.sha256, fuel_is_measured=prov.get("fuel_sha256") == fuel.sha256,
         sweep=sweep, prov=prov, roof=roof, cpu=cpu, sections=sections, claim=claim,
         problems=problems_table(df), notes=notes_table(df), n_jobs=len(metas), jobs_line=jobs_line, n_rows=len(df),

@@ -100,7 +100,7 @@ def test_report_into_an_unwritable_folder_is_one_line(monkeypatch, capsys, tmp_p
 
     monkeypatch.setattr(store_module, "find_sweep", lambda root, name: tmp_path / "sweep")
 
-    def refuse(sweep_dir, out_root, also=()):
+    def refuse(sweep_dir, out_root, also=(), rules_now=False):
         raise PermissionError(13, "Permission denied", str(out_root))
 
     monkeypatch.setattr(report, "render_sweep", refuse)

@@ -8,7 +8,7 @@ kpool_compress -> index_scores -> topk -> expand_selection as kernels.
 
 import pathlib as _pathlib
 
-from harness.registry import Component as _Component, register as _register
+from harness.registry import Component as _Component, Plot as _Plot, register as _register
 
 # -- dsa_topk: the standalone top-k selection (topk_spec, topk_variants, topk_radix.cu) ----------
 from . import topk_spec as _topk_spec
@@ -22,6 +22,11 @@ TOPK = _register(_Component(
     # the host backend lexsorts every row: rows of up to 262144 scores at M = 1
     cpu_max_bytes=2 << 20,
     folder=str(_pathlib.Path(__file__).parent),
+    # the row length is what a top-k's time follows (pooled rows are a quarter of per-token ones)
+    plots=(_Plot(x="context", y="us", facet="pooling", where={"M": 32, "topk": 2048, "score_rows": "random"},
+                 title="µs against the context"),
+           _Plot(x="M", y="us", facet="pooling", where={"context": 262144, "topk": 2048, "score_rows": "random"},
+                 title="µs against M")),
     summary="the DSA top-k: the k best of C indexer scores per stream (lower index wins ties; -1 for "
             "non-finite picks and missing candidates): indices [M, k] int32"))
 
@@ -38,7 +43,8 @@ KPOOL_COMPRESS = _register(_Component(
     check_point=_kpool_spec.check_point, resident=(_kpool_spec.KEYS, _kpool_spec.GATES),
     reference_streams=_kpool_spec.reference_streams,
     # the host backend runs the float32 variant over every stream: small points only
-    cpu_max_bytes=256 << 20, folder=str(_pathlib.Path(__file__).parent)))
+    cpu_max_bytes=256 << 20, folder=str(_pathlib.Path(__file__).parent),
+    plots=(_Plot(x="context", y="gbps", facet="M", roofline=True, title="GB/s against the context and the copy roofline"),)))
 
 DSA_EXPAND = _register(_Component(
     name="dsa_expand", axes=_expand_spec.AXES, layers=lambda geometry: geometry.n_dsa_layers,
@@ -69,6 +75,11 @@ SCAN = _register(_Component(
     bytes_moved=scan_spec.bytes_moved, flops=scan_spec.flops, footprint=scan_spec.footprint,
     variants=scan_variants.SCAN_VARIANTS,
     summary="lightning indexer scan: scores[M, C] = sum_j w_j relu(q_j . key_c), -inf past the eligible keys",
+    # a stream over the keys: GB/s against its stream-only floor, and time against the context
+    plots=(_Plot(x="M", y="gbps", facet="pooling", where={"context": 262144, "key_layout": "cand_dim"},
+                 beside=("indexer_stream",), title="GB/s against M"),
+           _Plot(x="context", y="us", facet="pooling", where={"M": 32, "key_layout": "cand_dim"},
+                 beside=("indexer_stream",), title="µs per layer against the context")),
     **_scan_common))
 
 STREAM = _register(_Component(

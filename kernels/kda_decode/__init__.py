@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import pathlib
 
-from harness.registry import Component, register
+from harness.registry import Component, Plot, register
 
 from . import conv_spec, conv_variants, spec
 from .variants import CPU_VARIANTS, CUDA_VARIANTS, PEER_VARIANTS
@@ -38,6 +38,9 @@ COMPONENT = register(Component(
     checks=spec.checks,
     variants=CUDA_VARIANTS + PEER_VARIANTS + CPU_VARIANTS,
     summary="one KDA decode step: state read + written in place, q/k/v/g/beta in, o out",
+    # a read-modify-write of the state: time grows with M, GB/s should sit on the copy roofline
+    plots=(Plot(x="M", y="us", facet="state_dtype", title="µs per layer against M"),
+           Plot(x="M", y="gbps", facet="state_dtype", roofline=True, title="GB/s against M and the copy roofline")),
     # float64 references on the host: M up to 16 with a BF16 state (8 with FP32) per job.
     cpu_max_bytes=72 << 20,
     folder=str(pathlib.Path(__file__).parent),

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import pathlib
 
-from harness.registry import Component, register
+from harness.registry import Component, Plot, register
 
 from . import spec
 from .variants import GATHER_VARIANTS, MLA_VARIANTS
@@ -40,6 +40,12 @@ _common = dict(
 COMPONENT = register(Component(
     name="sparse_mla", checks=spec.checks, bytes_moved=spec.bytes_moved, variants=MLA_VARIANTS,
     summary="absorbed NoPE MLA over the selected rows of a paged latent arena: out [M, 64, 512], lse",
+    # held against the gather of the same rows (its floor, sparse_gather) at the model context, and
+    # against the context: 2048 selected tokens cost the same whatever the context holds
+    plots=(Plot(x="M", y="us", facet="selection", where={"context": 262144, "latent_dtype": "bf16", "page_size": 64},
+                beside=("sparse_gather",), title="µs per layer against M"),
+           Plot(x="context", y="us", facet="latent_dtype", where={"M": 32, "selection": "grouped", "page_size": 64},
+                beside=("sparse_gather",), title="µs per layer against the context")),
     **_common))
 
 GATHER = register(Component(
