@@ -2,7 +2,9 @@
 sort, the NumPy emulation of topk_radix.cu's multi-CTA logic (histogram digits, cluster merges, the
 equal-key quota split, the index-order take, buffer overflow) against reference.topk on random,
 tied, few-eligible, all -inf and non-finite rows, the counts, the CPU variants through the runner,
-and the IndexSet check failing a wrong member and a tie resolved the other way."""
+the resident design's emulation (topk_resident.cu: the (j, t, s) element mapping, the packed tie
+scan, the counter claims in any order) likewise, and the IndexSet check failing a wrong member and a
+tie resolved the other way."""
 
 from __future__ import annotations
 
@@ -174,7 +176,7 @@ def test_reference_samples_streams_only_for_large_rows(geometry):
     assert np.array_equal(ref["indices"][1], _sorted_rule(inputs["scores"][1], 2048))
 
 
-@pytest.mark.parametrize("variant", ["ref_topk", "model_radix", "model_bound"])
+@pytest.mark.parametrize("variant", ["ref_topk", "model_radix", "model_bound", "model_resident"])
 @pytest.mark.parametrize("kind", spec.SCORE_ROW_KINDS)
 def test_cpu_variants_pass_through_the_runner(geometry, variant, kind):
     comp = registry.get("dsa_topk")
@@ -301,3 +303,91 @@ def test_gpu_variants_skip_with_a_reason_here(geometry):
     if not backends.gpu_visible():
         for name in ("torch_topk", "flashinfer_topk_lower"):
             assert comp.variant(name).supports(geometry, _point())
+
+
+# ---- topk_resident.cu: the row held on chip ----------------------------------------------------
+
+
+def _strict_ok(out, row, k):
+    ref = rules.topk(row.astype(np.float64), k)
+    return compare("indices", out[None], {"indices": ref[None], "scores": row[None].astype(np.float64)}, STRICT)
+
+
+@pytest.mark.parametrize("cs", [1, 2, 4])
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_resident_emulation_gives_the_reference_set(kind, cs):
+    """Irregular lengths (C % 4 != 0, empty slices when C < 4 cs, partial chunks), k from 1 to
+    past C; the ranks claim their output slots in a random order (the kernel's atomics give any):
+    the emulation's row is the reference's exactly, members first, then -1, no slot unwritten."""
+    rng = np.random.default_rng([KINDS.index(kind), cs])
+    for C, k in ((1, 1), (7, 3), (2049, 512), (3001, 2048), (999, 999), (5000, 6000), (20000, 64), (30001, 700)):
+        row = _rows(kind, C, min(k, C), rng)         # (few_eligible: fewer than min(k, C) finite)
+        out, _ = topk_model.select_row_resident(row, k, cs, rng.permutation(cs))
+        res = _strict_ok(out, row, k)
+        assert res.ok, (kind, C, k, cs, res.describe())
+
+
+def test_the_resident_tie_prefix_is_index_order_over_the_strided_mapping():
+    """Thread t holds elements 4 (t + 1024 j) + s: its values are not an index range, so the lowest
+    indices among the ties must come from the (chunk, thread, s) ranks. One level of equal scores
+    over a whole 65536 row (k = 8192: 4096 ties a chunk, the 16-bit fields full to 4096), and a
+    level straddling the slices of a cluster of 4 (one rank takes a part): the lowest k indices."""
+    row = np.full(65536, 0.5, np.float32)
+    out, trace = topk_model.select_row_resident(row, 8192, 1)
+    assert trace.quota == [8192] and trace.ties == [65536]
+    assert np.array_equal(np.sort(out), np.arange(8192))
+    rng = np.random.default_rng(5)
+    row = rng.integers(0, 4, 262144).astype(np.float32)          # ~65536 a level: the top one straddles
+    k = 24000                                                     # rank 0 all (~16384), rank 1 a part
+    out, trace = topk_model.select_row_resident(row, k, 4, [3, 1, 0, 2])
+    assert 0 < trace.quota[0] == trace.ties[0] and 0 < trace.quota[1] < trace.ties[1] and trace.quota[2:] == [0, 0]
+    assert np.array_equal(np.sort(out), np.flatnonzero(row == 3)[:k])
+    # a tie level scattered so that one thread's ties sit in several chunks and skip threads
+    row = np.zeros(65536, np.float32) - 1.0
+    tied = np.array([4 * (7 + 1024 * j) + s for j in (0, 3, 9, 15) for s in (1, 3)] + [4 * 8 + 2, 4 * 6 + 0])
+    row[tied] = 2.0
+    out, _ = topk_model.select_row_resident(row, 5, 1)
+    assert np.array_equal(np.sort(out), np.sort(tied)[:5])
+
+
+def test_the_resident_emulation_on_the_model_rows():
+    """The model points' shapes at full length: random 512 of 65536 (1 CTA), 2048 of 262144 (4 CTAs),
+    and a sorted 262144 row whose members all sit in the last slice."""
+    rng = np.random.default_rng(9)
+    for C, k, kind in ((65536, 512, "random"), (262144, 2048, "random"), (262144, 2048, "sorted")):
+        row = _rows(kind, C, k, rng)
+        cs = topk_variants.pick_resident(C)
+        out, _ = topk_model.select_row_resident(row, k, cs, rng.permutation(cs))
+        assert _strict_ok(out, row, k).ok, (C, k, kind)
+
+
+@pytest.mark.parametrize("C,one,wide", [(1, 1, 1), (4097, 1, 1), (32768, 1, 1), (32769, 1, 2), (65536, 1, 2),
+                                        (65537, 2, 4), (131072, 2, 4), (131073, 4, 4), (262144, 4, 4),
+                                        (262145, None, None), (1048576, None, None)])
+def test_the_resident_pick(C, one, wide):
+    assert topk_variants.pick_resident(C) == one and topk_variants.pick_resident_wide(C) == wide
+    if one:
+        L = (-(-C // one) + 3) & ~3
+        assert L <= topk_model.RES_SLICE and one * L >= C
+
+
+def test_the_resident_variants_refuse_rows_past_four_slices(geometry):
+    comp = registry.get("dsa_topk")
+    long_row = _point(M=1, context=1048576, pooling="per_token")
+    for name in ("resident", "resident_wide", "model_resident"):
+        reason = comp.variant(name).supports(geometry, long_row)
+        assert reason and "262144 candidates" in reason and "1048576" in reason and "\n" not in reason
+        assert comp.variant(name).supports(geometry, _point(M=32, context=262144, pooling="per_token")) is None
+
+
+def test_the_resident_launcher_reads_the_kernel_declarations():
+    d = topk_variants.resident_define
+    assert d("DSA_TOPK_RES_THREADS") == topk_model.RES_THREADS == 1024
+    assert d("DSA_TOPK_RES_SLICE") == topk_model.RES_SLICE == 4 * 1024 * (d("DSA_TOPK_RES_REG_CHUNKS")
+                                                                          + d("DSA_TOPK_RES_SMEM_CHUNKS"))
+    assert d("DSA_TOPK_RES_REG_CHUNKS") + d("DSA_TOPK_RES_SMEM_CHUNKS") == topk_model.RES_CHUNKS
+    # one CTA an SM: the H200's opt-in limit a block (227 KiB) and the SM's 228 KiB less 1 KiB reserved
+    assert d("DSA_TOPK_RES_SMEM_BYTES") <= 232448
+    text = (topk_variants.HERE / topk_variants.RESIDENT_SOURCE).read_text()
+    for cs in topk_variants.RESIDENT_SIZES:
+        assert f"DSA_TOPK_RES_KERNEL({cs}," in text

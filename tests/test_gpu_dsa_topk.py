@@ -1,6 +1,7 @@
 """GPU: every CUDA variant of dsa_topk (ours and the peers) against reference.topk through the
 runner's own verification, at random, tied, few-eligible and sorted rows, at model and irregular
-shapes (C % 4 != 0: the scalar path; every cluster size 1, 2, 4, 8 through M); and ours on
+shapes (C % 4 != 0: the scalar path; every cluster size 1, 2, 4, 8 through M; the resident
+kernel's 1, 2 and 4 CTAs a row through C); and ours on
 degenerate rows built by hand (all -inf, NaN, +inf, -0 / +0, a tie level across every slice),
 judged strictly (members first, then -1). Skipped without a GPU."""
 
@@ -42,6 +43,12 @@ POINTS = [
     _p(33, 8192, "per_token", 2048, "random"),       # cluster of 4
     _p(66, 8192, "per_token", 512, "ties"),          # cluster of 2
     _p(132, 8192, "pooled", 512, "few_eligible"),    # cluster of 1
+    # the resident kernel's slice picks: 2 CTAs (131072; resident_wide 4), a tie level over every
+    # rank at 4 CTAs (8192 of 262144), 1 CTA with C % 4 != 0 (the scalar path, a partial chunk)
+    _p(8, 131072, "per_token", 2048, "random"),
+    _p(4, 262144, "per_token", 8192, "ties"),
+    _p(6, 65540, "pooled", 2048, "ties"),            # C = 16385
+    _p(3, 131076, "pooled", 8192, "sorted"),         # C = 32769: resident_wide at 2 CTAs, scalar path
 ]
 CASES = [v for v in COMP.variants if v.backend == "cuda"]
 

@@ -172,3 +172,105 @@ def select_row(scores: np.ndarray, k: int, cs: int, cap: int, bound: bool = Fals
 def select(scores: np.ndarray, k: int, cs: int, cap: int, bound: bool = False) -> np.ndarray:
     """Every row of ``scores`` [M, C] float32 -> [M, k] int32 (select_row)."""
     return np.stack([select_row(row, k, cs, cap, bound)[0] for row in scores])
+
+
+# ---- topk_resident.cu (dsa_topk_resident_c*): the row held on chip, one read ------------------
+
+RES_THREADS, RES_CHUNKS = 1024, 16     # DSA_TOPK_RES_THREADS; chunks of 4 a thread (6 in registers)
+RES_SLICE = 4 * RES_THREADS * RES_CHUNKS   # 65536 keys a CTA
+
+
+@dataclasses.dataclass
+class ResidentTrace:
+    """What one row's resident selection decided: T, b0, each CTA's quota and ties, the claim order."""
+
+    T: int
+    b0: int
+    quota: list[int]
+    ties: list[int]
+    claim_order: list[int]
+
+
+def resident_slices(C: int, cs: int) -> list[tuple[int, int]]:
+    """CTA rank c's index range [lo, hi): L = ceil(C / cs) rounded up to 4, clamped to C."""
+    L = (-(-C // cs) + 3) & ~3
+    return [(min(C, c * L), min(C, min(C, c * L) + L)) for c in range(cs)]
+
+
+def select_row_resident(scores: np.ndarray, k: int, cs: int, claim_order=None) -> tuple[np.ndarray, ResidentTrace]:
+    """One row as topk_resident.cu's cluster of ``cs`` CTAs: ``(out [k] int32, trace)``.
+
+    As the kernel: slice element e = lo + 4 (t + 1024 j) + s is thread t's (j, s) (a padded
+    [16, 1024, 4] array, padding key 0); digit histograms count the nonzero keys only; the quota
+    of keys == T from the ranks' tie counts in rank order; the tie rank in index order from the
+    per-thread chunk counts packed two to a uint32 word (16-bit fields), scanned over threads as
+    uint32 words (a carry between fields would show here as a wrong rank); the output bases claimed
+    on a counter in ``claim_order`` (any permutation of the ranks: the kernel's atomics give any).
+    A slot never written keeps POISON."""
+    key = keys(scores)
+    C = len(key)
+    slices = resident_slices(C, cs)
+    if any(hi - lo > RES_SLICE for lo, hi in slices):
+        raise ValueError(f"a slice of {max(hi - lo for lo, hi in slices)} keys > {RES_SLICE}: C = {C} needs more CTAs than {cs}")
+    tiles = []                                   # [16, 1024, 4] keys and indices a CTA
+    for lo, hi in slices:
+        kt = np.zeros(RES_SLICE, np.uint32)
+        kt[:hi - lo] = key[lo:hi]
+        tiles.append((kt.reshape(RES_CHUNKS, RES_THREADS, 4), lo + np.arange(RES_SLICE).reshape(RES_CHUNKS, RES_THREADS, 4)))
+
+    def hist(level: int, sel) -> np.ndarray:
+        shift, nb = DIGITS[level]
+        return sum(np.bincount(((kt[sel(kt)] >> shift) & (nb - 1)).astype(np.int64), minlength=nb) for kt, _ in tiles)
+
+    b0, G = find_bin(hist(0, lambda kt: kt != 0), k)
+    p_total = int(sum(int((kt == KEY_POSINF).sum()) for kt, _ in tiles))
+    T = 0
+    if b0 != 0:
+        b1, above1 = find_bin(hist(1, lambda kt: (kt >> 21) == b0), k - G)
+        prefix = (b0 << 11) | b1
+        b2, above2 = find_bin(hist(2, lambda kt: (kt >> 10) == prefix), k - G - above1)
+        G += above1 + above2
+        T = (prefix << 10) | b2
+    t_finite = b0 != 0 and T != KEY_POSINF
+    Q = k - G
+    ties = [int((kt == T).sum()) if t_finite else 0 for kt, _ in tiles]
+    quota = [min(ties[c], max(Q - sum(ties[:c]), 0)) if t_finite else 0 for c in range(cs)]
+    above = [int(((kt > T) & (kt != KEY_POSINF)).sum()) for kt, _ in tiles]
+    order = list(range(cs)) if claim_order is None else list(claim_order)
+    assert sorted(order) == list(range(cs))
+    base, counter = [0] * cs, 0
+    for c in order:
+        base[c], counter = counter, counter + above[c] + quota[c]
+    out = np.full(k, POISON, np.int32)
+    for c, (kt, it) in enumerate(tiles):
+        member = (kt > T) & (kt != KEY_POSINF)                 # [j, t, s]
+        nm = member.sum(axis=(0, 2))                           # per thread
+        pos0 = np.concatenate([[0], np.cumsum(nm)[:-1]])       # exclusive over threads
+        # within a thread, (j, s) order: the running count over its 64 values
+        per_thread = member.transpose(1, 0, 2).reshape(RES_THREADS, -1)
+        within = np.cumsum(per_thread, axis=1) - per_thread
+        slot = base[c] + pos0[:, None] + within
+        idx = it.transpose(1, 0, 2).reshape(RES_THREADS, -1)
+        out[slot[per_thread]] = idx[per_thread]
+        eq = (kt == T) & t_finite
+        fields = eq.sum(axis=2).astype(np.uint32)              # [16 chunks, 1024 threads], <= 4 each
+        words = fields[0::2] | (fields[1::2] << 16)            # [8 words, threads]: chunk 2w low, 2w + 1 high
+        excl = np.cumsum(words, axis=1, dtype=np.uint32) - words
+        tot = words.sum(axis=1, dtype=np.uint32)
+        lower = np.stack([(excl[j >> 1] >> (16 * (j & 1))) & 0xFFFF for j in range(RES_CHUNKS)])      # [j, t]
+        chunk_tot = np.array([(int(tot[j >> 1]) >> (16 * (j & 1))) & 0xFFFF for j in range(RES_CHUNKS)])
+        chunk_before = np.concatenate([[0], np.cumsum(chunk_tot)[:-1]])
+        run = np.cumsum(eq, axis=2) - eq                        # own earlier s in the chunk
+        rank = chunk_before[:, None, None] + lower[:, :, None] + run
+        take = eq & (rank < quota[c])
+        out[(base[c] + above[c] + rank)[take]] = it[take]
+    F = (G - p_total if T < KEY_POSINF else 0) + (Q if t_finite else 0)
+    assert F == counter, (F, counter)
+    out[F:] = -1
+    return out, ResidentTrace(T=T, b0=b0, quota=quota, ties=ties, claim_order=order)
+
+
+def select_resident(scores: np.ndarray, k: int, cs: int) -> np.ndarray:
+    """Every row of ``scores`` [M, C] float32 -> [M, k] int32 (select_row_resident, ranks claiming
+    their output slots last rank first)."""
+    return np.stack([select_row_resident(row, k, cs, list(range(cs))[::-1])[0] for row in scores])

@@ -55,15 +55,14 @@ Shared memory: 20 KiB of histograms and their group sums (never reused, so no ex
 24 KiB of buffer: 44.7 KiB static, 2 CTAs an SM; __launch_bounds__(512, 2).
 */
 
+#include "topk_common.cuh"
+
 #define DSA_TOPK_THREADS 512
 #define DSA_TOPK_WARPS (DSA_TOPK_THREADS / 32)
 #define DSA_TOPK_CAP 3072        // buffered (key, index) entries a CTA
 #define DSA_TOPK_NB0 2048        // digit 0: key bits 31..21
 #define DSA_TOPK_NB1 2048        // digit 1: key bits 20..10
 #define DSA_TOPK_NB2 1024        // digit 2: key bits 9..0
-#define DSA_TOPK_KEY_POSINF 0xff800000u
-#define DSA_TOPK_BIN_POSINF 2044u  // digit 0 of +inf; the bin holds +inf alone (NaN maps to key 0)
-#define FULL_MASK 0xffffffffu
 
 struct TopkShared {
     unsigned hist0[DSA_TOPK_NB0];
@@ -81,57 +80,6 @@ struct TopkShared {
     unsigned tlb;                // bound: the cluster's lower bound on T
     unsigned base, quota, total, eq_local, mp_local;
 };
-
-// Order-preserving key: -0 folded onto +0; -inf and NaN -> 0 (lowest); +inf -> 0xff800000.
-__device__ __forceinline__ unsigned topk_key(float x) {
-    unsigned b = __float_as_uint(x);
-    if (b == 0x80000000u) b = 0u;
-    const unsigned key = (b & 0x80000000u) ? ~b : (b | 0x80000000u);
-    const bool low = (b & 0x7fffffffu) > 0x7f800000u || b == 0xff800000u;  // NaN or -inf
-    return low ? 0u : key;
-}
-
-// ---- cluster primitives (PTX; NVRTC gets no cooperative_groups) --------------------------------
-
-__device__ __forceinline__ unsigned cluster_ctarank() {
-    unsigned r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-    return r;
-}
-
-__device__ __forceinline__ unsigned cluster_nctarank() {
-    unsigned r;
-    asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(r));
-    return r;
-}
-
-// Every thread of every CTA of the cluster; release / acquire: shared-memory writes before it are
-// visible to every CTA's reads after it (it is a CTA barrier too).
-__device__ __forceinline__ void cluster_sync() {
-    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-}
-
-// The word at the same shared-memory offset as `local` in CTA `rank` of this cluster.
-__device__ __forceinline__ unsigned ld_rank(const unsigned* local, unsigned rank) {
-    unsigned a, ra, v;
-    asm("{ .reg .u64 g; cvta.to.shared.u64 g, %1; cvt.u32.u64 %0, g; }" : "=r"(a) : "l"(local));
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(a), "r"(rank));
-    asm volatile("ld.shared::cluster.u32 %0, [%1];" : "=r"(v) : "r"(ra) : "memory");
-    return v;
-}
-
-// Read-only global loads (ld.global.nc: nothing in the launch writes the scores).
-__device__ __forceinline__ float ld_nc_f32(const float* p) {
-    float r;
-    asm("ld.global.nc.f32 %0, [%1];" : "=f"(r) : "l"(p));
-    return r;
-}
-
-__device__ __forceinline__ float4 ld_nc_f32x4(const float4* p) {
-    float4 r;
-    asm("ld.global.nc.v4.f32 {%0,%1,%2,%3}, [%4];" : "=f"(r.x), "=f"(r.y), "=f"(r.z), "=f"(r.w) : "l"(p));
-    return r;
-}
 
 // ---- block and warp helpers ---------------------------------------------------------------------
 

@@ -10,13 +10,17 @@
   ``radix_bound`` / ``radix_bound4``: ``dsa_topk_bound_c*``, a lower bound on the threshold from
   pass 1's per-thread two largest keys, every later count over the keys above it
   (``topk_model.select_row(bound=True)``).
+- ``resident`` / ``resident_wide`` (ours): ``topk_resident.cu``, the row read once into registers
+  and shared memory (65536 a CTA), every digit pass on chip; 1 CTA a row up to 65536 candidates,
+  clusters of 2 / 4 to 262144 (``resident_wide``: slices of at most 32768 where that fits).
 - ``torch_topk`` (peer): ``torch.topk`` unsorted on our stream, non-finite picks mapped to -1 as a
   caller would.
 - ``flashinfer_topk`` / ``flashinfer_topk_lower`` (peers): ``flashinfer.top_k(x, k)`` as called by
   default (no tie rule), and with ``tie_break=SMALL`` (lower index among equal scores: our
   contract); the row's note says which algorithm FlashInfer dispatched to.
 - ``ref_topk`` (CPU): reference.topk row by row; ``model_radix`` (CPU): topk_model, the kernel's
-  logic emulated in NumPy with the kernel's buffer size and cluster pick.
+  logic emulated in NumPy with the kernel's buffer size and cluster pick; ``model_resident`` (CPU):
+  topk_resident.cu's logic (topk_model.select_row_resident).
 
 Nothing here imports cupy, torch or flashinfer at import time.
 """
@@ -86,19 +90,71 @@ def _make_radix_build(cluster: int | None, by_length: bool = False, kernel: str 
     return build
 
 
-def _radix_step(geometry, point, inputs, backend, cs: int, kernel: str = "radix") -> KernelStep:
+def _topk_step(geometry, point, inputs, backend, source: str, symbol: str, cs: int, threads: int,
+               smem: int, note: str) -> KernelStep:
+    """One launch of a top-k kernel (scores, indices, C, k) on grid (cs, M), the indices poisoned."""
     cp = backend.cp
     Mn, C, k = int(point["M"]), spec.n_candidates(geometry, point), spec.k_selected(geometry, point)
-    threads = radix_define("DSA_TOPK_THREADS")
-    fn = get_kernel(backend, HERE / RADIX_SOURCE, f"dsa_topk_{kernel}_c{cs}")
+    fn = get_kernel(backend, HERE / source, symbol, dyn_smem=smem)
     scores = backend.to_device(inputs["scores"])
     with backend.stream:
         buffers = {"indices": cp.empty((Mn, k), cp.int32)}
-    kernels = [KernelCall(fn, (cs, Mn), threads, 0, lambda b: (scores, b["indices"], np.int32(C), np.int32(k)))]
+    kernels = [KernelCall(fn, (cs, Mn), threads, smem, lambda b: (scores, b["indices"], np.int32(C), np.int32(k)))]
     step = KernelStep(backend, kernels, buffers, {}, {"indices": topk_model.POISON},
                       lambda b: {"indices": backend.to_host(b["indices"])}, dependent=False)
-    step.note = f"dsa_topk_{kernel}_c{cs}: cluster of {cs} CTAs per row ({Mn * cs} CTAs), {radix_define('DSA_TOPK_CAP')} buffer entries a CTA"
+    step.note = note
     return step.ready()
+
+
+def _radix_step(geometry, point, inputs, backend, cs: int, kernel: str = "radix") -> KernelStep:
+    Mn = int(point["M"])
+    return _topk_step(geometry, point, inputs, backend, RADIX_SOURCE, f"dsa_topk_{kernel}_c{cs}", cs,
+                      radix_define("DSA_TOPK_THREADS"), 0,
+                      f"dsa_topk_{kernel}_c{cs}: cluster of {cs} CTAs per row ({Mn * cs} CTAs), "
+                      f"{radix_define('DSA_TOPK_CAP')} buffer entries a CTA")
+
+
+RESIDENT_SOURCE = "topk_resident.cu"
+RESIDENT_SIZES = (1, 2, 4)          # the kernels topk_resident.cu instantiates
+
+
+def resident_define(name: str) -> int:
+    """A ``#define`` of topk_resident.cu (block size, keys a CTA, dynamic shared memory)."""
+    return source_define(str(HERE / RESIDENT_SOURCE), name)
+
+
+def pick_resident(C: int, per_cta: int | None = None) -> int | None:
+    """CTAs a row for the resident kernel: the fewest of RESIDENT_SIZES whose slices (ceil(C / cs)
+    rounded up to 4) hold at most ``per_cta`` keys (default: what a CTA holds); None if none does."""
+    cap = resident_define("DSA_TOPK_RES_SLICE")
+    per = cap if per_cta is None else min(per_cta, cap)
+    return next((cs for cs in RESIDENT_SIZES if ((-(-C // cs) + 3) & ~3) <= per), None)
+
+
+def pick_resident_wide(C: int) -> int | None:
+    """pick_resident at half a CTA's keys a slice (twice the SMs a row on rows of 32769..131072),
+    falling back to full slices where 4 CTAs of half are not enough."""
+    return pick_resident(C, resident_define("DSA_TOPK_RES_SLICE") // 2) or pick_resident(C)
+
+
+def _supports_resident(geometry, point) -> str | None:
+    C = spec.n_candidates(geometry, point)
+    if pick_resident(C) is None:
+        cap = resident_define("DSA_TOPK_RES_SLICE")
+        return (f"the resident kernel holds {cap} scores a CTA and at most {RESIDENT_SIZES[-1]} CTAs a row "
+                f"({cap * RESIDENT_SIZES[-1]} candidates); this row has {C}")
+    return None
+
+
+def _make_resident_build(wide: bool):
+    def build(geometry, point, inputs, backend) -> KernelStep:
+        Mn, C = int(point["M"]), spec.n_candidates(geometry, point)
+        cs = pick_resident_wide(C) if wide else pick_resident(C)
+        return _topk_step(geometry, point, inputs, backend, RESIDENT_SOURCE, f"dsa_topk_resident_c{cs}", cs,
+                          resident_define("DSA_TOPK_RES_THREADS"), resident_define("DSA_TOPK_RES_SMEM_BYTES"),
+                          f"dsa_topk_resident_c{cs}: {cs} CTA{'s' if cs > 1 else ''} a row ({Mn * cs} CTAs, "
+                          f"{'a cluster' if cs > 1 else 'no cluster'}), {-(-C // cs)} keys a CTA held on chip")
+    return build
 
 
 def _torch_ready() -> str | None:
@@ -248,6 +304,10 @@ def _model_bound_rows(scores: np.ndarray, k: int) -> np.ndarray:
     return topk_model.select(scores, k, cs, radix_define("DSA_TOPK_CAP"), bound=True)
 
 
+def _model_resident_rows(scores: np.ndarray, k: int) -> np.ndarray:
+    return topk_model.select_resident(scores, k, pick_resident(scores.shape[1]))
+
+
 TOPK_VARIANTS = (
     Variant("radix_cluster", "cuda", _make_radix_build(None),
             why="radix threshold select, 11/11/10-bit digits, one thread-block cluster per row (1-8 CTAs "
@@ -284,6 +344,16 @@ TOPK_VARIANTS = (
             why="radix_bound at 4 CTAs a row whatever M (the cluster of 4's lower fixed cost at 262144; "
                 "~2.4k buffered keys a CTA at 2048 of 262144, under the 3072 entries)",
             supports=_supports_radix, sources=(RADIX_SOURCE,)),
+    Variant("resident", "cuda", _make_resident_build(False),
+            why="the row read once and held on chip (24 keys a thread in registers, 40 in shared memory, "
+                "1024 threads: 65536 a CTA), the three digit passes over it with shared histograms, a "
+                "packed block scan for the index-order ties; one CTA a row up to 65536 (no cluster "
+                "barrier), clusters of 2 / 4 to 262144 (one barrier a digit)",
+            supports=_supports_resident, sources=(RESIDENT_SOURCE,)),
+    Variant("resident_wide", "cuda", _make_resident_build(True),
+            why="resident at half a CTA's keys a slice: 2 CTAs (a cluster) for 65536, twice the SMs "
+                "streaming the row for three cluster barriers; prices one CTA against two at 65536",
+            supports=_supports_resident, sources=(RESIDENT_SOURCE,)),
     Variant("torch_topk", "cuda", lambda g, p, i, b: _TorchTopk(g, p, i, b),
             why="torch.topk(k, sorted=False) on our stream, non-finite picks mapped to -1",
             supports=lambda g, p: _torch_ready(), peer=True),
@@ -304,4 +374,8 @@ TOPK_VARIANTS = (
             why="dsa_topk_bound's logic emulated in NumPy (topk_model, bound=True) at radix_bound's "
                 "cluster pick: the lower bound from lane groups' second largest keys, counts above it",
             sources=("topk_model.py",)),
+    Variant("model_resident", "cpu", lambda g, p, i, b: _HostTopk(_model_resident_rows, g, p, i),
+            why="topk_resident.cu's logic emulated in NumPy (topk_model.select_row_resident) at resident's "
+                "CTA pick: the (j, t, s) element mapping, the packed tie scan, the counter claims",
+            supports=_supports_resident, sources=("topk_model.py",)),
 )
