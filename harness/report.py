@@ -391,6 +391,31 @@ def chain_lengths(df: pd.DataFrame) -> list[int]:
 
 
 # -- plots --------------------------------------------------------------------------------------------
+def reproduce_command(overrides: Sequence[Sequence[str]], skip: Sequence[str] = ()) -> str:
+    """One multirun command for a set of jobs: every key the jobs set, with the values they took
+    (``component=a M=1,8,32``), less ``skip`` (axes their component does not read)."""
+    values: dict[str, list[str]] = {}
+    for job in overrides:
+        for o in job:
+            key, _, value = str(o).partition("=")
+            if key.startswith("hydra.") or key in skip:
+                continue
+            seen = values.setdefault(key, [])
+            if value not in seen:
+                seen.append(value)
+    ordered = sorted(values, key=lambda k: not k.startswith("+"))  # +experiment=... first, as one types it
+    return "attnbench -m " + " ".join(f"{k}={','.join(values[k])}" for k in ordered)
+
+
+def _unread_axes(component: str) -> list[str]:
+    from harness import registry
+
+    try:
+        return sorted(set(registry.axes()) - set(registry.get(component).axis_names))
+    except (KeyError, ValueError):
+        return []
+
+
 def _pinned(df: pd.DataFrame, where: dict[str, Any]) -> pd.DataFrame:
     from harness.verdicts import _same
 
@@ -661,7 +686,9 @@ def _render_into(stage: pathlib.Path, out: pathlib.Path, sweep_dir: pathlib.Path
     sections = []
     for comp, grp in df.groupby("component", sort=True):
         plots = component_plots(df, comp, roof["gbps"] if roof else None, stage, f"{comp} on {prov['device']} ({sweep})")
+        jobs = [m.get("overrides", []) for m in metas if str(m.get("component", comp)) == comp]
         sections.append({"component": comp, "table": results_table(grp, cpu),
+                         "reproduce": reproduce_command(jobs, _unread_axes(comp)) if jobs else "",
                          "scaling": scaling_table(grp, roof["gbps"] if roof else None),
                          "plots": plots, "n_ok": int((grp["status"] == "ok").sum()), "n": len(grp)})
         generated += [p["file"] for p in plots]

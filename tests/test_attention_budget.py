@@ -167,3 +167,11 @@ def test_the_headline_states_its_spread_across_published_runs():
     assert "its p50 ran 34.00–38.00 µs, this run +0.0% from their median" in line
     (alone,) = report.headline(here, cpu=False, published=published.iloc[2:])
     assert "no other published run measured that point" in alone
+
+
+def test_a_components_reproduce_command_lists_the_values_its_jobs_took():
+    jobs = [["component=kda_decode", "M=1", "context=65536", "+experiment=attention_budget"],
+            ["component=kda_decode", "M=8", "context=65536", "+experiment=attention_budget"],
+            ["component=kda_decode", "M=8", "context=65536", "+experiment=attention_budget", "hydra.sweep.dir=x"]]
+    assert report.reproduce_command(jobs, skip=["context"]) == \
+        "attnbench -m +experiment=attention_budget component=kda_decode M=1,8"
