@@ -42,6 +42,11 @@ def _id(p):
     return f"M{p['M']}-{p['context']}-{p['pooling']}-{p['key_dtype']}-{p['key_layout']}-q{p['query_dtype']}"
 
 
+def _skip_floor_at_fp8_queries(component, qdtype):
+    if component == "indexer_stream" and qdtype == "fp8":
+        pytest.skip("the floor never reads q: its bf16-query cases cover it")
+
+
 @pytest.fixture(scope="module")
 def backend():
     return backends.get("cuda")
@@ -50,6 +55,7 @@ def backend():
 @pytest.mark.parametrize("point", POINTS, ids=_id)
 @pytest.mark.parametrize("component,variant", CASES, ids=[f"{c}-{v.name}" for c, v in CASES])
 def test_cuda_variant_matches_the_reference(backend, component, variant, point):
+    _skip_floor_at_fp8_queries(component, point["query_dtype"])
     comp = registry.get(component)
     reason = variant.supports(GEOMETRY, point)
     if reason:
@@ -65,6 +71,7 @@ def test_cuda_variant_matches_the_reference(backend, component, variant, point):
 def test_streams_with_few_or_no_eligible_candidates(backend, component, variant, layout, dtype, qdtype):
     """eligible = 0 (everything -inf / 0), 5 (inside the first tile), 17 (one past a tile), C - 1:
     every kernel reads only below it and writes every element."""
+    _skip_floor_at_fp8_queries(component, qdtype)
     comp = registry.get(component)
     point = {"M": 4, "context": 4100, "pooling": "per_token", "key_dtype": dtype, "key_layout": layout,
              "query_dtype": qdtype}
