@@ -539,7 +539,9 @@ def test_fp8_queries_run_on_e4m3_torch_and_the_host_only(geometry):
     assert "cand_dim only" in e4.supports(geometry, _q8_point(key_layout="dim_cand"))
     assert e4.sources == ("scan_mma.cu",)
     text = (pathlib.Path(spec.__file__).parent / "scan_mma.cu").read_text()
-    assert "scan_mma_e4m3(" in text and "scan_mma<true, 2, true>" in text
+    assert "scan_mma_e4m3(" in text and "scan_mma<true, SCAN_MMA_E4M3_SUB, true>" in text
+    from kernels.dsa_indexer.scan_variants import define
+    assert define("scan_mma.cu", "SCAN_MMA_E4M3_SUB") == 2     # the walk test's sub = 2 covers its tiles
     select = registry.get("indexer_select")
     wide = _q8_point(context=8192)                                   # k = 2048 <= C: only the query refuses
     for v in select.variants:

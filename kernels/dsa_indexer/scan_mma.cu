@@ -85,6 +85,7 @@ scan_mma_e4m3 (FP8 keys and FP8 queries: q[m][j] = q_codes[m][j] x q_scales[m][j
 #define SCAN_MMA_WARPS 4
 static_assert(SCAN_MMA_WARPS * 32 == SCAN_MMA_THREADS, "warps per CTA");
 #define SCAN_MMA_TILE 16
+#define SCAN_MMA_E4M3_SUB 2   // scan_mma_e4m3's m-tiles a warp tile (the launcher reads it: scan_variants)
 
 
 // The queries a kernel reads: BF16 q (Q8 false) or e4m3 codes with per-head scales (Q8 true), the
@@ -239,9 +240,9 @@ __device__ __forceinline__ void mma_step(Tile<FP8, SUB>& cur, Tile<FP8, SUB>& nx
 }
 
 template <bool FP8, int SUB = 1, bool Q8 = false>
-__device__ __forceinline__ void scan_mma(const Query<Q8> in, const unsigned char* __restrict__ keys, const float* __restrict__ scales,
-                                         const int* __restrict__ eligible, float* __restrict__ scores, int M, int C,
-                                         int tiles_per_warp) {
+__device__ __forceinline__ void scan_mma(const Query<Q8> in, const unsigned char* __restrict__ keys,
+                                         const float* __restrict__ scales, const int* __restrict__ eligible,
+                                         float* __restrict__ scores, int M, int C, int tiles_per_warp) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, t = lane & 3;
     // Work: the M x ntiles tiles flattened stream-major; warp gw takes [gw tpw, (gw + 1) tpw).
@@ -304,12 +305,13 @@ scan_mma_fp8x2_w8(const bf16* __restrict__ q, const float* __restrict__ w, const
 }
 
 // FP8 keys x FP8 queries on the e4m3 MMA (header: scan_mma_e4m3): q_codes [M][32][128] e4m3,
-// q_scales [M][32] FP32 (> 0); warp tiles of 32 keys (scan_variants.E4M3_SUB). Launch bounds (128, 2),
+// q_scales [M][32] FP32 (> 0); warp tiles of SCAN_MMA_E4M3_SUB x 16 = 32 keys. Launch bounds (128, 2),
 // 8 warps an SM, as scan_mma_fp8x2_w8 (the best FP8-key row): at (128, 3) ptxas spills 540 B (it
 // keeps the f16 copies of q's B codes that its emulation converts, 64 registers, beside the tiles).
 extern "C" __global__ void __launch_bounds__(SCAN_MMA_THREADS, 2)
 scan_mma_e4m3(const unsigned char* __restrict__ q, const float* __restrict__ q_scales, const float* __restrict__ w,
               const unsigned char* __restrict__ keys, const float* __restrict__ scales,
               const int* __restrict__ eligible, float* __restrict__ scores, int M, int C, int tiles_per_warp) {
-    scan_mma<true, 2, true>(Query<true>{q, q_scales, w}, keys, scales, eligible, scores, M, C, tiles_per_warp);
+    scan_mma<true, SCAN_MMA_E4M3_SUB, true>(Query<true>{q, q_scales, w}, keys, scales, eligible, scores, M, C,
+                                            tiles_per_warp);
 }

@@ -163,22 +163,20 @@ def _supports_e4m3(geometry, point) -> str | None:
     return _supports_cuda(geometry, point)
 
 
-E4M3_SUB = 2   # m-tiles of 16 keys a warp tile in scan_mma_e4m3 (scan_mma.cu: scan_mma_e4m3's SUB)
-
-
 def build_e4m3(geometry, point, inputs, backend) -> KernelStep:
-    """scan_mma_e4m3: FP8 keys x FP8 queries on the e4m3 MMA, warp tiles of E4M3_SUB x 16 keys."""
+    """scan_mma_e4m3: FP8 keys x FP8 queries on the e4m3 MMA, warp tiles of SCAN_MMA_E4M3_SUB x 16 keys."""
     reason = _supports_e4m3(geometry, point)
     if reason:
         raise ValueError(f"scan_mma_e4m3: {reason}")
     d = _Device(backend, inputs)
     Mn, C = int(point["M"]), spec.n_candidates(geometry, point)
     fn = get_kernel(backend, HERE / "scan_mma.cu", "scan_mma_e4m3")
-    threads, ctas, tpw = mma_launch(backend, fn, Mn, C, E4M3_SUB)
+    sub = define("scan_mma.cu", "SCAN_MMA_E4M3_SUB")
+    threads, ctas, tpw = mma_launch(backend, fn, Mn, C, sub)
     args = lambda b: (d.q, d.q_scales, d.w, d.keys, d.scales, d.eligible, b["scores"], np.int32(Mn),  # noqa: E731
                       np.int32(C), np.int32(tpw))
     step = _scores_step(backend, point, [KernelCall(fn, ctas, threads, 0, args)], C)
-    step.note = f"{ctas} persistent CTAs, {tpw} tiles of {define('scan_mma.cu', 'SCAN_MMA_TILE') * E4M3_SUB} keys a warp"
+    step.note = f"{ctas} persistent CTAs, {tpw} tiles of {define('scan_mma.cu', 'SCAN_MMA_TILE') * sub} keys a warp"
     return step.ready()
 
 
