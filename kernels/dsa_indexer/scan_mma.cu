@@ -75,8 +75,9 @@ scan_mma_e4m3 (FP8 keys and FP8 queries: q[m][j] = q_codes[m][j] x q_scales[m][j
     with wq = w x q_scale (folded once per stream: relu(qs dot) = qs relu(dot) since qs > 0), the
     head sum, x the key's scale (> 0). Warp tiles of 32 keys (SUB = 2) as scan_mma_fp8x2: 8 KiB in
     flight a warp, 8 warps an SM (__launch_bounds__(128, 2): at (128, 3) it spills 540 B).
-    On sm_90 ptxas lowers the e4m3 mma.sync to F2FP.F16.E4M3 conversions of A and B + 2 HMMA.16816
-    (SCAN_NOTES: "e4m3 queries"): fewer source instructions, but the per-byte conversion is not gone.
+    On sm_90 ptxas lowers the e4m3 mma.sync to F2FP.F16.E4M3 conversions of A and B, 2 HMMA.16816 from
+    zero and an FADD into the accumulator (SCAN_NOTES: "e4m3 queries"): fewer source instructions, but
+    the per-byte conversion is not gone, and q's codes are converted again every tile.
 */
 
 #include "scan_mma_ops.cuh"
