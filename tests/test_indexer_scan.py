@@ -413,3 +413,162 @@ def test_stream_dim_cand_word_assembly_gives_the_cand_dim_checksum(fp8_keys):
             out[2 * k] = _byte_perm(acc[0][k], acc[1][k], 0x5410)
             out[2 * k + 1] = _byte_perm(acc[0][k], acc[1][k], 0x7632)
     assert out == spec.key_checksums(keys, None).tolist()
+
+
+# -- FP8 queries (query_dtype fp8) and scan_mma_e4m3 --------------------------------------------------
+
+
+def _q8_point(**kw):
+    return _point(key_dtype="fp8", query_dtype="fp8", **kw)
+
+
+def test_fp8_queries_are_quantized_per_stream_and_head_on_the_host(geometry):
+    """make_inputs gives e4m3 codes and one positive FP32 scale per (stream, head), the head's peak
+    at +-448, no BF16 q beside them; the reference scores the dequantized q (codes x scale)."""
+    point = _q8_point(M=3)
+    inputs, ref = _case(geometry, point)
+    assert "q" not in inputs and inputs["q_codes"].shape == (3, 32, 128) and inputs["q_codes"].dtype == np.uint8
+    assert inputs["q_scales"].shape == (3, 32) and inputs["q_scales"].dtype == np.float32
+    assert (inputs["q_scales"] > 0).all()
+    decoded = fp8.decode_e4m3(inputs["q_codes"]).astype(np.float64)
+    assert np.isfinite(decoded).all() and (np.abs(decoded).max(axis=-1) == 448).all()
+    for m in range(3):
+        raw, scales = spec.stream_keys(geometry, point, inputs, m)
+        q = decoded[m] * inputs["q_scales"][m][:, None].astype(np.float64)     # exact here
+        want = dsa_ref.index_scores(q, inputs["w"][m], _decoded(geometry, point, inputs, m),
+                                    int(inputs["eligible"][m]))
+        assert np.allclose(ref["scores"][m], want, rtol=1e-5, atol=1e-6)
+        assert np.array_equal(np.isneginf(ref["scores"][m]), np.isneginf(want))
+    # the bf16 point of the same seed scores other (unquantized) queries
+    _, ref16 = _case(geometry, _point(key_dtype="fp8", M=3))
+    assert not np.allclose(ref["scores"], ref16["scores"], rtol=1e-4, atol=1e-5)
+
+
+def test_fp8_query_bytes_count_one_byte_an_element_and_a_scale_a_head(geometry):
+    p16, p8 = _point(M=4, key_dtype="fp8"), _q8_point(M=4)
+    assert spec.query_bytes(geometry, p16) == 4 * 32 * 128 * 2
+    assert spec.query_bytes(geometry, p8) == 4 * 32 * (128 + 4)
+    assert spec.bytes_moved(geometry, p16) - spec.bytes_moved(geometry, p8) == 4 * 32 * (128 - 4)
+    assert spec.flops(geometry, p16) == spec.flops(geometry, p8)
+    assert spec.query_dtype({"M": 1}) == "bf16"        # dsa_layer's part points carry no such axis
+
+
+def _perm_e4m3() -> np.ndarray:
+    """scan_mma.cu's e4m3 map: logical dim 32 s + kk (kk = 4 t + e + 16 hi) -> physical dim."""
+    out = np.empty(128, np.int64)
+    for s in range(4):
+        for kk in range(32):
+            t, e, hi = (kk & 15) >> 2, kk & 3, kk >> 4
+            out[32 * s + kk] = 64 * (s >> 1) + 16 * t + 8 * (s & 1) + 4 * hi + e
+    return out
+
+
+def _bytes_of(word: int) -> list[int]:
+    return [(word >> (8 * i)) & 0xFF for i in range(4)]
+
+
+def _emulate_e4m3_tile(key_codes: np.ndarray, q_codes: np.ndarray) -> np.ndarray:
+    """D [16 keys, 32 heads] of code values as scan_mma_e4m3 computes it: lane (g, t) loads bytes
+    64 i + 16 t .. + 16 of rows g and g + 8 (i < 2, load_tile), k-step s takes words 2 (s & 1) and
+    + 1 of load s >> 1 as a0 / a2 (row g) and a1 / a3 (row g + 8); q's b0 / b1 are the 8 codes of
+    head 8 nt + g at p0 = 64 (s >> 1) + 16 t + 8 (s & 1) (stream_setup_e4m3). Each register's byte
+    i is element i of the m16n8k32 fragment (PTX ISA): a0 (g, 4t + i), a1 (g + 8, 4t + i), a2 (g,
+    16 + 4t + i), a3 (g + 8, 16 + 4t + i); b0 (k 4t + i, n g), b1 (k 16 + 4t + i, n g)."""
+    A = np.full((4, 16, 32), np.nan)
+    B = np.full((4, 32, 32), np.nan)
+    for lane in range(32):
+        g, t = lane >> 2, lane & 3
+        v = [[key_codes[g + 8 * r, 64 * i + 16 * t:64 * i + 16 * t + 16].view(np.uint32).tolist() for i in range(2)]
+             for r in range(2)]
+        for s in range(4):
+            lo = 2 * (s & 1)
+            regs = [v[0][s >> 1][lo], v[1][s >> 1][lo], v[0][s >> 1][lo + 1], v[1][s >> 1][lo + 1]]
+            for reg, (row, k0) in zip(regs, [(g, 4 * t), (g + 8, 4 * t), (g, 16 + 4 * t), (g + 8, 16 + 4 * t)]):
+                assert np.isnan(A[s, row, k0:k0 + 4]).all(), "an A element loaded twice"
+                A[s, row, k0:k0 + 4] = fp8.TABLE[_bytes_of(reg)]
+            p0 = 64 * (s >> 1) + 16 * t + 8 * (s & 1)
+            for nt in range(4):
+                head = 8 * nt + g
+                b0, b1 = q_codes[head, p0:p0 + 8].view(np.uint32).tolist()
+                for reg, k0 in ((b0, 4 * t), (b1, 16 + 4 * t)):
+                    assert np.isnan(B[s, k0:k0 + 4, head]).all(), "a B element loaded twice"
+                    B[s, k0:k0 + 4, head] = fp8.TABLE[_bytes_of(reg)]
+    assert not np.isnan(A).any() and not np.isnan(B).any(), "every fragment element is loaded"
+    return sum(A[s] @ B[s] for s in range(4))
+
+
+def test_e4m3_fragments_and_dim_permutation_give_the_plain_dot_products():
+    """The NumPy model of scan_mma_e4m3's loads and registers: every fragment element exactly once,
+    the map a bijection, the permuted k-steps' sum equal to the plain code dots; then the epilogue
+    (relu, x w x q_scale folded per head, head sum, x the key scale) equals the reference rule."""
+    perm = _perm_e4m3()
+    assert sorted(perm.tolist()) == list(range(128)) and not np.array_equal(perm, np.arange(128))
+    rng = np.random.default_rng(12)
+    key_codes = spec._e4m3_codes(np, (rng.standard_normal((16, 128)) * 100).astype(np.float32))
+    q_codes, q_scales = fp8.quantize_rows(rng.standard_normal((32, 128)))
+    d = _emulate_e4m3_tile(np.ascontiguousarray(key_codes), np.ascontiguousarray(q_codes))
+    kv, qv = fp8.decode_e4m3(key_codes).astype(np.float64), fp8.decode_e4m3(q_codes).astype(np.float64)
+    assert np.array_equal(d, kv @ qv.T), "products of e4m3 values and their sums of 128 are exact in float64"
+    assert np.array_equal(kv[:, perm] @ qv[:, perm].T, d)
+    w = rng.standard_normal(32).astype(np.float32) / 64            # signed, as the head weights are
+    key_scales = (3 / 448 * np.exp2(rng.random(16) - 0.5)).astype(np.float32)
+    wq = (w * q_scales).astype(np.float64)                         # the kernel's folded weight (qs > 0)
+    got = (np.maximum(d, 0) @ wq) * key_scales.astype(np.float64)
+    want = dsa_ref.index_scores(qv * q_scales[:, None].astype(np.float64), w,
+                                kv * key_scales[:, None].astype(np.float64), 16)
+    # the FP32 fold w x q_scale rounds once a head (2^-24): far under 1e-6 of the largest score
+    assert np.abs(got - want).max() <= 1e-6 * np.abs(want).max()
+    # folding a signed weight into the relu instead would be wrong: the relu comes before w
+    wrong = np.maximum(d * wq, 0).sum(axis=1) * key_scales
+    assert not np.allclose(wrong, want, rtol=1e-3)
+
+
+def test_fp8_queries_run_on_e4m3_torch_and_the_host_only(geometry):
+    """Every BF16-query design refuses query_dtype fp8 with the reason (e4m3 x scale is not BF16);
+    scan_mma_e4m3 runs fp8 keys x fp8 queries on cand_dim only; the fused select built on scan_mma
+    refuses too (it shares _supports_mma)."""
+    comp = registry.get("indexer_scan")
+    q8 = _q8_point()
+    for name in ("scan_fma", "scan_mma", "scan_mma_fp8x2", "scan_mma_fp8x2_w8"):
+        reason = comp.variant(name).supports(geometry, q8)
+        assert reason and "BF16" in reason and "\n" not in reason, name
+    e4 = comp.variant("scan_mma_e4m3")
+    assert e4.supports(geometry, q8) is None
+    assert "query_dtype bf16" in e4.supports(geometry, _point(key_dtype="fp8"))
+    assert "key_dtype bf16" in e4.supports(geometry, _point(query_dtype="fp8"))
+    assert "cand_dim only" in e4.supports(geometry, _q8_point(key_layout="dim_cand"))
+    assert e4.sources == ("scan_mma.cu",)
+    text = (pathlib.Path(spec.__file__).parent / "scan_mma.cu").read_text()
+    assert "scan_mma_e4m3(" in text and "scan_mma<true, SCAN_MMA_E4M3_SUB, true>" in text
+    from kernels.dsa_indexer.scan_variants import define
+    assert define("scan_mma.cu", "SCAN_MMA_E4M3_SUB") == 2     # the walk test's sub = 2 covers its tiles
+    select = registry.get("indexer_select")
+    wide = _q8_point(context=8192)                                   # k = 2048 <= C: only the query refuses
+    for v in select.variants:
+        if v.backend == "cuda":
+            assert v.supports(geometry, _point(key_dtype="fp8", context=8192)) is None, v.name
+            assert "BF16" in v.supports(geometry, wide), v.name
+
+
+def test_the_tolerance_admits_torchs_bf16_rounding_of_fp8_queries(geometry):
+    """torch_bmm dequantizes fp8 queries to BF16 (2^-9 per element) and rounds each dot to BF16:
+    emulated, inside the 1e-2 tolerance with margin."""
+    point = _q8_point(M=2, context=4096)
+    inputs, ref = _case(geometry, point)
+    m = 0
+    keys = bf16_to_float(float_to_bf16(_decoded(geometry, point, inputs, m))).astype(np.float64)
+    q = bf16_to_float(float_to_bf16(spec.query_values(point, inputs, m))).astype(np.float64)
+    dots = bf16_to_float(float_to_bf16(keys @ q.T)).astype(np.float64)
+    torch_like = np.maximum(dots, 0) @ inputs["w"][m].astype(np.float64)
+    torch_like[int(inputs["eligible"][m]):] = -np.inf
+    got = compare("scores", torch_like[None], {"scores": ref["scores"][:1]}, spec.checks(point)["scores"])
+    assert got.ok and got.rel_err < spec.SCORES_TOLERANCE / 2, got.describe()
+
+
+def test_the_host_scan_takes_fp8_queries_through_the_runner(geometry):
+    comp = registry.get("indexer_scan")
+    point = {**_q8_point(pooling="pooled", context=2048)}
+    row = runner.measure(comp, comp.variant("ref_scan"), point, geometry, backends.CpuBackend(), QUICK, seed=2,
+                         roofline=None)
+    assert row["status"] == "ok", row["reason"]
+    assert row["rel_err"] < 1e-5, "float32 on the host is near 1e-7"

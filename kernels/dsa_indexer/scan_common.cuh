@@ -7,6 +7,7 @@ Per stream m (one query token), candidate c:
     I[m][c] = -inf                                                    for eligible[m] <= c < C
 Layouts (row-major, contiguous):
     q        [M][32][128] bf16 (raw bits)         w         [M][32] float32 (signed)
+             (query_dtype fp8, scan_mma_e4m3: q codes [M][32][128] e4m3 + q_scales [M][32] float32 > 0)
     eligible [M] int32 (<= C)                      scores    [M][C] float32 (every element written)
     keys, key_layout cand_dim: [M][C][128]        a key contiguous (256 B bf16, 128 B fp8 codes)
           key_layout dim_cand: [M][128][Cpad]     Cpad = C rounded up to 64 (pad columns never scored)

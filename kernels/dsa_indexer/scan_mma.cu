@@ -58,6 +58,26 @@ scan_mma_fp8x2 / scan_mma_fp8x2_w8 (FP8 keys): a warp's tile is 2 m-tiles, 32 ke
     store: ~150 warp instructions for 2 KiB, ~75 us of issue an SM at the model point, under the
     ~270 us floor. fp8x2: 12 warps an SM at 168 registers (ptxas spills 40 B); fp8x2_w8: 8 warps
     (launch bounds (128, 2), 246 registers, no spills), 64 KiB in flight an SM.
+
+
+scan_mma_e4m3 (FP8 keys and FP8 queries: q[m][j] = q_codes[m][j] x q_scales[m][j], one FP32 scale
+    per (stream, head), > 0): mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 on the codes as
+    loaded. Per 16-key m-tile: 4 n-tiles x 4 k-steps (32 dims each) = 16 MMAs. The A fragment of
+    m16n8k32 (scan_mma_ops.cuh) puts 4 consecutive-k codes in a register (k 4t .. 4t+3 low, 16+4t ..
+    +3 high), so one 32-bit word of a 16-byte load is a whole register, with the e4m3 permutation
+    (k-step s, kk = 4t + e + 16 hi, e < 4):
+        p = 64 (s >> 1) + 16 t + 8 (s & 1) + 4 hi + e      (load s >> 1, word 2 (s & 1) + hi)
+    (a bijection: bit 6 = s >> 1, bits 4-5 = t, bit 3 = s & 1, bit 2 = hi, bits 0-1 = e; the same
+    16-byte loads as scan_mma_fp8, Tile<true, 2> and load_tile unchanged). q's B fragments use the
+    same map: b0 / b1 = the 8 codes of q[8 nt + g] at p0 = 64 (s >> 1) + 16 t + 8 (s & 1), one 8-byte
+    load per (nt, s), 32 registers. A and B read their 4 bytes with the same k order, so the dot is
+    right whichever byte of a register the ISA calls element 0. Then per (key, head): relu(dot) x wq
+    with wq = w x q_scale (folded once per stream: relu(qs dot) = qs relu(dot) since qs > 0), the
+    head sum, x the key's scale (> 0). Warp tiles of 32 keys (SUB = 2) as scan_mma_fp8x2: 8 KiB in
+    flight a warp, 8 warps an SM (__launch_bounds__(128, 2): at (128, 3) it spills 540 B).
+    On sm_90 ptxas lowers the e4m3 mma.sync to F2FP.F16.E4M3 conversions of A and B, 2 HMMA.16816 from
+    zero and an FADD into the accumulator (SCAN_NOTES: "e4m3 queries"): fewer source instructions, but
+    the per-byte conversion is not gone, and q's codes are converted again every tile.
 */
 
 #include "scan_mma_ops.cuh"
@@ -66,7 +86,31 @@ scan_mma_fp8x2 / scan_mma_fp8x2_w8 (FP8 keys): a warp's tile is 2 m-tiles, 32 ke
 #define SCAN_MMA_WARPS 4
 static_assert(SCAN_MMA_WARPS * 32 == SCAN_MMA_THREADS, "warps per CTA");
 #define SCAN_MMA_TILE 16
+#define SCAN_MMA_E4M3_SUB 2   // scan_mma_e4m3's m-tiles a warp tile (the launcher reads it: scan_variants)
 
+
+// The queries a kernel reads: BF16 q (Q8 false) or e4m3 codes with per-head scales (Q8 true), the
+// head weights, and the B fragments' k-steps per n-tile (8 of 16 dims / 4 of 32).
+template <bool Q8>
+struct Query {
+    const bf16* __restrict__ q;
+    const float* __restrict__ w;
+    static constexpr int STEPS = 8;
+};
+template <>
+struct Query<true> {
+    const unsigned char* __restrict__ q;
+    const float* __restrict__ qs;
+    const float* __restrict__ w;
+    static constexpr int STEPS = 4;
+};
+
+template <bool FP8, bool Q8>
+__device__ __forceinline__ void query_setup(unsigned (&bq)[4][Query<Q8>::STEPS][2], float (&wr)[4][2],
+                                            const Query<Q8>& in, int m, int g, int t) {
+    if constexpr (Q8) stream_setup_e4m3(bq, wr, in.q, in.qs, in.w, m, g, t);
+    else stream_setup<FP8>(bq, wr, in.q, in.w, m, g, t);
+}
 
 // A warp's tile: SUB m-tiles of 16 keys (rows c0 + 16 sub + 0 .. 15). SUB = 1: scan_mma_bf16 /
 // scan_mma_fp8; SUB = 2: scan_mma_fp8x2 (header).
@@ -113,10 +157,10 @@ __device__ __forceinline__ void load_tile(Tile<FP8, SUB>& tile, const unsigned c
 // MMAs and scores (from cur); advance (m, tile, elig) and rebuild q's fragments at a stream change.
 // The caller alternates the two buffers (no register copy of a tile whose loads are in flight: a
 // move would wait for the data and leave a single tile in flight).
-template <bool FP8, int SUB>
+template <bool FP8, int SUB, bool Q8>
 __device__ __forceinline__ void mma_step(Tile<FP8, SUB>& cur, Tile<FP8, SUB>& nxt, int idx, int last, int& m,
-                                         int& tile, int& elig, unsigned (&bq)[4][8][2], float (&wr)[4][2],
-                                         const bf16* __restrict__ q, const float* __restrict__ w,
+                                         int& tile, int& elig, unsigned (&bq)[4][Query<Q8>::STEPS][2],
+                                         float (&wr)[4][2], const Query<Q8>& in,
                                          const unsigned char* __restrict__ keys, const float* __restrict__ scales,
                                          const int* __restrict__ eligible, float* __restrict__ scores, int C,
                                          int ntiles, int g, int t) {
@@ -139,6 +183,17 @@ __device__ __forceinline__ void mma_step(Tile<FP8, SUB>& cur, Tile<FP8, SUB>& nx
         for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
             for (int j = 0; j < 4; ++j) acc[nt][j] = 0.0f;
+        if constexpr (Q8) {
+            // e4m3 codes straight from the loads: k-step s = load s >> 1, words 2 (s & 1) (low k) and + 1
+#pragma unroll
+            for (int s = 0; s < 4; ++s) {
+                const int lo = 2 * (s & 1);
+                const unsigned a0 = word_of(cur.v[sub][0][s >> 1], lo), a2 = word_of(cur.v[sub][0][s >> 1], lo + 1);
+                const unsigned a1 = word_of(cur.v[sub][1][s >> 1], lo), a3 = word_of(cur.v[sub][1][s >> 1], lo + 1);
+#pragma unroll
+                for (int nt = 0; nt < 4; ++nt) mma_e4m3(acc[nt], a0, a1, a2, a3, bq[nt][s][0], bq[nt][s][1]);
+            }
+        } else {
 #pragma unroll
         for (int s = 0; s < 8; ++s) {
             unsigned a0, a1, a2, a3;  // row g low k, row g + 8 low k, row g high k, row g + 8 high k
@@ -161,7 +216,8 @@ __device__ __forceinline__ void mma_step(Tile<FP8, SUB>& cur, Tile<FP8, SUB>& nx
                 else mma_bf16(acc[nt], a0, a1, a2, a3, bq[nt][s][0], bq[nt][s][1]);
             }
         }
-        float lo = 0.0f, hi = 0.0f;  // rows g and g + 8, this thread's 8 heads
+        }
+        float lo = 0.0f, hi = 0.0f;  // rows g and g + 8, this thread's 8 heads (Q8: wr = w x q_scale)
 #pragma unroll
         for (int nt = 0; nt < 4; ++nt) {
             lo += wr[nt][0] * fmaxf(acc[nt][0], 0.0f) + wr[nt][1] * fmaxf(acc[nt][1], 0.0f);
@@ -178,17 +234,16 @@ __device__ __forceinline__ void mma_step(Tile<FP8, SUB>& cur, Tile<FP8, SUB>& nx
         if (t < 2 && row < C) scores[(size_t)m * (size_t)C + row] = row < elig ? value : neg_inf();
     }
 
-    if (more && nm != m) stream_setup<FP8>(bq, wr, q, w, nm, g, t);  // after the last MMA of stream m
+    if (more && nm != m) query_setup<FP8, Q8>(bq, wr, in, nm, g, t);  // after the last MMA of stream m
     m = nm;
     tile = ntile;
     elig = nelig;
 }
 
-template <bool FP8, int SUB = 1>
-__device__ __forceinline__ void scan_mma(const bf16* __restrict__ q, const float* __restrict__ w,
-                                         const unsigned char* __restrict__ keys, const float* __restrict__ scales,
-                                         const int* __restrict__ eligible, float* __restrict__ scores, int M, int C,
-                                         int tiles_per_warp) {
+template <bool FP8, int SUB = 1, bool Q8 = false>
+__device__ __forceinline__ void scan_mma(const Query<Q8> in, const unsigned char* __restrict__ keys,
+                                         const float* __restrict__ scales, const int* __restrict__ eligible,
+                                         float* __restrict__ scores, int M, int C, int tiles_per_warp) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, t = lane & 3;
     // Work: the M x ntiles tiles flattened stream-major; warp gw takes [gw tpw, (gw + 1) tpw).
@@ -201,19 +256,19 @@ __device__ __forceinline__ void scan_mma(const bf16* __restrict__ q, const float
     int m = first / ntiles, tile = first % ntiles;
     int elig = ld_nc_s32(eligible + m);
 
-    unsigned bq[4][8][2];
+    unsigned bq[4][Query<Q8>::STEPS][2];
     float wr[4][2];
-    stream_setup<FP8>(bq, wr, q, w, m, g, t);
+    query_setup<FP8, Q8>(bq, wr, in, m, g, t);
 
     Tile<FP8, SUB> a, b;
     load_tile<FP8, SUB>(a, keys, scales, (size_t)m * (size_t)C, tile * SCAN_MMA_TILE * SUB, elig, g, t);
 #pragma unroll 1
     for (int idx = first; idx < last; idx += 2) {
-        mma_step<FP8, SUB>(a, b, idx, last, m, tile, elig, bq, wr, q, w, keys, scales, eligible, scores, C, ntiles,
-                           g, t);
+        mma_step<FP8, SUB, Q8>(a, b, idx, last, m, tile, elig, bq, wr, in, keys, scales, eligible, scores, C,
+                               ntiles, g, t);
         if (idx + 1 >= last) break;
-        mma_step<FP8, SUB>(b, a, idx + 1, last, m, tile, elig, bq, wr, q, w, keys, scales, eligible, scores, C,
-                           ntiles, g, t);
+        mma_step<FP8, SUB, Q8>(b, a, idx + 1, last, m, tile, elig, bq, wr, in, keys, scales, eligible, scores,
+                               C, ntiles, g, t);
     }
 }
 
@@ -221,14 +276,14 @@ __device__ __forceinline__ void scan_mma(const bf16* __restrict__ q, const float
 extern "C" __global__ void __launch_bounds__(SCAN_MMA_THREADS, 3)
 scan_mma_bf16(const bf16* __restrict__ q, const float* __restrict__ w, const unsigned char* __restrict__ keys,
               const int* __restrict__ eligible, float* __restrict__ scores, int M, int C, int tiles_per_warp) {
-    scan_mma<false>(q, w, keys, nullptr, eligible, scores, M, C, tiles_per_warp);
+    scan_mma<false>(Query<false>{q, w}, keys, nullptr, eligible, scores, M, C, tiles_per_warp);
 }
 
 extern "C" __global__ void __launch_bounds__(SCAN_MMA_THREADS, 3)
 scan_mma_fp8(const bf16* __restrict__ q, const float* __restrict__ w, const unsigned char* __restrict__ keys,
              const float* __restrict__ scales, const int* __restrict__ eligible, float* __restrict__ scores, int M,
              int C, int tiles_per_warp) {
-    scan_mma<true>(q, w, keys, scales, eligible, scores, M, C, tiles_per_warp);
+    scan_mma<true>(Query<false>{q, w}, keys, scales, eligible, scores, M, C, tiles_per_warp);
 }
 
 // FP8 keys, warp tiles of 32 keys (2 m-tiles): 4 KiB of keys a tile, 8 KiB in flight a warp (as
@@ -237,7 +292,7 @@ extern "C" __global__ void __launch_bounds__(SCAN_MMA_THREADS, 3)
 scan_mma_fp8x2(const bf16* __restrict__ q, const float* __restrict__ w, const unsigned char* __restrict__ keys,
                const float* __restrict__ scales, const int* __restrict__ eligible, float* __restrict__ scores, int M,
                int C, int tiles_per_warp) {
-    scan_mma<true, 2>(q, w, keys, scales, eligible, scores, M, C, tiles_per_warp);
+    scan_mma<true, 2>(Query<false>{q, w}, keys, scales, eligible, scores, M, C, tiles_per_warp);
 }
 
 // The same at __launch_bounds__(128, 2): the registers it wants without spills (246 at nvcc 13.0),
@@ -247,5 +302,17 @@ extern "C" __global__ void __launch_bounds__(SCAN_MMA_THREADS, 2)
 scan_mma_fp8x2_w8(const bf16* __restrict__ q, const float* __restrict__ w, const unsigned char* __restrict__ keys,
                   const float* __restrict__ scales, const int* __restrict__ eligible, float* __restrict__ scores,
                   int M, int C, int tiles_per_warp) {
-    scan_mma<true, 2>(q, w, keys, scales, eligible, scores, M, C, tiles_per_warp);
+    scan_mma<true, 2>(Query<false>{q, w}, keys, scales, eligible, scores, M, C, tiles_per_warp);
+}
+
+// FP8 keys x FP8 queries on the e4m3 MMA (header: scan_mma_e4m3): q_codes [M][32][128] e4m3,
+// q_scales [M][32] FP32 (> 0); warp tiles of SCAN_MMA_E4M3_SUB x 16 = 32 keys. Launch bounds (128, 2),
+// 8 warps an SM, as scan_mma_fp8x2_w8 (the best FP8-key row): at (128, 3) ptxas spills 540 B (it
+// keeps the f16 copies of q's B codes that its emulation converts, 64 registers, beside the tiles).
+extern "C" __global__ void __launch_bounds__(SCAN_MMA_THREADS, 2)
+scan_mma_e4m3(const unsigned char* __restrict__ q, const float* __restrict__ q_scales, const float* __restrict__ w,
+              const unsigned char* __restrict__ keys, const float* __restrict__ scales,
+              const int* __restrict__ eligible, float* __restrict__ scores, int M, int C, int tiles_per_warp) {
+    scan_mma<true, SCAN_MMA_E4M3_SUB, true>(Query<true>{q, q_scales, w}, keys, scales, eligible, scores, M, C,
+                                            tiles_per_warp);
 }

@@ -5,7 +5,9 @@ streams, bytes, FLOPs, checks.
 Per stream m (one query token; the sparse MLA convention: n_m = context - (m % kpool) tokens
 visible, the query at t_m = n_m - 1, so the streams' tails cover 0..kpool-1 tokens):
 
-    q[m]        [H = 32, D = 128] BF16           the index queries
+    q[m]        [H = 32, D = 128] BF16           the index queries (query_dtype bf16: input ``q``)
+                or e4m3 codes + one FP32 scale a head   (query_dtype fp8: inputs ``q_codes`` [M, H, D] uint8,
+                                                  ``q_scales`` [M, H]; q[m, j] = codes x q_scales[m, j], > 0)
     w[m]        [H] FP32                          head weights, N(0, 1) x head_weight_scale (1/64), signed
     keys of m   C candidates x D                  C = dsa_axes.candidates(context, pooling): context / kpool
                                                   pooled keys or context per-token keys; every stream its own
@@ -25,6 +27,14 @@ Key dtypes (axis ``key_dtype``): bf16 (raw uint16 bits); fp8 (kernels/fp8.py): e
 the same layout) and one FP32 scale per key ([M][C], resident ``key_scales``; empty for bf16);
 a key is codes x scale, and every scale is > 0 (so relu(s x) = s relu(x): a kernel may apply it
 after the head sum).
+
+Query dtypes (axis ``query_dtype``): bf16, or fp8 as serving engines quantize the index query
+before their FP8 index kernel (DeepSeek-V3.2-Exp inference/model.py: ``q_fp8, q_scale =
+act_quant(q, block_size)`` with block_size = the head dim 128, then ``weights * q_scale`` folded
+into the head weights, and kernel.py's ``fp8_index``): q[m, j, :] quantized per (stream, head) with
+fp8.quantize_rows on the host in make_inputs, so the float64 reference and every variant at a
+point see the same quantized q. An e4m3 code times an FP32 scale is in general not a BF16 value,
+so a variant that reads BF16 q cannot take it: those refuse fp8 queries (``supports``).
 
 The stream-only floor (component ``indexer_stream``) reads exactly the eligible keys (same layout,
 same dtype) and writes one uint32 per candidate: ``checksum[m, c]`` = the XOR of the key's 32-bit
@@ -50,7 +60,12 @@ KEY_LAYOUT = Axis("key_layout", str, "cand_dim",
                   "indexer keys in memory: [stream][candidate][dim] (a key contiguous) or "
                   "[stream][dim][candidate padded to 64] (seed 000: a 4.4x bank-conflict effect between them)",
                   choices=KEY_LAYOUTS)
-AXES = (M, dsa_axes.CONTEXT, dsa_axes.POOLING, dsa_axes.KEY_DTYPE, KEY_LAYOUT)
+QUERY_DTYPES = ("bf16", "fp8")
+QUERY_DTYPE = Axis("query_dtype", str, "bf16",
+                   "dtype of the index queries: BF16, or e4m3 codes with one FP32 scale per (stream, head) "
+                   "(what serving engines feed their FP8 index kernel)",
+                   choices=QUERY_DTYPES)
+AXES = (M, dsa_axes.CONTEXT, dsa_axes.POOLING, dsa_axes.KEY_DTYPE, KEY_LAYOUT, QUERY_DTYPE)
 
 CAND_PAD = 64                 # dim_cand: candidates per row rounded up to this (module doc)
 BUILD_ROWS = 1 << 18          # keys generated per chunk on the device (32 Mi values, 128 MiB of FP32)
@@ -64,6 +79,11 @@ FLUSH_FOOTPRINT = 128 << 20
 
 def dims(geometry) -> tuple[int, int]:
     return int(geometry.indexer.heads), int(geometry.indexer.head_dim)
+
+
+def query_dtype(point) -> str:
+    """The point's query dtype; bf16 where the point has no such axis (dsa_layer's part points)."""
+    return point.get("query_dtype", QUERY_DTYPE.default)
 
 
 def n_candidates(geometry, point) -> int:
@@ -126,15 +146,32 @@ def check_point(geometry, point) -> str | None:
 
 
 def make_inputs(geometry, point, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """q N(0, 1) in BF16; w N(0, 1) x head_weight_scale in FP32 (signed, as weights_proj gives);
-    eligible, the per-stream counts every kernel is given (declared once, here). Never zeros."""
+    """q N(0, 1): in BF16 (``q``), or for query_dtype fp8 quantized per (stream, head) row with
+    fp8.quantize_rows (``q_codes`` [M, H, D] uint8, ``q_scales`` [M, H] FP32, every scale > 0; no
+    ``q``, so nothing can read an unquantized query by mistake); w N(0, 1) x head_weight_scale in
+    FP32 (signed, as weights_proj gives); eligible, the per-stream counts every kernel is given
+    (declared once, here). Never zeros."""
     Mn, (H, D) = int(point["M"]), dims(geometry)
     scale = float(geometry.indexer.head_weight_scale)
+    draw = rng.standard_normal((Mn, H, D))
+    if query_dtype(point) == "fp8":
+        codes, q_scales = fp8.quantize_rows(draw.reshape(Mn * H, D))
+        q = {"q_codes": codes.reshape(Mn, H, D), "q_scales": q_scales.reshape(Mn, H)}
+    else:
+        q = {"q": float_to_bf16(draw)}
     return {
-        "q": float_to_bf16(rng.standard_normal((Mn, H, D))),
+        **q,
         "w": (rng.standard_normal((Mn, H)) * scale).astype(np.float32),
         "eligible": eligible(geometry, point),
     }
+
+
+def query_values(point, inputs, m: int) -> np.ndarray:
+    """[H, D] float32 values of stream m's queries: BF16 bits widened, or e4m3 codes x their
+    head's scale (fp8.dequantize_rows: FP32 products, as for the keys)."""
+    if query_dtype(point) == "fp8":
+        return fp8.dequantize_rows(inputs["q_codes"][m], inputs["q_scales"][m])
+    return bf16_to_float(inputs["q"][m])
 
 
 def _bf16_bits(xp, values):
@@ -242,11 +279,12 @@ def _streams(geometry, point):
 
 def reference(geometry, point, inputs) -> dict[str, np.ndarray]:
     """scores [streams, C] float64 for the sampled streams: reference.index_scores (the rule) over
-    the keys read back from the device (FP8: dequantized as the kernels see them)."""
+    the keys read back from the device and the point's queries (FP8 keys and / or queries:
+    dequantized as the kernels see them)."""
     out = []
     for m in _streams(geometry, point):
         raw, scales = stream_keys(geometry, point, inputs, m)
-        q = bf16_to_float(inputs["q"][m]).astype(np.float64)
+        q = query_values(point, inputs, m).astype(np.float64)
         out.append(dsa_ref.index_scores(q, inputs["w"][m], key_values(raw, scales),
                                         int(inputs["eligible"][m])))
     return {"scores": np.stack(out)}
@@ -274,7 +312,11 @@ def checks(point) -> dict:
     FP32 multiply). The torch peer rounds every head's dot to BF16 (a BF16 bmm's output, and FP8
     keys dequantized to BF16): 2^-9 relative per dot, which moves the scores by 1.9e-3 norm-wise
     and 2.5e-3 x max|ref| per element (NumPy emulation, tests/test_indexer_scan.py), so 1e-2 for
-    every variant; the GPU tests hold our own variants to 1e-5. -inf must match exactly."""
+    every variant; the GPU tests hold our own variants to 1e-5. FP8 queries (scan_mma_e4m3): e4m3 x
+    e4m3 products are exact (4-bit significands) and, on sm_90, accumulate as the f16 path does (the
+    MMA is lowered to F2FP + HMMA.F32 + FADD: SCAN_NOTES), ~1e-7 against the reference's FP32
+    dequantized q and keys; torch dequantizes q to BF16 (2^-9 an element), inside 1e-2 (emulated in
+    the tests). -inf must match exactly."""
     return {"scores": RelErr(SCORES_TOLERANCE)}
 
 
@@ -289,12 +331,18 @@ def eligible_total(geometry, point) -> int:
     return int(eligible(geometry, point).sum())
 
 
-def bytes_moved(geometry, point) -> int:
-    """The fewest bytes: every eligible key once (256 B BF16, 132 B FP8 with its scale), q and w
-    once, every score written once."""
+def query_bytes(geometry, point) -> int:
+    """q once: 2 B an element (BF16), or 1 B an element plus one FP32 scale a head (FP8)."""
     Mn, (H, D) = int(point["M"]), dims(geometry)
-    return (eligible_total(geometry, point) * key_bytes(geometry, point) + Mn * H * D * 2 + Mn * H * 4
-            + Mn * n_candidates(geometry, point) * 4)
+    return Mn * H * (D + 4) if query_dtype(point) == "fp8" else Mn * H * D * 2
+
+
+def bytes_moved(geometry, point) -> int:
+    """The fewest bytes: every eligible key once (256 B BF16, 132 B FP8 with its scale), q (BF16,
+    or FP8 codes and scales) and w once, every score written once."""
+    Mn, (H, D) = int(point["M"]), dims(geometry)
+    return (eligible_total(geometry, point) * key_bytes(geometry, point) + query_bytes(geometry, point)
+            + Mn * H * 4 + Mn * n_candidates(geometry, point) * 4)
 
 
 def stream_bytes(geometry, point) -> int:

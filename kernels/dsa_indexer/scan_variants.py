@@ -5,7 +5,11 @@
   fragments through a dim permutation; cand_dim only.
 - ``scan_mma_fp8x2`` / ``scan_mma_fp8x2_w8`` (FP8 keys): scan_mma with warp tiles of 32 keys, twice
   the key bytes in flight a warp (12 warps an SM with a few spilled bytes / 8 warps without).
-- ``torch_bmm`` (peer): bmm(keys, q^T) in BF16, relu, x w, the head sum in FP32, masked_fill -inf.
+- ``scan_mma_e4m3`` (FP8 keys and FP8 queries): the e4m3 tensor-core form (mma.sync m16n8k32
+  e4m3 x e4m3, FP32 accumulate) over the codes as loaded, w x q_scale folded per head, warp tiles
+  of 32 keys; the only design here that takes query_dtype fp8 besides torch and the host.
+- ``torch_bmm`` (peer): bmm(keys, q^T) in BF16, relu, x w, the head sum in FP32, masked_fill -inf
+  (fp8 queries dequantized to BF16 first).
 - ``ref_scan`` (CPU backend): float32 NumPy on the host, every stream.
 - ``stream_xor`` (component ``indexer_stream``): ``scan_stream.cu``, the same key bytes read once
   and XORed per key: the family's floor. ``numpy_stream``: the same on the host.
@@ -21,7 +25,7 @@ import numpy as np
 
 from harness.cuda import KernelCall, KernelStep, ctas_per_sm, get_kernel
 from harness.registry import Launch, Variant
-from kernels.kda_decode.reference import bf16_to_float
+from kernels import fp8 as fp8_rows
 from kernels.sparse_mla.variants import source_define
 
 from . import scan_spec as spec
@@ -42,19 +46,37 @@ def _supports_cuda(geometry, point) -> str | None:
     return None
 
 
+def _refuse_fp8_queries(name: str, point) -> str | None:
+    """The BF16-query designs (and the fused select built on scan_mma) refuse fp8 queries: an e4m3
+    code x an FP32 scale is in general not a BF16 value, so no BF16 q gives the point's scores."""
+    if spec.query_dtype(point) == "fp8":
+        return (f"{name} reads q as BF16; an e4m3 query x its FP32 scale is not a BF16 value in general "
+                f"(query_dtype fp8 runs on scan_mma_e4m3, torch_bmm and the host)")
+    return None
+
+
 def _supports_mma(geometry, point) -> str | None:
     if point["key_layout"] == "dim_cand":
         return ("scan_mma reads keys straight into A fragments (a key's dims contiguous); with dim_cand the "
                 "two dims of one fragment register sit in different rows, which needs a shared-memory "
                 "transpose (ldmatrix.trans) that this design does not have")
-    return _supports_cuda(geometry, point)
+    return _refuse_fp8_queries("scan_mma", point) or _supports_cuda(geometry, point)
+
+
+def _supports_fma(geometry, point) -> str | None:
+    return _refuse_fp8_queries("scan_fma", point) or _supports_cuda(geometry, point)
 
 
 class _Device:
-    """The host inputs on the device (q, w, eligible); the keys and scales are resident."""
+    """The host inputs on the device (q, or q_codes and q_scales for fp8 queries; w, eligible);
+    the keys and scales are resident."""
 
     def __init__(self, backend, inputs):
-        self.q = backend.to_device(inputs["q"])
+        if "q" in inputs:
+            self.q = backend.to_device(inputs["q"])
+        else:
+            self.q = backend.to_device(inputs["q_codes"])
+            self.q_scales = backend.to_device(inputs["q_scales"])
         self.w = backend.to_device(inputs["w"])
         self.eligible = backend.to_device(inputs["eligible"])
         self.keys = inputs.resident["keys"]
@@ -73,7 +95,7 @@ def _scores_step(backend, point, kernels, C: int) -> KernelStep:
 
 
 def build_fma(geometry, point, inputs, backend) -> KernelStep:
-    reason = _supports_cuda(geometry, point)
+    reason = _supports_fma(geometry, point)
     if reason:
         raise ValueError(f"scan_fma: {reason}")
     d = _Device(backend, inputs)
@@ -132,6 +154,32 @@ def _supports_fp8x2(geometry, point) -> str | None:
     return _supports_mma(geometry, point)
 
 
+def _supports_e4m3(geometry, point) -> str | None:
+    if point["key_dtype"] != "fp8" or spec.query_dtype(point) != "fp8":
+        return ("scan_mma_e4m3 multiplies e4m3 keys by e4m3 queries (key_dtype fp8 and query_dtype fp8); "
+                f"got key_dtype {point['key_dtype']}, query_dtype {spec.query_dtype(point)}")
+    if point["key_layout"] == "dim_cand":
+        return "scan_mma_e4m3 reads keys straight into A fragments (a key's codes contiguous): cand_dim only"
+    return _supports_cuda(geometry, point)
+
+
+def build_e4m3(geometry, point, inputs, backend) -> KernelStep:
+    """scan_mma_e4m3: FP8 keys x FP8 queries on the e4m3 MMA, warp tiles of SCAN_MMA_E4M3_SUB x 16 keys."""
+    reason = _supports_e4m3(geometry, point)
+    if reason:
+        raise ValueError(f"scan_mma_e4m3: {reason}")
+    d = _Device(backend, inputs)
+    Mn, C = int(point["M"]), spec.n_candidates(geometry, point)
+    fn = get_kernel(backend, HERE / "scan_mma.cu", "scan_mma_e4m3")
+    sub = define("scan_mma.cu", "SCAN_MMA_E4M3_SUB")
+    threads, ctas, tpw = mma_launch(backend, fn, Mn, C, sub)
+    args = lambda b: (d.q, d.q_scales, d.w, d.keys, d.scales, d.eligible, b["scores"], np.int32(Mn),  # noqa: E731
+                      np.int32(C), np.int32(tpw))
+    step = _scores_step(backend, point, [KernelCall(fn, ctas, threads, 0, args)], C)
+    step.note = f"{ctas} persistent CTAs, {tpw} tiles of {define('scan_mma.cu', 'SCAN_MMA_TILE') * sub} keys a warp"
+    return step.ready()
+
+
 def _build_fp8x2(kernel: str):
     def build(geometry, point, inputs, backend) -> KernelStep:
         reason = _supports_fp8x2(geometry, point)
@@ -180,12 +228,18 @@ class _TorchBmm(Launch):
         self.by_dim = point["key_layout"] == "dim_cand"
         self.fp8 = point["key_dtype"] == "fp8"
         self.C = spec.n_candidates(geometry, point)
+        Mn, (H, D) = int(point["M"]), spec.dims(geometry)
         dev = torch.device("cuda", backend.device_id)
         with torch.cuda.stream(self.ext):
             keys = torch.from_dlpack(inputs.resident["keys"])
             self.keys = keys.view(torch.float8_e4m3fn) if self.fp8 else keys.view(torch.bfloat16)
             self.scales = torch.from_dlpack(inputs.resident["key_scales"]) if self.fp8 else None
-            self.q = torch.from_numpy(inputs["q"].view(np.int16)).to(dev).view(torch.bfloat16)   # [M, H, D]
+            if spec.query_dtype(point) == "fp8":   # dequantized to BF16 once (2^-9 per element: its 1e-2)
+                q = torch.from_numpy(fp8_rows.dequantize_rows(inputs["q_codes"].reshape(Mn * H, D),
+                                                              inputs["q_scales"].reshape(Mn * H)).reshape(Mn, H, D))
+                self.q = q.to(dev).to(torch.bfloat16)
+            else:
+                self.q = torch.from_numpy(inputs["q"].view(np.int16)).to(dev).view(torch.bfloat16)  # [M, H, D]
             self.w = torch.from_numpy(inputs["w"]).to(dev)                                       # [M, H]
             cand = torch.arange(self.C, device=dev)
             self.mask = cand[None, :] >= torch.from_numpy(inputs["eligible"]).to(dev)[:, None]  # [M, C]
@@ -242,7 +296,7 @@ class _HostScan(Launch):
         for m in range(int(self.point["M"])):
             raw, scales = spec.stream_keys(self.geometry, self.point, self.inputs, m)
             keys = spec.key_values(raw, scales)                                      # float32 [C, D]
-            dots = np.maximum(keys @ bf16_to_float(self.inputs["q"][m]).T, np.float32(0))
+            dots = np.maximum(keys @ spec.query_values(self.point, self.inputs, m).T, np.float32(0))
             s = dots @ self.inputs["w"][m]
             s[int(self.inputs["eligible"][m]):] = -np.inf
             rows.append(s)
@@ -278,7 +332,7 @@ SCAN_VARIANTS = (
             why="CUDA cores: q staged once per CTA in shared memory as [dim][head] floats (broadcast "
                 "LDS.128), two keys a thread, 2 x 32 FP32 accumulators; FP32-FMA bound (~1 ms at M = 32, "
                 "262144 per-token keys, against ~490 us of key reads)",
-            supports=_supports_cuda, sources=("scan_fma.cu",)),
+            supports=_supports_fma, sources=("scan_fma.cu",)),
     Variant("scan_mma", "cuda", build_mma,
             why="tensor cores (mma.sync m16n8k16, bf16 / f16 from e4m3): keys straight from global memory "
                 "into A fragments by a dim permutation (16-byte loads of whole sectors), q's B fragments in "
@@ -294,9 +348,16 @@ SCAN_VARIANTS = (
             why="scan_mma_fp8x2 at launch bounds (128, 2): no spills (246 registers), 8 warps an SM, 64 KiB "
                 "in flight an SM",
             supports=_supports_fp8x2, sources=("scan_mma.cu",)),
+    Variant("scan_mma_e4m3", "cuda", build_e4m3,
+            why="FP8 keys x FP8 queries (q in e4m3, one FP32 scale a head, as serving engines feed their "
+                "fp8 index kernel): mma.sync m16n8k32 e4m3 x e4m3 with FP32 accumulate over the codes as "
+                "loaded (no per-byte cvt in the source; on sm_90 ptxas lowers it to F2FP + HMMA: "
+                "SCAN_NOTES), w x q_scale folded per head after the relu, x the key scale after the head "
+                "sum, warp tiles of 32 keys",
+            supports=_supports_e4m3, sources=("scan_mma.cu",)),
     Variant("torch_bmm", "cuda", lambda g, p, i, b: _TorchBmm(g, p, i, b),
             why="torch: bmm(keys, q^T) in BF16, relu, x w and the head sum in FP32, masked_fill -inf "
-                "(FP8 keys dequantized to BF16 in the step)",
+                "(FP8 keys dequantized to BF16 in the step; FP8 queries dequantized to BF16 once)",
             supports=_supports_torch, peer=True),
     Variant("ref_scan", "cpu", lambda g, p, i, b: _HostScan(g, p, i),
             why="float32 NumPy on the host, every stream", sources=("scan_spec.py",)),

@@ -335,7 +335,7 @@ def part_points(geometry, point) -> list[tuple[str, str, dict]]:
     if point["key_caching"] == "compress":
         parts.append(("kpool_compress", "compress_cuda", {"M": Mn, "context": ctx}))
     parts.append(("indexer_scan", "scan_mma", {"M": Mn, "context": ctx, "pooling": pool, "key_dtype": "bf16",
-                                               "key_layout": "cand_dim"}))
+                                               "key_layout": "cand_dim", "query_dtype": "bf16"}))
     parts.append(("dsa_topk", "radix_cluster", {"M": Mn, "context": ctx, "pooling": pool, "topk": topk,
                                                 "score_rows": "random"}))
     if pool == "pooled":
