@@ -168,6 +168,13 @@ def preflight(argv: list[str]) -> Preflight | None:
                 f2, s2 = _expand(more)
                 fixed += f2
                 sweeps += s2
+            # Hydra's basic sweeper numbers the jobs over its keys in this order: the experiment's
+            # sweeper params first (in the file's order; a key the command line also names keeps
+            # that place), then the command line's other keys. The plan must number them alike, or
+            # job N's folder would hold another job's key.
+            order = list(params)
+            sweeps = sorted(sweeps, key=lambda kv: (0, order.index(kv[0].lstrip("+~"))) if kv[0].lstrip("+~") in order
+                            else (1, 0))
         combos = list(itertools.product(*[[f"{k}={v}" for v in vals] for k, vals in sweeps])) or [()]
         if len(combos) > MAX_SWEEP_JOBS:
             fail(f"sweep: {len(combos)} jobs; allowed: at most {MAX_SWEEP_JOBS}")

@@ -158,9 +158,20 @@ def stored_job(job_dir: pathlib.Path, key: str) -> bool:
 
 
 def stored_count(sweep_dir: pathlib.Path, plan: dict[str, Any] | Plan) -> int:
-    """Jobs of the plan stored, repeats not counted (they store nothing)."""
+    """Jobs of the plan stored, repeats not counted (they store nothing): a planned key counts
+    when a job folder holds rows under it (its own number's folder, or, for a plan whose
+    numbering differed from Hydra's, as plans written before that was fixed could, another)."""
     jobs = plan.as_json()["jobs"] if isinstance(plan, Plan) else plan["jobs"]
-    return sum(stored_job(pathlib.Path(sweep_dir) / str(j["num"]), j["key"]) for j in jobs if "repeat_of" not in j)
+    wanted = {j["key"] for j in jobs if "repeat_of" not in j}
+    stored = set()
+    for meta_path in pathlib.Path(sweep_dir).glob(f"*/{store.META}"):
+        try:
+            key = json.loads(meta_path.read_text()).get("job_key")
+        except (json.JSONDecodeError, OSError):
+            continue
+        if key in wanted and stored_job(meta_path.parent, key):
+            stored.add(key)
+    return len(stored)
 
 
 def distinct_count(plan: dict[str, Any] | Plan) -> int:

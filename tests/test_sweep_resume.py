@@ -151,6 +151,23 @@ def test_a_grid_over_two_components_runs_each_distinct_point_once(fault_cli, tmp
     assert sweep.progress(folder) == (3, 3)
 
 
+def test_the_plan_numbers_jobs_as_hydra_does_when_the_command_line_sweeps_beside_the_experiment(cli, tmp_path):
+    """quickstart sweeps copy_mib in its own params; a key the command line sweeps comes after it
+    in Hydra's job order, whatever its place on the line: job N's folder holds the plan's job N."""
+    root = tmp_path / "store"
+    res = cli("-m", "timing.max_reps=3,4", "+experiment=quickstart", "backend=cpu", "timing.warmup=0",
+              "timing.min_reps=1", f"store.root={root}")
+    assert res.returncode == 0, res.stderr
+    (folder,) = _sweep_dirs(root)
+    plan = sweep.read_plan(folder)
+    assert len(plan["jobs"]) == 6 and "jobs: 6 of 6 stored" in res.stderr, res.stderr
+    for job in plan["jobs"]:
+        meta = json.loads((folder / str(job["num"]) / store.META).read_text())
+        assert meta["job_key"] == job["key"], (job, meta["overrides"])
+    assert [j["overrides"][-2:] for j in plan["jobs"][:2]] == [["copy_mib=4", "timing.max_reps=3"],
+                                                               ["copy_mib=4", "timing.max_reps=4"]]
+
+
 def test_job_keys_follow_what_decides_a_result(tmp_path):
     """The key changes with the point and with the code, not with the store's location."""
     from hydra import compose, initialize_config_dir
