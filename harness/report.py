@@ -248,7 +248,7 @@ def geometry_table(g: Geometry) -> str:
 def other_runs(published: pd.DataFrame, row: pd.Series, axes: Sequence[str]) -> pd.DataFrame:
     """The ok rows of other sweeps (published ones) that measured ``row``'s component, variant and
     point on the same kind of device: the runs a figure's run-to-run spread is taken over."""
-    from harness.verdicts import _same
+    from harness.verdicts import same_value
 
     if published.empty or "component" not in published.columns:
         return published
@@ -264,7 +264,7 @@ def other_runs(published: pd.DataFrame, row: pd.Series, axes: Sequence[str]) -> 
     for a in axes:
         if a not in published.columns:
             return published.iloc[0:0]
-        m &= published[a].map(lambda v, want=row[a]: _same(want, v) if want == want else v != v).astype(bool)
+        m &= published[a].map(lambda v, want=row[a]: same_value(want, v) if want == want else v != v).astype(bool)
     return published[m]
 
 
@@ -417,13 +417,13 @@ def _unread_axes(component: str) -> list[str]:
 
 
 def _pinned(df: pd.DataFrame, where: dict[str, Any]) -> pd.DataFrame:
-    from harness.verdicts import _same
+    from harness.verdicts import same_value
 
     for axis, value in where.items():
         if axis not in df.columns:
             return df.iloc[0:0]
         # as a bool mask: an empty frame's mapped column is an object Series, which would index columns
-        df = df[df[axis].map(lambda v, value=value: _same(value, v)).astype(bool)]
+        df = df[df[axis].map(lambda v, value=value: same_value(value, v)).astype(bool)]
     return df
 
 

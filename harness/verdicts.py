@@ -233,8 +233,10 @@ def _f(x: float) -> str:
     return "–" if x != x else (f"{x:.3g}" if abs(x) < 1000 else f"{x:.0f}")
 
 
-def _same(a: Any, b: Any) -> bool:
-    # numbers.Real: NumPy's integers (a row's axis value) are not ints
+def same_value(a: Any, b: Any) -> bool:
+    """Whether a stored axis value ``b`` is the value ``a`` a rule or point names: numbers by
+    value (32 is 32.0: a published rows.csv reads integer axes back as floats), else as text.
+    numbers.Real, because NumPy's integers (a row's axis value) are not ints."""
     if isinstance(a, numbers.Real) and not isinstance(a, (bool, np.bool_)):
         try:
             return float(a) == float(b)
@@ -275,7 +277,7 @@ def select(rows: pd.DataFrame, sel: Mapping[str, Any], metric: str) -> Pick:
         if axis not in rows.columns:
             pick.problem = f"no row matches (no stored row has the axis {axis})"
             return pick
-        m &= rows[axis].map(lambda v, value=value: _same(value, v))
+        m &= rows[axis].map(lambda v, value=value: same_value(value, v))
     here = rows[m]
     if sel["variant"] == FASTEST:
         peer = here["peer"].map(truthy) if "peer" in here else pd.Series(False, index=here.index)
