@@ -130,23 +130,37 @@ def store_rows(root: str | pathlib.Path) -> pd.DataFrame:
     return df
 
 
-def _matches(rows: pd.DataFrame, component: str, point: dict[str, Any]) -> pd.DataFrame:
-    sel = rows[(rows["component"] == component) & (rows["status"] == "ok") & (~rows["peer"].astype(bool))]
+def ours_by_component(rows: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """Our verified rows (status ok, not a peer's), split by component: what every part is priced
+    from, computed once per frame (a budget prices hundreds of parts over thousands of rows)."""
+    if rows.empty:
+        return {}
+    ours = rows[(rows["status"] == "ok") & (~rows["peer"].astype(bool))]
+    return {str(c): g for c, g in ours.groupby("component", sort=False)}
+
+
+def _matches(sel: pd.DataFrame, point: dict[str, Any]) -> pd.DataFrame:
     for key, value in point.items():
         if key not in sel.columns:
             return sel.iloc[0:0]
         col = sel[key]
-        sel = sel[(col.astype(str) == str(value)) | (pd.to_numeric(col, errors="coerce") == pd.to_numeric(value, errors="coerce"))]
+        try:  # a number (or a number written as text, "64") compares by value: 64 is 64.0
+            number = None if isinstance(value, bool) else float(value)
+        except (TypeError, ValueError):
+            number = None
+        sel = sel[(pd.to_numeric(col, errors="coerce") == number) if number is not None else (col.astype(str) == str(value))]
     return sel
 
 
-def pick(rows: pd.DataFrame, part: Part, M: int, context: int) -> dict[str, Any] | None:
+def pick(rows: pd.DataFrame, part: Part, M: int, context: int,
+         index: dict[str, pd.DataFrame] | None = None) -> dict[str, Any] | None:
     """Our fastest ok row for ``part`` at M (and the budget's context, where the component reads
-    one), with where it came from; None if no row was measured there."""
-    if rows.empty:
+    one), with where it came from; None if no row was measured there. ``index``: the frame's
+    ``ours_by_component``, when the caller prices many parts."""
+    index = ours_by_component(rows) if index is None else index
+    if part.component not in index:
         return None
-    point = {"M": M, **part.point}
-    cand = _matches(rows, part.component, point)
+    cand = _matches(index[part.component], {"M": M, **part.point})
     if "context" in cand.columns and cand["context"].notna().any():
         cand = cand[pd.to_numeric(cand["context"], errors="coerce") == context]
     if cand.empty:
@@ -178,7 +192,8 @@ class TermCost:
 def price(budget: Budget, rows: pd.DataFrame, geometry: Geometry, context: int | None = None) -> dict[int, list[TermCost]]:
     """Every term at every M of the budget, at its context (or ``context``)."""
     context = budget.context if context is None else context
-    return {M: [TermCost(t, [(p, pick(rows, p, M, context)) for p in t.parts], int(getattr(geometry, t.layers)))
+    index = ours_by_component(rows)
+    return {M: [TermCost(t, [(p, pick(rows, p, M, context, index)) for p in t.parts], int(getattr(geometry, t.layers)))
                 for t in budget.terms] for M in budget.Ms}
 
 
@@ -200,7 +215,12 @@ def curve_contexts(budget: Budget, rows: pd.DataFrame) -> list[int]:
 
 
 def curve(budget: Budget, rows: pd.DataFrame, geometry: Geometry) -> dict[int, dict[int, list[TermCost]]]:
-    """``{context: {M: [TermCost]}}`` at every context the rows hold for every part."""
+    """``{context: {M: [TermCost]}}`` at every context the rows hold for every part (none when the
+    budget draws no context curve)."""
+    if budget.curve is None:
+        return {}
+    parts = {p.component for t in budget.terms for p in t.parts}
+    rows = rows[rows["component"].isin(parts)] if len(rows) else rows
     return {ctx: price(budget, rows, geometry, ctx) for ctx in curve_contexts(budget, rows)}
 
 
