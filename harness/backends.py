@@ -112,8 +112,11 @@ class CudaBackend:
         if key not in self._modules:
             # CuPy's on-disk kernel cache keys on the code string and the options only, not on
             # the headers NVRTC reads: the hash of every compiled file, as a macro, is in the key.
-            opts = ("-std=c++17", "--use_fast_math", f"-arch={self.arch()}",
-                    f"-I{source.resolve().parent}", f"-DATTNBENCH_SOURCES_SHA={sha[:16]}", *options)
+            # An ``-arch=`` among the options (a kernel that needs an arch-specific target such as
+            # sm_90a's wgmma) replaces the device's; the other options are appended.
+            arch = next((o for o in options if o.startswith("-arch=")), f"-arch={self.arch()}")
+            opts = ("-std=c++17", "--use_fast_math", arch, f"-I{source.resolve().parent}",
+                    f"-DATTNBENCH_SOURCES_SHA={sha[:16]}", *(o for o in options if not o.startswith("-arch=")))
             # Keep exactly one arch flag: CuPy adds its own unless one is given.
             self._modules[key] = self.cp.RawModule(code=code, options=opts, backend="nvrtc")
         return self._modules[key]
