@@ -633,40 +633,50 @@ def test_wgmma_q_tile_reads_back_through_the_descriptor():
     assert not np.array_equal(_wgmma_reads(shifted, 128, 32), q[:, :32])
 
 
-def test_wgmma_key_tile_and_scales_read_back_and_only_eligible_rows_are_copied():
-    """issue_tile: thread i copies ids i + 128 j (j < 4): row r = id / 8, chunk c = id % 8 of key c0 + r
-    to sw128(r, c), src-size 0 (zeros, nothing read) at or past eligible; the 64 rows read back
-    through the descriptor (start = stage + 32 s) are the keys' codes, the rows past eligible zero."""
+def test_wgmma_key_tile_reads_back_and_only_eligible_rows_are_copied():
+    """issue_tile: thread i, copy j < 4 writes 16 bytes at dst0 + 2048 j (dst0 = sw128(i / 8, i % 8))
+    from byte 16 i + 2048 j of the tile's keys, src-size 0 (zeros, nothing read) unless row i / 8 + 16 j
+    is below eligible; that is sw128(r, c) of row r = id / 8, chunk c = id % 8 (id = i + 128 j), every
+    byte once, and the 64 rows read back through the descriptor (start = stage + 32 s) are the keys'
+    codes, the rows past eligible zero; at a fully eligible tile every row is copied."""
     rng = np.random.default_rng(6)
-    C, tile = 100, 1                       # the tile holds keys 64 .. 127: 36 real, elig = 90 cuts it
-    keys = rng.integers(1, 256, (C, 128))
-    elig = 90
     threads, T = _wgmma_define("SCAN_WGMMA_THREADS"), _wgmma_define("SCAN_WGMMA_TILE")
     assert T == 64
-    smem = np.full(T * 128, -1, np.int64)
-    read = np.zeros(C, int)
-    c0 = tile * T
-    for tid in range(threads):
-        for j in range(T * 128 // 16 // threads):
-            idx = tid + threads * j
-            r, c = idx >> 3, idx & 7
-            at = _sw128(r, c)
-            assert (smem[at:at + 16] == -1).all()
-            if c0 + r < elig:
-                smem[at:at + 16] = keys[c0 + r, 16 * c:16 * c + 16]
-                read[c0 + r] += 1
-            else:
-                smem[at:at + 16] = 0
-    assert (smem >= 0).all()
-    assert (read[c0:elig] == 8).all() and read[elig:].sum() == 0 and read[:c0].sum() == 0
-    want = np.zeros((T, 128), np.int64)
-    want[:elig - c0] = keys[c0:elig]
-    for s in range(4):
-        assert np.array_equal(_wgmma_reads(smem, 32 * s, T), want[:, 32 * s:32 * s + 32]), s
+    for C, tile, elig in ((100, 1, 90), (200, 1, 200), (64, 0, 0), (130, 2, 130)):
+        keys = rng.integers(1, 256, (C, 128))
+        flat = keys.reshape(-1)
+        smem = np.full(T * 128, -1, np.int64)
+        read = np.zeros(C, int)
+        c0 = tile * T
+        for tid in range(threads):
+            dst0 = _sw128(tid >> 3, tid & 7)
+            for j in range(T * 128 // 16 // threads):
+                idx = tid + threads * j
+                r, c = idx >> 3, idx & 7
+                at = dst0 + 2048 * j
+                assert at == _sw128(r, c) and r == (tid >> 3) + 16 * j
+                assert (smem[at:at + 16] == -1).all(), "a shared byte written twice"
+                src = (c0 * 128) + 16 * tid + 2048 * j            # byte of the stream's keys
+                if c0 + r < elig:
+                    assert src == (c0 + r) * 128 + 16 * c
+                    smem[at:at + 16] = flat[src:src + 16]
+                    read[c0 + r] += 1
+                else:
+                    smem[at:at + 16] = 0
+        assert (smem >= 0).all()
+        n = max(0, min(elig, c0 + T) - c0)
+        assert (read[c0:c0 + n] == 8).all() and read.sum() == 8 * n, "each eligible row's 8 chunks, nothing else"
+        want = np.zeros((T, 128), np.int64)
+        want[:n] = keys[c0:c0 + n]
+        for s in range(4):
+            assert np.array_equal(_wgmma_reads(smem, 32 * s, T), want[:, 32 * s:32 * s + 32]), (C, tile, s)
     text = (pathlib.Path(spec.__file__).parent / "scan_wgmma.cu").read_text()
     # the formulas modelled above, as the kernel writes them
-    assert "r * 128 + ((c ^ (r & 7)) << 4)" in text and "(1ull << 62)" in text and "(1024 >> 4) << 32" in text
-    assert "#define SCAN_WGMMA_K_BYTES (SCAN_WGMMA_TILE * SCAN_DIM)" in text
+    for formula in ("r * 128 + ((c ^ (r & 7)) << 4)", "sw128(threadIdx.x >> 3, threadIdx.x & 7)",
+                    "(stream + (size_t)c0) * SCAN_DIM + 16 * threadIdx.x", "c0 + (int)(threadIdx.x >> 3) + 16 * j",
+                    "(1ull << 62)", "(1024 >> 4) << 32", "da0 + 2 * s, db = q_desc + 2 * s",
+                    "#define SCAN_WGMMA_K_BYTES (SCAN_WGMMA_TILE * SCAN_DIM)"):
+        assert formula in text, formula
 
 
 def _clayout(warp: int, lane: int) -> list[tuple[int, int]]:
@@ -847,25 +857,50 @@ def test_the_wgmma_tolerance_admits_reduced_fp8_accumulation_and_not_a_wrong_sli
     assert not bad.ok
 
 
-def test_the_wgmma_launcher_asks_nvrtc_for_sm90a_and_one_arch_only():
-    """get_kernel's options reach CudaBackend.module; an -arch= among them replaces the device's
-    (NVRTC gets exactly one arch flag), the others are appended, and the cache keys on them. A fake
-    CuPy records what RawModule would have been given (no GPU here)."""
-    from harness.cuda import get_kernel
+def test_the_wgmma_launcher_asks_nvrtc_for_sm90a_and_one_arch_only(monkeypatch, tmp_path):
+    """get_kernel's options reach CudaBackend.module. Without an -arch= the source goes to
+    cupy.RawModule as before (CuPy appends the device's arch); with one (scan_wgmma's sm_90a) NVRTC is
+    called directly with exactly that arch flag (CuPy would append -arch=sm_90 after it), the other
+    options kept, the cubin written once and loaded by path, and the module cached. Fake CuPy and
+    NVRTC record the calls (no GPU here)."""
+    import sys
+    import tempfile
+    import types
 
-    made = []
+    from harness.cuda import get_kernel
+    from kernels.dsa_indexer.scan_variants import WGMMA_OPTIONS
+
+    made, compiled = [], []
 
     class _RawModule:
-        def __init__(self, code, options, backend):
-            made.append(options)
+        def __init__(self, code=None, options=(), backend=None, path=None):
+            made.append({"options": options, "path": path})
 
         def get_function(self, name):
             return SimpleNamespace(name=name, shared_size_bytes=0)
 
+    fake = types.ModuleType("cupy_backends.cuda.libs.nvrtc")
+    fake.NVRTCError = RuntimeError
+    fake.createProgram = lambda src, name, headers, include_names: 7
+    fake.compileProgram = lambda prog, options: compiled.append(list(options))
+    fake.getCUBIN = lambda prog: b"\x7fELF-cubin"
+    fake.destroyProgram = lambda prog: None
+    fake.getProgramLog = lambda prog: ""
+    for name in ("cupy_backends", "cupy_backends.cuda", "cupy_backends.cuda.libs"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, "cupy_backends.cuda.libs.nvrtc", fake)
+    sys.modules["cupy_backends.cuda.libs"].nvrtc = fake
+    monkeypatch.setattr(tempfile, "gettempdir", lambda: str(tmp_path))
+
     be = object.__new__(backends.CudaBackend)
     be.cp, be.props, be._modules = SimpleNamespace(RawModule=_RawModule), {"major": 9, "minor": 0}, {}
     src = pathlib.Path(spec.__file__).parent / "scan_wgmma.cu"
-    get_kernel(be, src, "scan_wgmma_e4m3", options=("-arch=sm_90a",))
+    get_kernel(be, src, "scan_wgmma_e4m3", options=WGMMA_OPTIONS)
+    get_kernel(be, src, "scan_wgmma_e4m3", options=WGMMA_OPTIONS)   # cached: no second compile
     get_kernel(be, src, "scan_wgmma_e4m3")
-    arches = [[o for o in opts if o.startswith("-arch=")] for opts in made]
-    assert arches == [["-arch=sm_90a"], ["-arch=sm_90"]], arches
+    assert len(compiled) == 1 and [o for o in compiled[0] if o.startswith("-arch")] == ["-arch=sm_90a"]
+    assert "-DSCAN_WGMMA_SM90A" in compiled[0] and f"-I{src.parent}" in compiled[0]
+    assert made[0]["path"] and pathlib.Path(made[0]["path"]).read_bytes() == b"\x7fELF-cubin"
+    assert len(made) == 2 and made[1]["path"] is None
+    assert [o for o in made[1]["options"] if o.startswith("-arch")] == ["-arch=sm_90"]
+    assert "-DSCAN_WGMMA_SM90A" not in made[1]["options"]

@@ -193,8 +193,10 @@ def _supports_wgmma(geometry, point) -> str | None:
     return _supports_cuda(geometry, point)
 
 
-# wgmma exists only on sm_90a (the arch-specific Hopper target): NVRTC must be asked for it by name.
+# wgmma exists only on sm_90a (the arch-specific Hopper target): NVRTC must be asked for it by name;
+# the define switches the kernel's wgmma body on (scan_wgmma.cu: without it the body is a trap).
 WGMMA_ARCH = "sm_90a"
+WGMMA_OPTIONS = (f"-arch={WGMMA_ARCH}", "-DSCAN_WGMMA_SM90A")
 
 
 def wgmma_launch(backend, fn, M: int, C: int) -> tuple[int, int, int]:
@@ -218,7 +220,12 @@ def build_wgmma(geometry, point, inputs, backend) -> KernelStep:
                          f"this one is {backend.arch()}")
     d = _Device(backend, inputs)
     Mn, C = int(point["M"]), spec.n_candidates(geometry, point)
-    fn = get_kernel(backend, HERE / "scan_wgmma.cu", "scan_wgmma_e4m3", options=(f"-arch={WGMMA_ARCH}",))
+    fn = get_kernel(backend, HERE / "scan_wgmma.cu", "scan_wgmma_e4m3", options=WGMMA_OPTIONS)
+    # 5 CTAs of 38 KiB static shared memory an SM (the persistent grid counts them): ask for the
+    # largest shared-memory carveout, so the driver's choice cannot leave fewer CTAs resident than
+    # the grid assumes (a CuPy Function without the attribute leaves it to the driver)
+    if hasattr(type(fn), "preferred_shared_memory_carveout"):
+        fn.preferred_shared_memory_carveout = 100
     threads, ctas, tpc = wgmma_launch(backend, fn, Mn, C)
     args = lambda b: (d.q, d.q_scales, d.w, d.keys, d.scales, d.eligible, b["scores"], np.int32(Mn),  # noqa: E731
                       np.int32(C), np.int32(tpc))

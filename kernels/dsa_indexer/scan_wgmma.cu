@@ -46,9 +46,10 @@ D (registers, 16 f32 a thread; CUTLASS CLayout_64xN): d[4 j + 2 v1 + v0] = row 1
 Work: the M x ceil(C / 64) tiles flattened stream-major; CTA b takes [b tpc, (b + 1) tpc) (a persistent
     grid, the launcher's). Control flow is CTA-uniform (wgmma and the barriers need every warp).
 
-The wgmma code exists only where the compiler targets sm_90a (__CUDA_ARCH_FEAT_SM90_ALL; the launcher
-compiles this file with -arch=sm_90a): for plain sm_90 (the repository's compile test) the kernel
-body is a trap, so a wrong-arch build fails loudly instead of scoring nothing. -DSCAN_WGMMA_UNGUARDED
+The wgmma code exists only where the build targets sm_90a (the launcher compiles this file with
+-arch=sm_90a -DSCAN_WGMMA_SM90A; nvcc -arch=sm_90a defines __CUDA_ARCH_FEAT_SM90_ALL): for plain sm_90
+(the repository's compile test) the kernel body is a trap, so a wrong-arch build fails loudly
+instead of scoring nothing. -DSCAN_WGMMA_UNGUARDED
 compiles the wgmma code for any arch: with -arch=sm_90, ptxas rejects it (SCAN_NOTES).
 Precision: wgmma's FP8 accumulation is not FP32 (DeepSeek-V3 report §3.3.2: about 14 bits kept on
     H800): SCAN_NOTES "wgmma e4m3"; the GPU test holds this variant to 5e-3, not 1e-5.
@@ -67,11 +68,21 @@ Precision: wgmma's FP8 accumulation is not FP32 (DeepSeek-V3 report §3.3.2: abo
 #define SCAN_WGMMA_SCALES_AT (SCAN_WGMMA_KEYS_AT + SCAN_WGMMA_STAGES * SCAN_WGMMA_K_BYTES)
 #define SCAN_WGMMA_SMEM (SCAN_WGMMA_SCALES_AT + SCAN_WGMMA_STAGES * SCAN_WGMMA_TILE * 4)
 
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(SCAN_WGMMA_UNGUARDED)
+// SCAN_WGMMA_SM90A: the launcher's define beside -arch=sm_90a (no reliance on NVRTC defining the
+// feature macro); __CUDA_ARCH_FEAT_SM90_ALL: nvcc -arch=sm_90a; SCAN_WGMMA_UNGUARDED: the arch check.
+#if defined(SCAN_WGMMA_SM90A) || defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(SCAN_WGMMA_UNGUARDED)
 #define SCAN_WGMMA_ENABLED 1
 #endif
 
 #ifdef SCAN_WGMMA_ENABLED
+
+// The 32-bit shared-memory address of a generic pointer into this CTA's shared memory (the two lines
+// topk_resident.cu and kda_common.cuh have; copied, as they are, rather than shared across files).
+__device__ __forceinline__ unsigned shared_addr(const void* p) {
+    unsigned a;
+    asm("{ .reg .u64 g; cvta.to.shared.u64 g, %1; cvt.u32.u64 %0, g; }" : "=r"(a) : "l"(p));
+    return a;
+}
 
 // The byte of 16-byte chunk c of row r in a 128-byte-swizzled K-major tile (header).
 __device__ __forceinline__ unsigned sw128(int r, int c) { return (unsigned)(r * 128 + ((c ^ (r & 7)) << 4)); }
@@ -135,21 +146,31 @@ struct Cursor {
     }
 };
 
-// Tile `at` of the walk into stage `stage` by cp.async (this thread's 4 chunks and, threads < 64, one
-// scale); rows at or past elig are zero-filled (src-size 0, the address clamped to the stream's row
-// 0: nothing past eligible is read). A warp covers 4 whole key rows (512 contiguous bytes).
-__device__ __forceinline__ void issue_tile(const Cursor& at, unsigned base, int stage,
+// Tile `at` of the walk into stage `stage` by cp.async: thread i copies ids i + 128 j (j < 4), row r =
+// id / 8 = i / 8 + 16 j, chunk c = id % 8 = i % 8 of key c0 + r, to sw128(r, c) = sw128(i / 8, i % 8) +
+// 2048 j (16 j leaves r % 8 alone) from byte 16 id = 16 i + 2048 j of the tile's keys: one base
+// pointer a tile and immediate offsets (dst0 = the thread's sw128(i / 8, i % 8)). A warp covers 4
+// whole key rows (512 contiguous bytes). Rows at or past elig are zero-filled (src-size 0, the
+// address clamped to the stream's row 0: nothing past eligible is read); threads < 64 copy one scale.
+__device__ __forceinline__ void issue_tile(const Cursor& at, unsigned base, unsigned dst0, int stage,
                                            const unsigned char* __restrict__ keys, const float* __restrict__ scales,
                                            int C) {
+    constexpr int J = SCAN_WGMMA_K_BYTES / 16 / SCAN_WGMMA_THREADS;   // 4
+    constexpr int STEP = SCAN_WGMMA_THREADS * 16;                     // 2048 bytes = 16 rows
     const int c0 = at.tile * SCAN_WGMMA_TILE;
     const size_t stream = (size_t)at.m * (size_t)C;
-    const unsigned tile_at = base + SCAN_WGMMA_KEYS_AT + stage * SCAN_WGMMA_K_BYTES;
+    const unsigned dst = base + SCAN_WGMMA_KEYS_AT + stage * SCAN_WGMMA_K_BYTES + dst0;
+    const unsigned char* src = keys + (stream + (size_t)c0) * SCAN_DIM + 16 * threadIdx.x;
+    if (c0 + SCAN_WGMMA_TILE <= at.elig) {  // CTA-uniform: every row eligible
 #pragma unroll
-    for (int j = 0; j < SCAN_WGMMA_K_BYTES / 16 / SCAN_WGMMA_THREADS; ++j) {
-        const int id = threadIdx.x + SCAN_WGMMA_THREADS * j;
-        const int r = id >> 3, c = id & 7;
-        const bool ok = c0 + r < at.elig;
-        cp_async16(tile_at + sw128(r, c), keys + (stream + (size_t)(ok ? c0 + r : 0)) * SCAN_DIM + 16 * c, ok ? 16 : 0);
+        for (int j = 0; j < J; ++j) cp_async16(dst + STEP * j, src + STEP * j, 16);
+    } else {
+#pragma unroll
+        for (int j = 0; j < J; ++j) {
+            const bool ok = c0 + (int)(threadIdx.x >> 3) + 16 * j < at.elig;
+            cp_async16(dst + STEP * j, ok ? (const void*)(src + STEP * j) : (const void*)(keys + stream * SCAN_DIM),
+                       ok ? 16 : 0);
+        }
     }
     if (threadIdx.x < SCAN_WGMMA_TILE) {
         const int r = threadIdx.x;
@@ -186,7 +207,7 @@ scan_wgmma_e4m3(const unsigned char* __restrict__ q, const float* __restrict__ q
     // The tiles at a 1024-byte aligned shared address (the 128-byte swizzle's atoms), placed inside
     // the array at run time: nothing relies on where the compiler puts it.
     __shared__ __align__(1024) unsigned char raw[SCAN_WGMMA_SMEM + 1024];
-    const unsigned raw_addr = (unsigned)__cvta_generic_to_shared(raw);
+    const unsigned raw_addr = shared_addr(raw);
     const unsigned pad = (1024u - (raw_addr & 1023u)) & 1023u;
     unsigned char* smem = raw + pad;
     const unsigned base = raw_addr + pad;
@@ -200,18 +221,20 @@ scan_wgmma_e4m3(const unsigned char* __restrict__ q, const float* __restrict__ q
     const int last = min(first + tiles_per_cta, total);
     if (first >= last) return;  // CTA-uniform: the whole CTA leaves, no barrier is left waiting
 
+    const unsigned dst0 = sw128(threadIdx.x >> 3, threadIdx.x & 7);  // this thread's chunk in a key tile
     Cursor cur{first / ntiles, first % ntiles, 0};
     cur.elig = ld_nc_s32(eligible + cur.m);
     Cursor ahead = cur;  // the next tile to issue
 #pragma unroll
     for (int k = 0; k < SCAN_WGMMA_STAGES - 1; ++k) {
         if (first + k < last) {
-            issue_tile(ahead, base, k, keys, scales, C);
+            issue_tile(ahead, base, dst0, k, keys, scales, C);
             ahead.advance(eligible, M, ntiles);
         }
         cp_async_commit();
     }
 
+    const unsigned long long q_desc = wgmma_desc_sw128(base);
     float wr[4][2];
     int q_stream = -1;  // the stream whose q sits in shared memory
 #pragma unroll 1
@@ -226,17 +249,18 @@ scan_wgmma_e4m3(const unsigned char* __restrict__ q, const float* __restrict__ q
         fence_async_shared();
         __syncthreads();         // every thread's tile-k copies (and q) visible; tile k - 1 fully consumed
         if (first + k + SCAN_WGMMA_STAGES - 1 < last) {
-            issue_tile(ahead, base, (k + SCAN_WGMMA_STAGES - 1) % SCAN_WGMMA_STAGES, keys, scales, C);
+            issue_tile(ahead, base, dst0, (k + SCAN_WGMMA_STAGES - 1) % SCAN_WGMMA_STAGES, keys, scales, C);
             ahead.advance(eligible, M, ntiles);
         }
         cp_async_commit();
 
         float d[16];
-        const unsigned a_at = base + SCAN_WGMMA_KEYS_AT + stage * SCAN_WGMMA_K_BYTES;
+        const unsigned long long da0 = wgmma_desc_sw128(base + SCAN_WGMMA_KEYS_AT + stage * SCAN_WGMMA_K_BYTES);
         wgmma_fence();
 #pragma unroll
         for (int s = 0; s < 4; ++s) {
-            const unsigned long long da = wgmma_desc_sw128(a_at + 32 * s), db = wgmma_desc_sw128(base + 32 * s);
+            // + 32 s bytes = + 2 s in the start-address field (< 2^14 units: no carry out of it)
+            const unsigned long long da = da0 + 2 * s, db = q_desc + 2 * s;
             if (s == 0) wgmma_e4m3_ss<false>(d, da, db);
             else wgmma_e4m3_ss<true>(d, da, db);
         }
