@@ -3,7 +3,8 @@
 ``cuda``: CuPy on the first visible GPU. Kernels are compiled from the component's ``.cu`` files by
 NVRTC through ``cupy.RawModule`` for whatever GPU is present (``sm_90`` on the H200), cached per
 (source, options); a kernel that names its own ``-arch=`` (sm_90a for wgmma) is compiled by NVRTC
-directly with that one arch and loaded as a cubin. Every launch goes on ``backend.stream``; timing records its events there.
+directly with that one arch and loaded as a cubin. Every launch goes on ``backend.stream``; timing
+records its events there.
 
 ``cpu``: the float64 references at small sizes, timed with the host clock. Every figure a CPU
 backend produces carries ``backend=cpu`` and is labelled "CPU reference backend" in reports.
