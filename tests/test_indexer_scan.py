@@ -900,6 +900,7 @@ def test_the_wgmma_launcher_asks_nvrtc_for_sm90a_and_one_arch_only(monkeypatch, 
     get_kernel(be, src, "scan_wgmma_e4m3")
     assert len(compiled) == 1 and [o for o in compiled[0] if o.startswith("-arch")] == ["-arch=sm_90a"]
     assert "-DSCAN_WGMMA_SM90A" in compiled[0] and f"-I{src.parent}" in compiled[0]
+    assert "--device-as-default-execution-space" in compiled[0] and "--use_fast_math" in compiled[0]
     assert made[0]["path"] and pathlib.Path(made[0]["path"]).read_bytes() == b"\x7fELF-cubin"
     assert len(made) == 2 and made[1]["path"] is None
     assert [o for o in made[1]["options"] if o.startswith("-arch")] == ["-arch=sm_90"]
