@@ -2,7 +2,9 @@
 
 ``cuda``: CuPy on the first visible GPU. Kernels are compiled from the component's ``.cu`` files by
 NVRTC through ``cupy.RawModule`` for whatever GPU is present (``sm_90`` on the H200), cached per
-(source, options). Every launch goes on ``backend.stream``; timing records its events there.
+(source, options); a kernel that names its own ``-arch=`` (sm_90a for wgmma) is compiled by NVRTC
+directly with that one arch and loaded as a cubin. Every launch goes on ``backend.stream``; timing
+records its events there.
 
 ``cpu``: the float64 references at small sizes, timed with the host clock. Every figure a CPU
 backend produces carries ``backend=cpu`` and is labelled "CPU reference backend" in reports.
@@ -112,11 +114,49 @@ class CudaBackend:
         if key not in self._modules:
             # CuPy's on-disk kernel cache keys on the code string and the options only, not on
             # the headers NVRTC reads: the hash of every compiled file, as a macro, is in the key.
-            opts = ("-std=c++17", "--use_fast_math", f"-arch={self.arch()}",
-                    f"-I{source.resolve().parent}", f"-DATTNBENCH_SOURCES_SHA={sha[:16]}", *options)
-            # Keep exactly one arch flag: CuPy adds its own unless one is given.
-            self._modules[key] = self.cp.RawModule(code=code, options=opts, backend="nvrtc")
+            # An ``-arch=`` among the options (a kernel that needs an arch-specific target such as
+            # sm_90a's wgmma) replaces the device's; the other options are appended.
+            override = [o for o in options if o.startswith("-arch=")]
+            arch = override[-1] if override else f"-arch={self.arch()}"
+            opts = ("-std=c++17", "--use_fast_math", arch, f"-I{source.resolve().parent}",
+                    f"-DATTNBENCH_SOURCES_SHA={sha[:16]}", *(o for o in options if not o.startswith("-arch=")))
+            if override:
+                # CuPy's RawModule appends its own -arch=sm_<device> after the options (cupy 14,
+                # cupy/cuda/compiler.py), so an arch-specific target is compiled here with NVRTC
+                # directly, with exactly that one arch flag, and the cubin loaded by path.
+                self._modules[key] = self._nvrtc_cubin_module(code, source, opts, sha)
+            else:
+                self._modules[key] = self.cp.RawModule(code=code, options=opts, backend="nvrtc")
         return self._modules[key]
+
+    def _nvrtc_cubin_module(self, code: str, source: pathlib.Path, opts: tuple[str, ...], sha: str):
+        """``code`` compiled by NVRTC with exactly ``opts`` into a cubin (kept under the system temp
+        folder, named by the sources' hash and the options), loaded as a ``cupy.RawModule``."""
+        import hashlib
+        import tempfile
+
+        from cupy_backends.cuda.libs import nvrtc
+
+        folder = pathlib.Path(tempfile.gettempdir()) / "attnbench-cubins"
+        folder.mkdir(exist_ok=True)
+        path = folder / f"{source.stem}-{hashlib.sha256((sha + repr(opts)).encode()).hexdigest()[:32]}.cubin"
+        if not path.is_file():
+            prog = nvrtc.createProgram(code, source.name, (), ())
+            try:
+                try:
+                    # the one option CuPy's own NVRTC path adds for NVRTC >= 12 (sm_90a needs 12+),
+                    # so a source compiles here exactly as it would through RawModule
+                    nvrtc.compileProgram(prog, [*opts, "--device-as-default-execution-space"])
+                except nvrtc.NVRTCError as exc:
+                    raise RuntimeError(f"NVRTC failed on {source.name} with {' '.join(opts)}:\n"
+                                       f"{nvrtc.getProgramLog(prog)}") from exc
+                cubin = nvrtc.getCUBIN(prog)
+            finally:
+                nvrtc.destroyProgram(prog)
+            tmp = path.with_suffix(f".{id(self)}.tmp")
+            tmp.write_bytes(cubin)
+            tmp.replace(path)   # atomic: a concurrent reader never sees half a file
+        return self.cp.RawModule(path=str(path))
 
     def launch(self, kernel, grid: tuple[int, ...], block: tuple[int, ...], args: tuple,
                shared_mem: int = 0, programmatic: bool = False) -> None:

@@ -26,10 +26,12 @@ from harness.registry import Launch
 STATIC_SMEM_LIMIT = 48 * 1024  # above this, dynamic shared memory needs an opt-in
 
 
-def get_kernel(backend, source: str | pathlib.Path, symbol: str, dyn_smem: int = 0):
+def get_kernel(backend, source: str | pathlib.Path, symbol: str, dyn_smem: int = 0, options: tuple[str, ...] = ()):
     """``symbol`` from ``source``, allowed ``dyn_smem`` bytes of dynamic shared memory (above
-    48 KiB that needs an opt-in, refused when the device cannot give it)."""
-    kernel = backend.module(pathlib.Path(source)).get_function(symbol)
+    48 KiB that needs an opt-in, refused when the device cannot give it). ``options``: extra NVRTC
+    options for this source (an ``-arch=`` one replaces the device's: ``CudaBackend.module``)."""
+    path = pathlib.Path(source)
+    kernel = (backend.module(path, tuple(options)) if options else backend.module(path)).get_function(symbol)
     if dyn_smem > STATIC_SMEM_LIMIT:
         optin = int(backend.props.get("sharedMemPerBlockOptin", 0))
         if dyn_smem + int(kernel.shared_size_bytes) > optin:

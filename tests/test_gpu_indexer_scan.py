@@ -1,8 +1,9 @@
 """GPU: every CUDA variant of indexer_scan and indexer_stream (both key layouts, bf16 and fp8 keys,
-bf16 queries; fp8 keys with fp8 queries, where scan_mma_e4m3 and torch_bmm run and the rest say
-why not) against the reference, through the runner's own verification (on the reference's sample of
-streams), at irregular and model shapes; our own scan designs held to 1e-5 (the component's
-tolerance admits torch's BF16 rounding); and streams with few or no eligible candidates.
+bf16 queries; fp8 keys with fp8 queries, where scan_mma_e4m3, scan_wgmma_e4m3 and torch_bmm run and
+the rest say why not) against the reference, through the runner's own verification (on the
+reference's sample of streams), at irregular and model shapes; our own scan designs held to 1e-5
+(scan_wgmma_e4m3 to 5e-3: FP8 wgmma accumulation; the component's tolerance admits torch's BF16
+rounding); and streams with few or no eligible candidates.
 Skipped without a GPU."""
 
 from __future__ import annotations
@@ -23,6 +24,11 @@ GEOMETRY = load_fuel()
 ONCE = SimpleNamespace(warmup=0, min_reps=1, max_reps=2, min_time_ms=0.0, max_noise=1.0, timeout_s=5.0,
                        cache="flush", graph=False, chain=1)
 OURS_TOLERANCE = 1e-5   # FP32 accumulation of exact products: ~1e-7 (scan_spec.checks)
+# scan_wgmma_e4m3: Hopper's FP8 wgmma accumulates with reduced internal precision (DeepSeek-V3
+# report §3.3.2: about 14 bits kept on H800), each of its 4 k-steps a sum of 32 products: expected
+# ~1e-4 norm-wise; 5e-3 leaves room for truncation bias and still fails any wrong q / key byte
+# (O(1) errors) and stays under the component's 1e-2 (SCAN_NOTES "wgmma e4m3").
+VARIANT_TOLERANCE = {"scan_wgmma_e4m3": 5e-3}
 SHAPES = [
     {"M": 1, "context": 1028, "pooling": "per_token"},        # one stream, a ragged last tile
     {"M": 3, "context": 8204, "pooling": "pooled"},           # C = 2051: not a multiple of 16 or 64
@@ -63,7 +69,8 @@ def test_cuda_variant_matches_the_reference(backend, component, variant, point):
     row = runner.measure(comp, variant, point, GEOMETRY, backend, ONCE, seed=17, roofline=None)
     assert row["status"] == "ok", row["reason"]
     if component == "indexer_scan" and not variant.peer:
-        assert row["rel_err"] <= OURS_TOLERANCE, f"{variant.name}: rel_err {row['rel_err']:.3e}"
+        tol = VARIANT_TOLERANCE.get(variant.name, OURS_TOLERANCE)
+        assert row["rel_err"] <= tol, f"{variant.name}: rel_err {row['rel_err']:.3e} > {tol:.0e}"
 
 
 @pytest.mark.parametrize("layout,dtype,qdtype", [(lay, kd, qd) for lay in scan_spec.KEY_LAYOUTS for kd, qd in DTYPES])

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from harness import backends, registry, runner
-from harness.verify import compare
+from harness.verify import RelErr, compare
 from kernels import fp8
 from kernels.dsa_indexer import reference as dsa_ref
 from kernels.dsa_indexer import scan_spec as spec
@@ -572,3 +572,336 @@ def test_the_host_scan_takes_fp8_queries_through_the_runner(geometry):
                          roofline=None)
     assert row["status"] == "ok", row["reason"]
     assert row["rel_err"] < 1e-5, "float32 on the host is near 1e-7"
+
+
+# -- scan_wgmma_e4m3 (wgmma m64n32k32 e4m3 on sm_90a): NumPy models of scan_wgmma.cu --------------------
+
+
+def _wgmma_define(name: str) -> int:
+    from kernels.dsa_indexer.scan_variants import define
+    return define("scan_wgmma.cu", name)
+
+
+def _sw128(r: int, c: int) -> int:
+    """scan_wgmma.cu's sw128: the byte of 16-byte chunk c of row r in a 128-byte-swizzled tile."""
+    return r * 128 + ((c ^ (r & 7)) << 4)
+
+
+def _wgmma_reads(smem: np.ndarray, start: int, rows: int, sbo: int = 1024, swizzle: bool = True) -> np.ndarray:
+    """What one wgmma reads of a K-major 8-bit operand through a SWIZZLE_128B descriptor at byte
+    ``start``: [rows, 32] bytes, element (r, k) at a = start + (r // 8) SBO + (r % 8) 128 + k, then the
+    128-byte swizzle of the address (bits [4, 7) XOR bits [7, 10): CUTLASS's Swizzle<3, 4, 3> of
+    GMMA::Layout_K_SW128_Atom, which the hardware applies to the whole shared address; hence
+    1024-aligned tiles and DeepGEMM's +32 bytes a k-step)."""
+    r = np.arange(rows)[:, None]
+    k = np.arange(32)[None, :]
+    a = start + (r // 8) * sbo + (r % 8) * 128 + k
+    if swizzle:
+        a = a ^ (((a >> 7) & 7) << 4)
+    return smem[a]
+
+
+def _q_tile(q_codes: np.ndarray) -> np.ndarray:
+    """write_q: 256 16-byte chunks, thread i writes ids i + 128 j: head h = id / 8, chunk c = id % 8,
+    q bytes [16 c, +16) of head h at sw128(h, c)."""
+    smem = np.full(4096, -1, np.int64)
+    threads = _wgmma_define("SCAN_WGMMA_THREADS")
+    for tid in range(threads):
+        for j in range(4096 // 16 // threads):
+            idx = tid + threads * j
+            h, c = idx >> 3, idx & 7
+            at = _sw128(h, c)
+            assert (smem[at:at + 16] == -1).all(), "a q byte written twice"
+            smem[at:at + 16] = q_codes[h, 16 * c:16 * c + 16]
+    assert (smem >= 0).all(), "every byte of q's tile is written"
+    return smem
+
+
+def test_wgmma_q_tile_reads_back_through_the_descriptor():
+    """q written by write_q's formula, read through the descriptor's address generation (start = the
+    tile + 32 s, SBO 1024): k-step s of head n is q[n, 32 s .. 32 s + 31] exactly; the same bytes
+    read without the swizzle, or with another SBO, are not (the model can fail)."""
+    rng = np.random.default_rng(5)
+    q = rng.integers(0, 256, (32, 128))
+    smem = _q_tile(q)
+    for s in range(4):
+        assert np.array_equal(_wgmma_reads(smem, 32 * s, 32), q[:, 32 * s:32 * s + 32]), s
+    assert not np.array_equal(_wgmma_reads(smem, 32, 32, swizzle=False), q[:, 32:64])
+    assert not np.array_equal(_wgmma_reads(np.concatenate([smem, smem]), 0, 32, sbo=512), q[:, :32])
+    # the start address must be 1024-aligned: 128 bytes off, the swizzle rows shift and the reads break
+    shifted = np.concatenate([np.zeros(128, np.int64), smem, np.zeros(1024, np.int64)])
+    assert not np.array_equal(_wgmma_reads(shifted, 128, 32), q[:, :32])
+
+
+def test_wgmma_key_tile_reads_back_and_only_eligible_rows_are_copied():
+    """issue_tile: thread i, copy j < 4 writes 16 bytes at dst0 + 2048 j (dst0 = sw128(i / 8, i % 8))
+    from byte 16 i + 2048 j of the tile's keys, src-size 0 (zeros, nothing read) unless row i / 8 + 16 j
+    is below eligible; that is sw128(r, c) of row r = id / 8, chunk c = id % 8 (id = i + 128 j), every
+    byte once, and the 64 rows read back through the descriptor (start = stage + 32 s) are the keys'
+    codes, the rows past eligible zero; at a fully eligible tile every row is copied."""
+    rng = np.random.default_rng(6)
+    threads, T = _wgmma_define("SCAN_WGMMA_THREADS"), _wgmma_define("SCAN_WGMMA_TILE")
+    assert T == 64
+    for C, tile, elig in ((100, 1, 90), (200, 1, 200), (64, 0, 0), (130, 2, 130)):
+        keys = rng.integers(1, 256, (C, 128))
+        flat = keys.reshape(-1)
+        smem = np.full(T * 128, -1, np.int64)
+        read = np.zeros(C, int)
+        c0 = tile * T
+        for tid in range(threads):
+            dst0 = _sw128(tid >> 3, tid & 7)
+            for j in range(T * 128 // 16 // threads):
+                idx = tid + threads * j
+                r, c = idx >> 3, idx & 7
+                at = dst0 + 2048 * j
+                assert at == _sw128(r, c) and r == (tid >> 3) + 16 * j
+                assert (smem[at:at + 16] == -1).all(), "a shared byte written twice"
+                src = (c0 * 128) + 16 * tid + 2048 * j            # byte of the stream's keys
+                if c0 + r < elig:
+                    assert src == (c0 + r) * 128 + 16 * c
+                    smem[at:at + 16] = flat[src:src + 16]
+                    read[c0 + r] += 1
+                else:
+                    smem[at:at + 16] = 0
+        assert (smem >= 0).all()
+        n = max(0, min(elig, c0 + T) - c0)
+        assert (read[c0:c0 + n] == 8).all() and read.sum() == 8 * n, "each eligible row's 8 chunks, nothing else"
+        want = np.zeros((T, 128), np.int64)
+        want[:n] = keys[c0:c0 + n]
+        for s in range(4):
+            assert np.array_equal(_wgmma_reads(smem, 32 * s, T), want[:, 32 * s:32 * s + 32]), (C, tile, s)
+    text = (pathlib.Path(spec.__file__).parent / "scan_wgmma.cu").read_text()
+    # the formulas modelled above, as the kernel writes them
+    for formula in ("r * 128 + ((c ^ (r & 7)) << 4)", "sw128(threadIdx.x >> 3, threadIdx.x & 7)",
+                    "(stream + (size_t)c0) * SCAN_DIM + 16 * threadIdx.x", "c0 + (int)(threadIdx.x >> 3) + 16 * j",
+                    "(1ull << 62)", "(1024 >> 4) << 32", "da0 + 2 * s, db = q_desc + 2 * s",
+                    "#define SCAN_WGMMA_K_BYTES (SCAN_WGMMA_TILE * SCAN_DIM)"):
+        assert formula in text, formula
+
+
+def _clayout(warp: int, lane: int) -> list[tuple[int, int]]:
+    """CUTLASS CLayout_64xN (N = 32) for one thread: d[4 j + 2 v1 + v0] = (row 16 warp + g + 8 v1, head
+    8 j + 2 t + v0)."""
+    g, t = lane >> 2, lane & 3
+    return [(16 * warp + g + 8 * ((i >> 1) & 1), 8 * (i >> 2) + 2 * t + (i & 1)) for i in range(16)]
+
+
+def test_wgmma_epilogue_gives_the_reference_scores():
+    """The epilogue on the D fragments (every (row, head) held exactly once over the warpgroup): each
+    thread's 8 heads x relu x wq summed, the quad's 4 threads summed (the two shuffles), row g from t
+    = 0 and row g + 8 from t = 1, x the key scale: the reference rule on the dequantized values."""
+    rng = np.random.default_rng(9)
+    key_codes = spec._e4m3_codes(np, (rng.standard_normal((64, 128)) * 100).astype(np.float32))
+    q_codes, q_scales = fp8.quantize_rows(rng.standard_normal((32, 128)))
+    kv, qv = fp8.decode_e4m3(key_codes).astype(np.float64), fp8.decode_e4m3(q_codes).astype(np.float64)
+    D = kv @ qv.T                                          # what the 4 wgmma sum (exact here)
+    w = rng.standard_normal(32).astype(np.float32) / 64
+    wq = (w * q_scales).astype(np.float64)
+    key_scales = (3 / 448 * np.exp2(rng.random(64) - 0.5)).astype(np.float64)
+    seen = np.zeros((64, 32), int)
+    got = np.full(64, np.nan)
+    for warp in range(4):
+        part = {}
+        for lane in range(32):
+            els = _clayout(warp, lane)
+            for row, head in els:
+                seen[row, head] += 1
+            g, t = lane >> 2, lane & 3
+            lo = sum(wq[h] * max(D[r, h], 0) for r, h in els if r == 16 * warp + g)
+            hi = sum(wq[h] * max(D[r, h], 0) for r, h in els if r == 16 * warp + g + 8)
+            part[lane] = (lo, hi)
+        for lane in range(32):
+            g, t = lane >> 2, lane & 3
+            quad = [part[4 * g + u] for u in range(4)]
+            if t < 2:
+                r = 16 * warp + g + 8 * (t & 1)
+                assert np.isnan(got[r]), "a row scored twice"
+                got[r] = sum(p[t & 1] for p in quad) * key_scales[r]
+    assert (seen == 1).all(), "CLayout covers every (row, head) once"
+    want = dsa_ref.index_scores(qv * q_scales[:, None].astype(np.float64), w, kv * key_scales[:, None], 64)
+    assert np.abs(got - want).max() <= 1e-6 * np.abs(want).max()
+
+
+def _wgmma_walk(M: int, C: int, elig: list[int], ctas: int) -> tuple[np.ndarray, np.ndarray]:
+    """scan_wgmma_e4m3's per-CTA pipeline in Python (prologue, then per tile: wait_group STAGES - 2,
+    read stage k % STAGES, issue tile k + STAGES - 1 into stage (k - 1) % STAGES, the epilogue), with
+    the Cursor walk: how often each score is written and each key row copied. Asserts, per CTA, that
+    the stage a tile is read from holds that tile and its copy group is complete, that no issue
+    overwrites a stage before its tile was consumed, and that eligible is never read past M."""
+    from kernels.dsa_indexer.scan_variants import mma_tiles_per_warp
+
+    S, T = _wgmma_define("SCAN_WGMMA_STAGES"), _wgmma_define("SCAN_WGMMA_TILE")
+    ntiles = -(-C // T)
+    total = M * ntiles
+    tpc = mma_tiles_per_warp(total, ctas, 1)
+    written, copied = np.zeros((M, C), int), np.zeros((M, C), int)
+
+    def advance(cur):
+        m, tile, e = cur
+        tile += 1
+        if tile == ntiles:
+            tile, m = 0, m + 1
+            e = elig[m] if m < M else 0        # the kernel's guard: never eligible[M]
+        return (m, tile, e)
+
+    for b in range(-(-total // tpc)):
+        first, last = b * tpc, min(b * tpc + tpc, total)
+        cur = (first // ntiles, first % ntiles, elig[first // ntiles])
+        ahead = cur
+        stage_holds = [None] * S               # the flattened tile index each stage holds
+        groups = []                            # tile index per commit group (None: empty)
+        consumed = set()
+
+        def issue(stage, at, idx):
+            m, tile, e = at
+            assert stage_holds[stage] is None or stage_holds[stage] in consumed, "a stage overwritten unread"
+            assert (m, tile) == divmod(idx, ntiles)
+            rows = tile * T + np.arange(T)
+            copied[m, rows[rows < e]] += 1
+            stage_holds[stage] = idx
+
+        for k in range(S - 1):
+            if first + k < last:
+                issue(k, ahead, first + k)
+                ahead = advance(ahead)
+                groups.append(first + k)
+            else:
+                groups.append(None)
+        k = 0
+        while first + k < last:
+            complete = len(groups) - (S - 2)   # wait_group S - 2: all but the newest S - 2 groups done
+            assert k < complete and groups[k] == first + k
+            stage = k % S
+            assert stage_holds[stage] == first + k
+            if first + k + S - 1 < last:
+                issue((k + S - 1) % S, ahead, first + k + S - 1)
+                ahead = advance(ahead)
+                groups.append(first + k + S - 1)
+            else:
+                groups.append(None)
+            m, tile, e = cur
+            assert (m, tile) == divmod(first + k, ntiles)
+            rows = tile * T + np.arange(T)
+            written[m, rows[rows < C]] += 1
+            consumed.add(first + k)
+            cur = advance(cur)
+            k += 1
+    return written, copied
+
+
+def test_the_wgmma_walk_writes_every_score_once_and_copies_only_eligible_keys():
+    """Ragged C (the last tile past C unwritten), streams of unequal eligibility, CTAs whose runs
+    cross streams, a CTA with fewer tiles than stages: every score once, every eligible key copied
+    exactly once, nothing past eligible."""
+    for M, C, ctas in ((3, 2051, 5), (1, 1028, 1), (5, 64, 2), (4, 100, 7), (2, 4100, 3)):
+        elig = [max(0, C - 37 * m) for m in range(M)]
+        written, copied = _wgmma_walk(M, C, elig, ctas)
+        assert (written == 1).all(), (M, C, ctas)
+        for m in range(M):
+            assert (copied[m, :elig[m]] == 1).all() and (copied[m, elig[m]:] == 0).all(), (M, C, m)
+
+
+def test_the_wgmma_variant_runs_fp8_keys_and_queries_on_cand_dim_only(geometry):
+    comp = registry.get("indexer_scan")
+    v = comp.variant("scan_wgmma_e4m3")
+    assert v.supports(geometry, _q8_point()) is None
+    for point, word in ((_point(key_dtype="fp8"), "query_dtype bf16"), (_point(query_dtype="fp8"), "key_dtype bf16"),
+                        (_q8_point(key_layout="dim_cand"), "cand_dim only")):
+        reason = v.supports(geometry, point)
+        assert reason and word in reason and "\n" not in reason, reason
+    assert v.sources == ("scan_wgmma.cu",)
+    from kernels.dsa_indexer.scan_variants import WGMMA_ARCH
+    assert WGMMA_ARCH == "sm_90a"
+
+
+WGMMA_TOLERANCE = 5e-3   # tests/test_gpu_indexer_scan.py's VARIANT_TOLERANCE["scan_wgmma_e4m3"]
+
+
+def _reduced_accumulation(P: np.ndarray, bits: int = 14) -> np.ndarray:
+    """A pessimistic model of the FP8 wgmma's accumulation: per k-step, the 32 products and the
+    running sum aligned to the largest one's exponent and truncated toward zero to ``bits`` bits, then
+    summed. P: [..., 4 steps, 32] products; returns [...]."""
+    acc = np.zeros(P.shape[:-2])
+    for s in range(P.shape[-2]):
+        terms = np.concatenate([P[..., s, :], acc[..., None]], axis=-1)
+        top = np.abs(terms).max(axis=-1, keepdims=True)
+        ulp = np.exp2(np.floor(np.log2(np.where(top > 0, top, 1.0))) - (bits - 1))
+        acc = (np.trunc(terms / ulp) * ulp).sum(axis=-1)
+    return acc
+
+
+def test_the_wgmma_tolerance_admits_reduced_fp8_accumulation_and_not_a_wrong_slice(geometry):
+    """The GPU test's 5e-3 for scan_wgmma_e4m3: the scores with every dot accumulated at 14 bits
+    (truncation, the pessimistic model) stay far inside it; q's codes of one 32-dim k-step read from
+    the wrong dims (what a wrong descriptor start does) fail it."""
+    point = _q8_point(M=2, context=4096)
+    inputs, ref = _case(geometry, point)
+    m = 0
+    raw, scales = spec.stream_keys(geometry, point, inputs, m)
+    kv = fp8.decode_e4m3(raw).astype(np.float64)
+    qv = fp8.decode_e4m3(inputs["q_codes"][m]).astype(np.float64)
+    wq = inputs["w"][m].astype(np.float64) * inputs["q_scales"][m].astype(np.float64)
+
+    def scores(dots):
+        out = (np.maximum(dots, 0) @ wq) * scales.astype(np.float64)
+        out[int(inputs["eligible"][m]):] = -np.inf
+        return out[None]
+
+    P = (kv[:, None, :] * qv[None, :, :]).reshape(kv.shape[0], 32, 4, 32)
+    tol = RelErr(WGMMA_TOLERANCE)
+    got = compare("scores", scores(_reduced_accumulation(P)), {"scores": ref["scores"][:1]}, tol)
+    assert got.ok and got.rel_err < WGMMA_TOLERANCE / 5, got.describe()
+    wrong_q = qv.copy()
+    wrong_q[:, 32:64] = qv[:, 64:96]
+    bad = compare("scores", scores(kv @ wrong_q.T), {"scores": ref["scores"][:1]}, tol)
+    assert not bad.ok
+
+
+def test_the_wgmma_launcher_asks_nvrtc_for_sm90a_and_one_arch_only(monkeypatch, tmp_path):
+    """get_kernel's options reach CudaBackend.module. Without an -arch= the source goes to
+    cupy.RawModule as before (CuPy appends the device's arch); with one (scan_wgmma's sm_90a) NVRTC is
+    called directly with exactly that arch flag (CuPy would append -arch=sm_90 after it), the other
+    options kept, the cubin written once and loaded by path, and the module cached. Fake CuPy and
+    NVRTC record the calls (no GPU here)."""
+    import sys
+    import tempfile
+    import types
+
+    from harness.cuda import get_kernel
+    from kernels.dsa_indexer.scan_variants import WGMMA_OPTIONS
+
+    made, compiled = [], []
+
+    class _RawModule:
+        def __init__(self, code=None, options=(), backend=None, path=None):
+            made.append({"options": options, "path": path})
+
+        def get_function(self, name):
+            return SimpleNamespace(name=name, shared_size_bytes=0)
+
+    fake = types.ModuleType("cupy_backends.cuda.libs.nvrtc")
+    fake.NVRTCError = RuntimeError
+    fake.createProgram = lambda src, name, headers, include_names: 7
+    fake.compileProgram = lambda prog, options: compiled.append(list(options))
+    fake.getCUBIN = lambda prog: b"\x7fELF-cubin"
+    fake.destroyProgram = lambda prog: None
+    fake.getProgramLog = lambda prog: ""
+    for name in ("cupy_backends", "cupy_backends.cuda", "cupy_backends.cuda.libs"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, "cupy_backends.cuda.libs.nvrtc", fake)
+    sys.modules["cupy_backends.cuda.libs"].nvrtc = fake
+    monkeypatch.setattr(tempfile, "gettempdir", lambda: str(tmp_path))
+
+    be = object.__new__(backends.CudaBackend)
+    be.cp, be.props, be._modules = SimpleNamespace(RawModule=_RawModule), {"major": 9, "minor": 0}, {}
+    src = pathlib.Path(spec.__file__).parent / "scan_wgmma.cu"
+    get_kernel(be, src, "scan_wgmma_e4m3", options=WGMMA_OPTIONS)
+    get_kernel(be, src, "scan_wgmma_e4m3", options=WGMMA_OPTIONS)   # cached: no second compile
+    get_kernel(be, src, "scan_wgmma_e4m3")
+    assert len(compiled) == 1 and [o for o in compiled[0] if o.startswith("-arch")] == ["-arch=sm_90a"]
+    assert "-DSCAN_WGMMA_SM90A" in compiled[0] and f"-I{src.parent}" in compiled[0]
+    assert "--device-as-default-execution-space" in compiled[0] and "--use_fast_math" in compiled[0]
+    assert made[0]["path"] and pathlib.Path(made[0]["path"]).read_bytes() == b"\x7fELF-cubin"
+    assert len(made) == 2 and made[1]["path"] is None
+    assert [o for o in made[1]["options"] if o.startswith("-arch")] == ["-arch=sm_90"]
+    assert "-DSCAN_WGMMA_SM90A" not in made[1]["options"]

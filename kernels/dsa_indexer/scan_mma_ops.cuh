@@ -65,6 +65,20 @@ __device__ __forceinline__ void stream_setup(unsigned (&bq)[4][8][2], float (&wr
     }
 }
 
+// e4m3 queries: the folded weights wq = w[head] x q_scale[head] of the heads a thread's D elements hold
+// (8 nt + 2t + {0, 1}; mma.sync's D and wgmma's CLayout_64xN agree), for stream m. Folding is exact in
+// the relu only because q_scale > 0: relu(qs x dot) = qs x relu(dot). scan_mma_e4m3 and scan_wgmma_e4m3.
+__device__ __forceinline__ void folded_weights(float (&wr)[4][2], const float* __restrict__ qs,
+                                               const float* __restrict__ w, int m, int t) {
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const size_t h = (size_t)m * SCAN_HEADS + 8 * nt + 2 * t + e;
+            wr[nt][e] = ld_nc_f32(w + h) * ld_nc_f32(qs + h);
+        }
+}
+
 // e4m3 queries (scan_mma_e4m3): q's B fragments as codes in the e4m3 dim order (scan_mma.cu's
 // header: k-step s, k = 4t + e + 16 hi is physical dim 64 (s >> 1) + 16 t + 8 (s & 1) + 4 hi + e), one
 // 8-byte load per (n-tile, step) = b0, b1; and the folded weights wq = w[head] x q_scale[head] of the
@@ -82,13 +96,7 @@ __device__ __forceinline__ void stream_setup_e4m3(unsigned (&bq)[4][4][2], float
             bq[nt][s][0] = v.x;
             bq[nt][s][1] = v.y;
         }
-#pragma unroll
-    for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-            const size_t h = (size_t)m * SCAN_HEADS + 8 * nt + 2 * t + e;
-            wr[nt][e] = ld_nc_f32(w + h) * ld_nc_f32(qs + h);
-        }
+    folded_weights(wr, qs, w, m, t);
 }
 
 #endif  // SCAN_MMA_OPS_CUH

@@ -316,7 +316,9 @@ def checks(point) -> dict:
     e4m3 products are exact (4-bit significands) and, on sm_90, accumulate as the f16 path does (the
     MMA is lowered to F2FP + HMMA.F32 + FADD: SCAN_NOTES), ~1e-7 against the reference's FP32
     dequantized q and keys; torch dequantizes q to BF16 (2^-9 an element), inside 1e-2 (emulated in
-    the tests). -inf must match exactly."""
+    the tests). scan_wgmma_e4m3 (FP8 wgmma, sm_90a) accumulates with the tensor core's reduced FP8
+    precision (about 14 bits, DeepSeek-V3 §3.3.2; 9e-5 in a truncating NumPy model): its GPU test
+    bound is 5e-3 (SCAN_NOTES "wgmma e4m3"). -inf must match exactly."""
     return {"scores": RelErr(SCORES_TOLERANCE)}
 
 

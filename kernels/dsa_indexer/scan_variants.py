@@ -8,6 +8,9 @@
 - ``scan_mma_e4m3`` (FP8 keys and FP8 queries): the e4m3 tensor-core form (mma.sync m16n8k32
   e4m3 x e4m3, FP32 accumulate) over the codes as loaded, w x q_scale folded per head, warp tiles
   of 32 keys; the only design here that takes query_dtype fp8 besides torch and the host.
+- ``scan_wgmma_e4m3`` (FP8 keys and FP8 queries, sm_90a): ``scan_wgmma.cu``, wgmma m64n32k32 e4m3 with
+  both operands in 128-byte-swizzled shared tiles (keys by a cp.async pipeline), one warpgroup a CTA;
+  compiled with ``-arch=sm_90a`` through ``get_kernel``'s options.
 - ``torch_bmm`` (peer): bmm(keys, q^T) in BF16, relu, x w, the head sum in FP32, masked_fill -inf
   (fp8 queries dequantized to BF16 first).
 - ``ref_scan`` (CPU backend): float32 NumPy on the host, every stream.
@@ -177,6 +180,57 @@ def build_e4m3(geometry, point, inputs, backend) -> KernelStep:
                       np.int32(C), np.int32(tpw))
     step = _scores_step(backend, point, [KernelCall(fn, ctas, threads, 0, args)], C)
     step.note = f"{ctas} persistent CTAs, {tpw} tiles of {define('scan_mma.cu', 'SCAN_MMA_TILE') * sub} keys a warp"
+    return step.ready()
+
+
+def _supports_wgmma(geometry, point) -> str | None:
+    if point["key_dtype"] != "fp8" or spec.query_dtype(point) != "fp8":
+        return ("scan_wgmma_e4m3 multiplies e4m3 keys by e4m3 queries on wgmma (key_dtype fp8 and query_dtype "
+                f"fp8); got key_dtype {point['key_dtype']}, query_dtype {spec.query_dtype(point)}")
+    if point["key_layout"] == "dim_cand":
+        return ("scan_wgmma_e4m3 copies whole key rows (a key's 128 codes contiguous) into K-major shared "
+                "tiles: cand_dim only")
+    return _supports_cuda(geometry, point)
+
+
+# wgmma exists only on sm_90a (the arch-specific Hopper target): NVRTC must be asked for it by name;
+# the define switches the kernel's wgmma body on (scan_wgmma.cu: without it the body is a trap).
+WGMMA_ARCH = "sm_90a"
+WGMMA_OPTIONS = (f"-arch={WGMMA_ARCH}", "-DSCAN_WGMMA_SM90A")
+
+
+def wgmma_launch(backend, fn, M: int, C: int) -> tuple[int, int, int]:
+    """scan_wgmma_e4m3's launch for M streams of C keys in CTA tiles of SCAN_WGMMA_TILE keys: (threads,
+    CTAs, tiles a CTA). Persistent: as many CTAs as fit at once (registers and the static shared
+    memory), never more than tiles, then as few as cover the tiles at that many tiles a CTA."""
+    threads, tile = define("scan_wgmma.cu", "SCAN_WGMMA_THREADS"), define("scan_wgmma.cu", "SCAN_WGMMA_TILE")
+    total = M * -(-C // tile)
+    ctas = min(int(backend.props["multiProcessorCount"]) * ctas_per_sm(fn, backend.props, threads, 0), total)
+    tpc = mma_tiles_per_warp(total, ctas, 1)
+    return threads, -(-total // tpc), tpc
+
+
+def build_wgmma(geometry, point, inputs, backend) -> KernelStep:
+    """scan_wgmma_e4m3: FP8 keys x FP8 queries on wgmma m64n32k32 e4m3 (sm_90a), 64-key CTA tiles."""
+    reason = _supports_wgmma(geometry, point)
+    if reason:
+        raise ValueError(f"scan_wgmma_e4m3: {reason}")
+    if backend.arch() != "sm_90":
+        raise ValueError(f"scan_wgmma_e4m3: wgmma needs an sm_90 device (compiled for {WGMMA_ARCH}); "
+                         f"this one is {backend.arch()}")
+    d = _Device(backend, inputs)
+    Mn, C = int(point["M"]), spec.n_candidates(geometry, point)
+    fn = get_kernel(backend, HERE / "scan_wgmma.cu", "scan_wgmma_e4m3", options=WGMMA_OPTIONS)
+    # 5 CTAs of 38 KiB static shared memory an SM (the persistent grid counts them): ask for the
+    # largest shared-memory carveout, so the driver's choice cannot leave fewer CTAs resident than
+    # the grid assumes (a CuPy Function without the attribute leaves it to the driver)
+    if hasattr(type(fn), "preferred_shared_memory_carveout"):
+        fn.preferred_shared_memory_carveout = 100
+    threads, ctas, tpc = wgmma_launch(backend, fn, Mn, C)
+    args = lambda b: (d.q, d.q_scales, d.w, d.keys, d.scales, d.eligible, b["scores"], np.int32(Mn),  # noqa: E731
+                      np.int32(C), np.int32(tpc))
+    step = _scores_step(backend, point, [KernelCall(fn, ctas, threads, 0, args)], C)
+    step.note = f"{ctas} persistent CTAs, {tpc} tiles of {define('scan_wgmma.cu', 'SCAN_WGMMA_TILE')} keys a CTA"
     return step.ready()
 
 
@@ -355,6 +409,13 @@ SCAN_VARIANTS = (
                 "SCAN_NOTES), w x q_scale folded per head after the relu, x the key scale after the head "
                 "sum, warp tiles of 32 keys",
             supports=_supports_e4m3, sources=("scan_mma.cu",)),
+    Variant("scan_wgmma_e4m3", "cuda", build_wgmma,
+            why="FP8 keys x FP8 queries on Hopper's native FP8 tensor cores: wgmma m64n32k32 e4m3 x e4m3 "
+                "(sm_90a), one warpgroup a CTA, 64-key tiles copied by cp.async into 128-byte-swizzled "
+                "K-major shared tiles (4 stages, 3 in flight) and q's 4 KiB beside them, both read by "
+                "descriptor; nothing converted per byte; the scan_mma epilogue (w x q_scale folded after "
+                "the relu, x the key scale); FP8 accumulation inside wgmma is not FP32 (SCAN_NOTES)",
+            supports=_supports_wgmma, sources=("scan_wgmma.cu",)),
     Variant("torch_bmm", "cuda", lambda g, p, i, b: _TorchBmm(g, p, i, b),
             why="torch: bmm(keys, q^T) in BF16, relu, x w and the head sum in FP32, masked_fill -inf "
                 "(FP8 keys dequantized to BF16 in the step; FP8 queries dequantized to BF16 once)",
