@@ -217,19 +217,10 @@ __device__ __forceinline__ void mma_step(Tile<FP8, SUB>& cur, Tile<FP8, SUB>& nx
             }
         }
         }
-        float lo = 0.0f, hi = 0.0f;  // rows g and g + 8, this thread's 8 heads (Q8: wr = w x q_scale)
-#pragma unroll
-        for (int nt = 0; nt < 4; ++nt) {
-            lo += wr[nt][0] * fmaxf(acc[nt][0], 0.0f) + wr[nt][1] * fmaxf(acc[nt][1], 0.0f);
-            hi += wr[nt][0] * fmaxf(acc[nt][2], 0.0f) + wr[nt][1] * fmaxf(acc[nt][3], 0.0f);
-        }
-        lo += __shfl_xor_sync(FULL_MASK, lo, 1);
-        hi += __shfl_xor_sync(FULL_MASK, hi, 1);
-        lo += __shfl_xor_sync(FULL_MASK, lo, 2);
-        hi += __shfl_xor_sync(FULL_MASK, hi, 2);
+        const float2 sums = quad_head_sums(acc, wr);  // Q8: wr = w x q_scale
         // t = 0 writes row g, t = 1 row g + 8 (fp8: each loaded the scale of that row)
         const int row = c0 + g + 8 * (t & 1);
-        float value = (t & 1) ? hi : lo;
+        float value = (t & 1) ? sums.y : sums.x;
         if constexpr (FP8) value *= cur.scale[sub];
         if (t < 2 && row < C) scores[(size_t)m * (size_t)C + row] = row < elig ? value : neg_inf();
     }

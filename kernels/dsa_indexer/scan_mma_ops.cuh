@@ -39,6 +39,24 @@ __device__ __forceinline__ unsigned word_of(const uint4& v, int i) {
     return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;  // i is a compile-time constant
 }
 
+// The score of one thread's two rows (g in .x, g + 8 in .y) before the key scale: this thread's
+// 8 heads (n-tile nt: d[nt][0], d[nt][1] row g, d[nt][2], d[nt][3] row g + 8; heads 8 nt + 2 t +
+// {0, 1}) weighted after the relu, then summed over the quad's four threads, so each of them holds
+// all 32 heads. mma.sync m16n8's D and a warp's 16 rows of wgmma m64n32's D lay out alike.
+__device__ __forceinline__ float2 quad_head_sums(const float (&d)[4][4], const float (&wr)[4][2]) {
+    float lo = 0.0f, hi = 0.0f;
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) {
+        lo += wr[nt][0] * fmaxf(d[nt][0], 0.0f) + wr[nt][1] * fmaxf(d[nt][1], 0.0f);
+        hi += wr[nt][0] * fmaxf(d[nt][2], 0.0f) + wr[nt][1] * fmaxf(d[nt][3], 0.0f);
+    }
+    lo += __shfl_xor_sync(FULL_MASK, lo, 1);
+    hi += __shfl_xor_sync(FULL_MASK, hi, 1);
+    lo += __shfl_xor_sync(FULL_MASK, lo, 2);
+    hi += __shfl_xor_sync(FULL_MASK, hi, 2);
+    return make_float2(lo, hi);
+}
+
 // q's B fragments in the permuted dim order (header) and the weights of the heads this thread's D
 // elements hold (8 nt + 2 t + {0, 1}), for stream m.
 template <bool FP8>

@@ -82,18 +82,9 @@ __device__ __forceinline__ float tile_score(const Tile<FP8>& cur, const unsigned
             else mma_bf16(acc[nt], a0, a1, a2, a3, bq[nt][s][0], bq[nt][s][1]);
         }
     }
-    float lo = 0.0f, hi = 0.0f;  // rows g and g + 8, this thread's 8 heads
-#pragma unroll
-    for (int nt = 0; nt < 4; ++nt) {
-        lo += wr[nt][0] * fmaxf(acc[nt][0], 0.0f) + wr[nt][1] * fmaxf(acc[nt][1], 0.0f);
-        hi += wr[nt][0] * fmaxf(acc[nt][2], 0.0f) + wr[nt][1] * fmaxf(acc[nt][3], 0.0f);
-    }
-    lo += __shfl_xor_sync(FULL_MASK, lo, 1);
-    hi += __shfl_xor_sync(FULL_MASK, hi, 1);
-    lo += __shfl_xor_sync(FULL_MASK, lo, 2);
-    hi += __shfl_xor_sync(FULL_MASK, hi, 2);
+    const float2 sums = quad_head_sums(acc, wr);
     // t = 0 writes row g, t = 1 row g + 8 (fp8: each loaded the scale of that row)
-    float value = (t & 1) ? hi : lo;
+    float value = (t & 1) ? sums.y : sums.x;
     if constexpr (FP8) value *= cur.scale;
     return value;
 }

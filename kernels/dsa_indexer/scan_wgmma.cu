@@ -267,19 +267,11 @@ scan_wgmma_e4m3(const unsigned char* __restrict__ q, const float* __restrict__ q
         wgmma_commit();
         wgmma_wait_all(d);
 
-        float lo = 0.0f, hi = 0.0f;  // rows g and g + 8 of this warp's 16, this thread's 8 heads
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            lo += wr[j][0] * fmaxf(d[4 * j + 0], 0.0f) + wr[j][1] * fmaxf(d[4 * j + 1], 0.0f);
-            hi += wr[j][0] * fmaxf(d[4 * j + 2], 0.0f) + wr[j][1] * fmaxf(d[4 * j + 3], 0.0f);
-        }
-        lo += __shfl_xor_sync(FULL_MASK, lo, 1);
-        hi += __shfl_xor_sync(FULL_MASK, hi, 1);
-        lo += __shfl_xor_sync(FULL_MASK, lo, 2);
-        hi += __shfl_xor_sync(FULL_MASK, hi, 2);
+        // rows g and g + 8 of this warp's 16: d[4 j + e] is n-tile j's element e, mma.sync's D layout
+        const float2 sums = quad_head_sums(reinterpret_cast<const float (&)[4][4]>(d), wr);
         const int r = 16 * warp + g + 8 * (t & 1);  // t = 0: row g, t = 1: row g + 8 of this warp's 16
         const int row = cur.tile * SCAN_WGMMA_TILE + r;
-        const float value = ((t & 1) ? hi : lo) * tile_scales[stage * SCAN_WGMMA_TILE + r];
+        const float value = ((t & 1) ? sums.y : sums.x) * tile_scales[stage * SCAN_WGMMA_TILE + r];
         if (t < 2 && row < C) scores[(size_t)cur.m * (size_t)C + row] = row < cur.elig ? value : neg_inf();
         cur.advance(eligible, M, ntiles);
     }
