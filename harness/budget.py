@@ -468,11 +468,12 @@ def plot_budget(budget: Budget, costs_by_m: dict[int, list[TermCost]], path: pat
 
 
 def section(budget: Budget, rows: pd.DataFrame, geometry: Geometry, out: pathlib.Path | None,
-            prefix: str = "") -> tuple[str, list[str]]:
+            prefix: str = "", costs: dict[int, list[TermCost]] | None = None) -> tuple[str, list[str]]:
     """The whole "Where the step goes" markdown (the step at the budget's context, then the
     per-layer curve against the context where the rows hold several) and the plots it wrote
-    into ``out`` (named ``<prefix><budget>.png`` and ``<prefix><budget>-context.png``)."""
-    costs = price(budget, rows, geometry)
+    into ``out`` (named ``<prefix><budget>.png`` and ``<prefix><budget>-context.png``).
+    ``costs``: ``price(budget, rows, geometry)`` when the caller has it already."""
+    costs = price(budget, rows, geometry) if costs is None else costs
     plots, plot, curve_plot = [], None, None
     if out is not None and plot_budget(budget, costs, out / f"{prefix}{budget.name}.png"):
         plot = f"{prefix}{budget.name}.png"

@@ -577,11 +577,12 @@ def sweep_verdicts(sweep_dir: pathlib.Path, df: pd.DataFrame, metas: list[dict[s
 
 
 def _step_budget(metas: list[dict[str, Any]], fuel: Geometry, stage: pathlib.Path,
-                 df: pd.DataFrame) -> dict[str, Any] | None:
+                 df: pd.DataFrame, published: pd.DataFrame) -> dict[str, Any] | None:
     """``{"text": the "Where the step goes" markdown, "plots": the plots it wrote, "finding": its
     one-sentence finding, "own": priced from this sweep's rows}`` for a sweep whose experiment
     names a ``step_budget``; None when it names none. Priced from this sweep's own rows when they
-    hold every part at every M (one run: every ratio inside it), else from the published reports."""
+    hold every part at every M (one run: every ratio inside it), else from ``published`` (the
+    published reports' rows)."""
     from harness import budget
 
     name = next((str(m["step_budget"]) for m in metas if m.get("step_budget")), "")
@@ -589,17 +590,19 @@ def _step_budget(metas: list[dict[str, Any]], fuel: Geometry, stage: pathlib.Pat
         return None
     spec = budget.load_budget(name, fuel)
     rows = df.assign(source="this sweep")
-    own = budget.complete(budget.price(spec, rows, fuel))
+    costs = budget.price(spec, rows, fuel)
+    own = budget.complete(costs)
     if own:
         intro = ("This sweep's own rows price the step below: every part at every M was measured in "
                  "this run, so every figure and ratio is from one run.\n\n")
     else:
-        rows = budget.published_rows(REPO_ROOT / "reports")
+        rows = published
+        costs = budget.price(spec, rows, fuel)
         intro = ("The published H200 reports' rows (`reports/`), not this sweep's, price the step below: "
                  "this is what the measurements so far say of the mission's question.\n\n")
-    text, plots = budget.section(spec, rows, fuel, stage, prefix="budget-")
+    text, plots = budget.section(spec, rows, fuel, stage, prefix="budget-", costs=costs)
     return {"text": text.replace("\n\n", "\n\n" + intro, 1), "plots": plots, "own": own,
-            "finding": budget.finding(spec, budget.price(spec, rows, fuel))}
+            "finding": budget.finding(spec, costs)}
 
 
 def summary_paragraph(df: pd.DataFrame, verdict: dict[str, Any], step: dict[str, Any] | None, cpu: bool) -> str:
@@ -619,12 +622,6 @@ def summary_paragraph(df: pd.DataFrame, verdict: dict[str, Any], step: dict[str,
         where = "this sweep's rows" if step["own"] else "the published reports' rows"
         text += f" Priced from {where}, {step['finding']}."
     return text
-
-
-def _published_rows() -> pd.DataFrame:
-    from harness import budget
-
-    return budget.published_rows(REPO_ROOT / "reports")
 
 
 def _experiment_list(metas: list[dict[str, Any]], key: str) -> list[str]:
@@ -699,7 +696,10 @@ def _render_into(stage: pathlib.Path, out: pathlib.Path, sweep_dir: pathlib.Path
         generated.append("roofline.json")
     verdict = sweep_verdicts(sweep_dir, df, metas, also, rules_now)
     fuel = load_fuel(DEFAULT_FUEL)
-    step_budget = _step_budget(metas, fuel, stage, df)
+    from harness import budget
+
+    published = budget.published_rows(REPO_ROOT / "reports")  # read once: the budget and the headline's spread
+    step_budget = _step_budget(metas, fuel, stage, df, published)
     if step_budget:
         generated += step_budget["plots"]
     reopen_conds = reopen.conditions(prov, roof, df, fuel, _experiment_list(metas, "reopen_if"))
@@ -707,7 +707,7 @@ def _render_into(stage: pathlib.Path, out: pathlib.Path, sweep_dir: pathlib.Path
     generated.append(reopen.REOPEN)
     text = _env().get_template(template).render(
         verdict=verdict, reopen_if=reopen.describe(reopen_conds), reopen_file=reopen.REOPEN,
-        next_steps=_experiment_list(metas, "next_steps"), step_budget=step_budget["text"] if step_budget else "", headline=headline(df, cpu, _published_rows()),
+        next_steps=_experiment_list(metas, "next_steps"), step_budget=step_budget["text"] if step_budget else "", headline=headline(df, cpu, published),
         finding=step_budget["finding"] if step_budget and step_budget["own"] else "",
         summary=summary_paragraph(df, verdict, step_budget, cpu), geometry=geometry_table(fuel), accounting=accounting_markdown(fuel),
         fuel_sha=fuel.sha256, fuel_is_measured=prov.get("fuel_sha256") == fuel.sha256,
