@@ -13,6 +13,7 @@ import pytest
 
 from harness import backends, registry, runner
 from harness.verify import compare
+from kernels import fp8
 from kernels.dsa_indexer import expand_spec, kpool_variants, topk_spec
 from kernels.dsa_indexer import reference as rules
 from kernels.dsa_layer import spec
@@ -22,10 +23,18 @@ from kernels.sparse_mla import spec as mla
 QUICK = SimpleNamespace(warmup=0, min_reps=1, max_reps=1, min_time_ms=0.0, max_noise=1.0, timeout_s=5.0,
                         cache="auto", graph=False, chain=1)
 CACHINGS = spec.KEY_CACHINGS
+# every (key_caching, index_dtype) the layer runs: fp8 keys are scored pooled or per token (check_point)
+STRATEGIES = [(kc, dt) for kc in CACHINGS for dt in spec.INDEX_DTYPES if not (dt == "fp8" and kc == "compress")]
 
 
-def _point(key_caching, M=5, context=2560):
-    return {"M": M, "context": context, "key_caching": key_caching}
+def _point(key_caching, M=5, context=2560, index_dtype="bf16"):
+    return {"M": M, "context": context, "key_caching": key_caching, "index_dtype": index_dtype}
+
+
+def _keys(point, inputs):
+    """The cached keys' float32 values [M, rows, 128] (codes x scales for fp8)."""
+    scales = inputs.resident["index_key_scales"] if point["index_dtype"] == "fp8" else None
+    return spec.key_values(point, inputs.resident["index_keys"], scales)
 
 
 def _case(geometry, point, seed=5):
@@ -33,16 +42,17 @@ def _case(geometry, point, seed=5):
     return runner._case(comp, geometry, point, seed, None, backends.CpuBackend())
 
 
-@pytest.mark.parametrize("key_caching", CACHINGS)
-def test_reference_is_the_families_references_composed(geometry, key_caching):
-    point = _point(key_caching)
+@pytest.mark.parametrize("key_caching,index_dtype", STRATEGIES)
+def test_reference_is_the_families_references_composed(geometry, key_caching, index_dtype):
+    point = _point(key_caching, index_dtype=index_dtype)
     inputs, ref = _case(geometry, point)
     streams = spec.reference_streams(geometry, point) or range(point["M"])
     ctx, kp = point["context"], spec.kpool(geometry)
+    keys_all = _keys(point, inputs)
     for i, m in enumerate(streams):
         n = spec.visible(geometry, point, m)
-        keys = bf16_to_float(inputs.resident["index_keys"][m])
-        q, w = bf16_to_float(inputs["iq"][m]), inputs["iw"][m]
+        keys = keys_all[m]
+        q, w = spec.index_queries(point, inputs, m), inputs["iw"][m]
         if key_caching == "compress":
             # the selection path's whole-path rule (no BF16 rounding: a no-op on these exact inputs)
             row = rules.select_tokens(q, w, keys, bf16_to_float(inputs.resident["index_gates"][m]), inputs["ape"],
@@ -81,11 +91,12 @@ class _MlaInputs(dict):
         self.resident_rows = inputs.resident_rows
 
 
-@pytest.mark.parametrize("key_caching", CACHINGS)
-def test_scores_are_exact_in_float32_so_the_selection_has_one_answer(geometry, key_caching):
+@pytest.mark.parametrize("key_caching,index_dtype", STRATEGIES)
+def test_scores_are_exact_in_float32_so_the_selection_has_one_answer(geometry, key_caching, index_dtype):
     """The check's premise (spec docstring): the float32 scan of the float32 compress equals the
-    float64 path bit for bit."""
-    point = _point(key_caching)
+    float64 path bit for bit; fp8: also in the kernel's order (the relu'd integer dots of the codes,
+    weighted by w x the query's scale, then x the key's scale)."""
+    point = _point(key_caching, index_dtype=index_dtype)
     inputs, _ = _case(geometry, point)
     keys = inputs.resident["index_keys"]
     if key_caching == "compress":
@@ -96,13 +107,19 @@ def test_scores_are_exact_in_float32_so_the_selection_has_one_answer(geometry, k
                                          inputs["ape"], int(inputs["positions"][m]))
             assert (bf16_to_float(bits[m][:len(exact)]) == exact).all()
         keys = bits
-    cand = bf16_to_float(keys)
+    cand = bf16_to_float(keys) if index_dtype == "bf16" else _keys(point, inputs)
     for m in range(point["M"]):
-        q, w = bf16_to_float(inputs["iq"][m]), inputs["iw"][m]
+        q, w = spec.index_queries(point, inputs, m), inputs["iw"][m]
         s32 = np.maximum(cand[m] @ q.T, np.float32(0)) @ w
         s64 = rules.index_scores(q, w, cand[m], eligible=len(cand[m]))
         assert s32.dtype == np.float32 and (s32.astype(np.float64) == s64).all()
         assert len(np.unique(s64)) > len(s64) // 8          # not a degenerate row: many distinct scores
+        if index_dtype == "fp8":                            # scan_wgmma_e4m3's order of operations
+            dots = fp8.decode_e4m3(keys[m]) @ fp8.decode_e4m3(inputs["iq_codes"][m]).T
+            assert np.abs(dots).max() <= 128 * 9
+            wq = (w * inputs["iq_scales"][m]).astype(np.float32)
+            kern = (np.maximum(dots, np.float32(0)) @ wq) * inputs.resident["index_key_scales"][m]
+            assert kern.dtype == np.float32 and (kern.astype(np.float64) == s64).all()
 
 
 def test_compress_inputs_are_one_hot_and_ape_decides_some_winners(geometry):
@@ -117,16 +134,26 @@ def test_compress_inputs_are_one_hot_and_ape_decides_some_winners(geometry):
     assert 0.05 < flipped < 0.95, flipped                                # dropping ape changes keys
 
 
-@pytest.mark.parametrize("key_caching", CACHINGS)
-def test_resident_inputs_per_strategy(geometry, key_caching):
-    point = _point(key_caching)
+@pytest.mark.parametrize("key_caching,index_dtype", STRATEGIES)
+def test_resident_inputs_per_strategy(geometry, key_caching, index_dtype):
+    point = _point(key_caching, index_dtype=index_dtype)
     inputs, _ = _case(geometry, point)
     M, ctx = point["M"], point["context"]
     keys, gates = inputs.resident["index_keys"], inputs.resident["index_gates"]
-    assert keys.shape == ((M, ctx // 4, 128) if key_caching == "pooled" else (M, ctx, 128))
+    rows = ctx // 4 if key_caching == "pooled" else ctx
+    assert keys.shape == (M, rows, 128)
     assert gates.shape == ((M, ctx, 128) if key_caching == "compress" else (0,))
-    values = bf16_to_float(keys)
-    assert set(np.unique(values)) == set(range(-3, 4))
+    scales = inputs.resident["index_key_scales"]
+    if index_dtype == "fp8":
+        assert keys.dtype == np.uint8 and scales.shape == (M, rows)
+        assert set(np.unique(fp8.decode_e4m3(keys))) == set(range(-3, 4))       # the integers, exact
+        assert set(np.unique(scales)) == {1.0, 2.0} and set(np.unique(inputs["iq_scales"])) == {1.0, 2.0}
+        assert "iq" not in inputs and inputs["iq_codes"].shape == (M, 32, 128)
+        assert keys.nbytes == spec.index_keys_nbytes(geometry, point)
+        assert scales.nbytes == spec.index_key_scales_nbytes(geometry, point)
+    else:
+        assert keys.dtype == np.uint16 and scales.size == 0
+        assert set(np.unique(bf16_to_float(keys))) == set(range(-3, 4))
     assert inputs.resident["arena"].shape == (M * ctx, 512)
     assert set(np.unique(np.abs(inputs["iw"]) * 4096)) <= set(range(1, 65))
 
@@ -138,9 +165,9 @@ def test_selection_widths(geometry):
     assert spec.slots_per_stream(geometry, _point("per_token", M=4)) == [2048] * 4
 
 
-@pytest.mark.parametrize("key_caching", CACHINGS)
-def test_bytes_and_flops_are_the_sum_of_the_parts(geometry, key_caching):
-    point = _point(key_caching, M=32, context=262144)
+@pytest.mark.parametrize("key_caching,index_dtype", STRATEGIES)
+def test_bytes_and_flops_are_the_sum_of_the_parts(geometry, key_caching, index_dtype):
+    point = _point(key_caching, M=32, context=262144, index_dtype=index_dtype)
     parts = spec.part_points(geometry, point)
     total, flops = 0, 0
     for name, variant, p in parts:
@@ -158,14 +185,16 @@ def test_bytes_and_flops_are_the_sum_of_the_parts(geometry, key_caching):
     assert spec.bytes_moved(geometry, point) == total
     assert spec.flops(geometry, point) == flops
     names = [n for n, _, _ in parts]
+    scan = parts[names.index("indexer_scan")]
+    assert scan[1] == spec.SCAN_DESIGNS[index_dtype] and scan[2]["key_dtype"] == scan[2]["query_dtype"] == index_dtype
     assert ("kpool_compress" in names) == (key_caching == "compress")
     assert ("dsa_expand" in names) == (key_caching != "per_token")
 
 
 def test_model_point_fits_the_h200(geometry):
     """M = 32, 262144: resident + step buffers far below the H200's ~139 GiB."""
-    for kc in CACHINGS:
-        point = _point(kc, M=32, context=262144)
+    for kc, dt in STRATEGIES:
+        point = _point(kc, M=32, context=262144, index_dtype=dt)
         assert registry.get("dsa_layer").check_point(geometry, point) is None
         assert spec.resident_nbytes(geometry, point) < 14 << 30
 
@@ -183,10 +212,10 @@ def test_a_wrong_member_fails_the_selection_check(geometry, key_caching):
     assert not compare("selection", bad, ref, check).ok
 
 
-@pytest.mark.parametrize("key_caching", CACHINGS)
-def test_cpu_variant_through_the_runner(geometry, key_caching):
+@pytest.mark.parametrize("key_caching,index_dtype", STRATEGIES)
+def test_cpu_variant_through_the_runner(geometry, key_caching, index_dtype):
     comp = registry.get("dsa_layer")
-    point = _point(key_caching, M=2)          # the host's timing calls it ~10 times: two streams
+    point = _point(key_caching, M=2, index_dtype=index_dtype)          # the host's timing calls it ~10 times: two streams
     row = runner.measure(comp, comp.variant("ref_layer"), point, geometry, backends.CpuBackend(), QUICK, seed=2,
                          roofline=None)
     assert row["status"] == "ok", row["reason"]
@@ -196,6 +225,14 @@ def test_cpu_variant_through_the_runner(geometry, key_caching):
 def test_context_too_short_is_one_line(geometry):
     problem = registry.get("dsa_layer").check_point(geometry, _point("pooled", context=2048))
     assert problem and "\n" not in problem and problem.startswith("context:")
+
+
+def test_fp8_keys_with_compress_are_refused_by_every_variant_in_one_line(geometry):
+    comp, point = registry.get("dsa_layer"), _point("compress", index_dtype="fp8")
+    assert comp.check_point(geometry, point) is None            # a sweep over both axes plans the pair
+    for v in comp.variants:
+        problem = v.supports(geometry, point)
+        assert problem and "\n" not in problem and problem.startswith("index_dtype fp8") and "pooled" in problem
 
 
 # -- the chained step's wiring, on an emulated device --------------------------------------------
@@ -234,8 +271,11 @@ class _EmulatedDevice:
     def __init__(self):
         self.stream, self.launched = _Stream(), []
 
-    def module(self, path):
+    def module(self, path, options=()):
         return _Module()
+
+    def arch(self):
+        return "sm_90"
 
     def to_device(self, a):
         return np.array(a, copy=True)
@@ -261,7 +301,17 @@ class _EmulatedDevice:
             s[int(eligible[m]):] = -np.inf
             scores[m] = s
 
-    def _dsa_topk_radix(self, grid, block, scores, out, C, k):
+    def _scan_wgmma_e4m3(self, grid, block, q_codes, q_scales, w, keys, key_scales, eligible, scores, M, C, tpc):
+        assert keys.shape == (M, C, 128) and keys.dtype == np.uint8 and key_scales.shape == (M, C)
+        assert q_codes.shape == (M, 32, 128) and q_scales.shape == (M, 32) and scores.shape == (M, C)
+        assert grid[0] * tpc >= M * -(-C // 64) and block[0] == 128        # every 64-key tile has a CTA
+        for m in range(M):                                                   # the kernel's order (SCAN_NOTES)
+            dots = fp8.decode_e4m3(keys[m]) @ fp8.decode_e4m3(q_codes[m]).T
+            s = (np.maximum(dots, np.float32(0)) @ (w[m] * q_scales[m])) * key_scales[m]
+            s[int(eligible[m]):] = -np.inf
+            scores[m] = s
+
+    def _dsa_topk_lean(self, grid, block, scores, out, C, k):
         M = grid[1]
         assert scores.shape == (M, C) and out.shape == (M, k) and block[0] == 512
         out[:] = np.stack([rules.topk(row, k) for row in scores])
@@ -293,18 +343,20 @@ class _EmulatedDevice:
         lse[:] = mx + np.log(total)
 
 
-@pytest.mark.parametrize("key_caching", CACHINGS)
-def test_the_chained_step_is_wired_right_on_an_emulated_device(geometry, key_caching):
+@pytest.mark.parametrize("key_caching,index_dtype", STRATEGIES)
+def test_the_chained_step_is_wired_right_on_an_emulated_device(geometry, key_caching, index_dtype):
     from kernels.dsa_layer import variants
 
     comp = registry.get("dsa_layer")
-    point = _point(key_caching, M=3, context=2052)     # 513 pools: the top-k keeps all but one
+    point = _point(key_caching, M=3, context=2052, index_dtype=index_dtype)   # 513 pools: the top-k keeps all but one
     inputs, ref = _case(geometry, point)
     device = _EmulatedDevice()
     step = variants.build_chained(geometry, point, inputs, device)
     step()
     order = [s for s, *_ in device.launched]
-    assert order == (["kpool_compress_v1"] if key_caching == "compress" else []) + ["scan_mma_bf16", "dsa_topk_radix_c8"] \
+    scan = "scan_wgmma_e4m3" if index_dtype == "fp8" else "scan_mma_bf16"
+    # radix_lean: pick_cluster_len gives 3 rows shorter than LONG_ROW clusters of 4
+    assert order == (["kpool_compress_v1"] if key_caching == "compress" else []) + [scan, "dsa_topk_lean_c4"] \
         + ([] if key_caching == "per_token" else ["expand_v1"]) + ["sparse_mla_split_mma_ahead", "sparse_mla_combine"]
     assert not any(p for *_, p in device.launched)                         # plain stream order, no PDL
     streams = runner.reference_streams(comp, geometry, point)

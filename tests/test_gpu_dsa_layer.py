@@ -1,6 +1,7 @@
 """GPU: the DSA layer's CUDA variant (one KernelStep of the families' kernels) against the float64
 reference through the runner's own verification (out, lse and the selection on the reference's
-sample of streams), for every key_caching strategy, at irregular and model shapes. Skipped without
+sample of streams), for every key_caching strategy and index dtype (fp8: pooled and per token), at
+irregular and model shapes. Skipped without
 a GPU."""
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ ONCE = SimpleNamespace(warmup=0, min_reps=1, max_reps=2, min_time_ms=0.0, max_no
 # just above index_topk (513 pools: the top-k keeps all but one), and 5 streams of 12288 (every
 # tail length, M * splits not a multiple of the SMs); model: M = 32 at the 262144 cap
 SHAPES = [(3, 2052), (5, 12288), (32, 262144)]
-CASES = [(v, kc, M, ctx) for v in registry.get("dsa_layer").variants if v.backend == "cuda"
-         for kc in spec.KEY_CACHINGS for M, ctx in SHAPES]
+CASES = [(v, kc, dt, M, ctx) for v in registry.get("dsa_layer").variants if v.backend == "cuda"
+         for kc in spec.KEY_CACHINGS for dt in spec.INDEX_DTYPES if not (dt == "fp8" and kc == "compress")
+         for M, ctx in SHAPES]
 
 
 @pytest.fixture(scope="module")
@@ -32,11 +34,11 @@ def backend():
     return backends.get("cuda")
 
 
-@pytest.mark.parametrize("variant,key_caching,M,context", CASES,
-                         ids=[f"{v.name}-{kc}-M{M}-{ctx}" for v, kc, M, ctx in CASES])
-def test_cuda_variant_matches_the_reference(backend, variant, key_caching, M, context):
+@pytest.mark.parametrize("variant,key_caching,index_dtype,M,context", CASES,
+                         ids=[f"{v.name}-{kc}-{dt}-M{M}-{ctx}" for v, kc, dt, M, ctx in CASES])
+def test_cuda_variant_matches_the_reference(backend, variant, key_caching, index_dtype, M, context):
     comp = registry.get("dsa_layer")
-    point = {"M": M, "context": context, "key_caching": key_caching}
+    point = {"M": M, "context": context, "key_caching": key_caching, "index_dtype": index_dtype}
     assert comp.check_point(GEOMETRY, point) is None
     reason = variant.supports(GEOMETRY, point)
     if reason:

@@ -210,22 +210,28 @@ def wgmma_launch(backend, fn, M: int, C: int) -> tuple[int, int, int]:
     return threads, -(-total // tpc), tpc
 
 
+def wgmma_kernel(backend):
+    """scan_wgmma_e4m3 compiled for sm_90a (refused on any other device), with the largest
+    shared-memory carveout: 5 CTAs of 38 KiB static shared memory an SM (the persistent grid counts
+    them), so the driver's choice cannot leave fewer CTAs resident than the grid assumes (a CuPy
+    Function without the attribute leaves it to the driver). The DSA layer's step calls it too."""
+    if backend.arch() != "sm_90":
+        raise ValueError(f"scan_wgmma_e4m3: wgmma needs an sm_90 device (compiled for {WGMMA_ARCH}); "
+                         f"this one is {backend.arch()}")
+    fn = get_kernel(backend, HERE / "scan_wgmma.cu", "scan_wgmma_e4m3", options=WGMMA_OPTIONS)
+    if hasattr(type(fn), "preferred_shared_memory_carveout"):
+        fn.preferred_shared_memory_carveout = 100
+    return fn
+
+
 def build_wgmma(geometry, point, inputs, backend) -> KernelStep:
     """scan_wgmma_e4m3: FP8 keys x FP8 queries on wgmma m64n32k32 e4m3 (sm_90a), 64-key CTA tiles."""
     reason = _supports_wgmma(geometry, point)
     if reason:
         raise ValueError(f"scan_wgmma_e4m3: {reason}")
-    if backend.arch() != "sm_90":
-        raise ValueError(f"scan_wgmma_e4m3: wgmma needs an sm_90 device (compiled for {WGMMA_ARCH}); "
-                         f"this one is {backend.arch()}")
     d = _Device(backend, inputs)
     Mn, C = int(point["M"]), spec.n_candidates(geometry, point)
-    fn = get_kernel(backend, HERE / "scan_wgmma.cu", "scan_wgmma_e4m3", options=WGMMA_OPTIONS)
-    # 5 CTAs of 38 KiB static shared memory an SM (the persistent grid counts them): ask for the
-    # largest shared-memory carveout, so the driver's choice cannot leave fewer CTAs resident than
-    # the grid assumes (a CuPy Function without the attribute leaves it to the driver)
-    if hasattr(type(fn), "preferred_shared_memory_carveout"):
-        fn.preferred_shared_memory_carveout = 100
+    fn = wgmma_kernel(backend)
     threads, ctas, tpc = wgmma_launch(backend, fn, Mn, C)
     args = lambda b: (d.q, d.q_scales, d.w, d.keys, d.scales, d.eligible, b["scores"], np.int32(Mn),  # noqa: E731
                       np.int32(C), np.int32(tpc))

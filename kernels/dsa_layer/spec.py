@@ -27,13 +27,23 @@ Axis ``key_caching`` (the fuel's open fact indexer.key_caching, plus the compres
   no -1 padding is needed because the sparse MLA reads W slots whatever W is. A chosen non-finite
   score would be -1 (the top-k's rule); with n_m >= 2048 eligible tokens there is none.
 
+Axis ``index_dtype`` (the indexer's keys and queries, as the scan family's key_dtype and query_dtype
+together): ``bf16``, or ``fp8``: e4m3 codes with one FP32 scale a key (resident ``index_key_scales``
+[M, rows]) and a scale a (stream, head) of the queries (``iq_codes``, ``iq_scales``), the layout
+serving engines feed their FP8 index kernel; scored by ``scan_wgmma_e4m3`` (FP8 wgmma, sm_90a).
+The same small integers are exact in e4m3, and every scale is 1 or 2 (a power of two: the products
+stay exact and a dropped or misapplied scale changes scores, so the selection check sees it). The
+compress strategy writes BF16 pooled keys, so fp8 runs pooled and per_token only.
+
 Exact inputs (why the selection has one right answer). A top-k over FP32 scores may legitimately
 order near-ties differently from float64 scores, and a swapped member moves ``out`` by ~5%,
 beyond its check. So the indexer's inputs make every score exactly representable and every FP32
 operation exact: keys and iq small integers in [-3, 3] (BF16-exact), iw = +-(1..64) x 2^-12; a dot
 is an integer of magnitude <= 128 x 9, a head's term a multiple of 2^-12 below 2^21 x 2^-12, the
 score a sum of 32 of them below 2^24 x 2^-12: every product, partial sum and MMA accumulation is
-exact in FP32, so the kernels' scores equal the float64 reference's bit for bit and the lower-index
+exact in FP32 (fp8: scales of 1 or 2 on both sides keep every head's sum below 2^11 in multiples
+of 2^-12, and the FP8 tensor core's narrower accumulation still holds the integer dots, at most
+1152), so the kernels' scores equal the float64 reference's bit for bit and the lower-index
 tie rule decides the set (ties are frequent: the k-th's score is shared by a few candidates, so the
 rule is exercised). For compress, every per-channel slot softmax is one-hot: gates are
 2048 x (a random permutation of 0..3) over a pool's four slots, per channel, and ape is 3072 x a
@@ -61,7 +71,7 @@ import numpy as np
 from harness.axes import Axis
 from harness.registry import ResidentInput
 from harness.verify import IndexSet
-from kernels import dsa_axes
+from kernels import dsa_axes, fp8
 from kernels.axes import M
 from kernels.dsa_indexer import expand_spec, kpool_spec, scan_spec, topk_spec
 from kernels.dsa_indexer import reference as rules
@@ -74,7 +84,21 @@ KEY_CACHING = Axis("key_caching", str, None,
                    "compressed every step (compress), or per-token keys scored without pooling (per_token); "
                    "default: the fuel's indexer.key_caching",
                    choices=KEY_CACHINGS, resolve=lambda geometry: geometry.indexer.key_caching)
-AXES = (M, dsa_axes.CONTEXT, KEY_CACHING)
+INDEX_DTYPES = ("bf16", "fp8")
+INDEX_DTYPE = Axis("index_dtype", str, "bf16",
+                   "dtype of the indexer's keys and queries: BF16, or e4m3 codes with one FP32 scale a key and a "
+                   "(stream, head) of the queries (scored by scan_wgmma_e4m3)", choices=INDEX_DTYPES)
+AXES = (M, dsa_axes.CONTEXT, KEY_CACHING, INDEX_DTYPE)
+
+# The design each part of the step runs, named once: variants.build_chained launches these variants'
+# kernels with their own launchers' geometry, and part_points names the same variants' rows. The
+# families' fastest measured on the H200 at M = 32, 262144: scan_mma (BF16, 91% of its stream floor)
+# and scan_wgmma_e4m3 (FP8, at its floor: reports/2026-12-01-indexer_scan-h200-153503), radix_lean
+# (51.17 us at 2048 of 262144, 22.82 at 512 of 65536: reports/2026-12-01-dsa_select-h200-144501),
+# split_mma_ahead_1wave (87.30 us grouped: reports/2026-12-01-sparse_mla-h200-120356).
+SCAN_DESIGNS = {"bf16": "scan_mma", "fp8": "scan_wgmma_e4m3"}
+TOPK_DESIGN = "radix_lean"
+MLA_DESIGN = "split_mma_ahead_1wave"
 
 PAGE_SIZE = 64                # the latent arena's pages (sparse_mla's default)
 KEY_RANGE = 3                 # indexer keys and queries: integers in [-KEY_RANGE, KEY_RANGE]
@@ -155,6 +179,21 @@ def slots_per_stream(geometry, point) -> list[int]:
     return [k + int(n) % kpool(geometry) for n in lengths(geometry, point)]
 
 
+def index_dtype(point) -> str:
+    """The point's index_dtype (bf16 where a caller's point predates the axis)."""
+    return point.get("index_dtype", INDEX_DTYPE.default)
+
+
+def strategy_problem(point) -> str | None:
+    """Why no variant runs this (key_caching, index_dtype) pair, or None: the compress step writes
+    BF16 pooled keys, so fp8 index keys are cached pooled or per token. A variant's refusal (a
+    skipped row with this reason), not a point error: a sweep over both axes plans the pair."""
+    if index_dtype(point) == "fp8" and point["key_caching"] == "compress":
+        return ("index_dtype fp8 with key_caching compress: the compress step writes BF16 pooled keys; "
+                "fp8 runs key_caching pooled or per_token")
+    return None
+
+
 def check_point(geometry, point) -> str | None:
     problem = dsa_axes.check_point(geometry, {"context": point["context"]})
     if problem:
@@ -162,7 +201,7 @@ def check_point(geometry, point) -> str | None:
     problem = mla.check_point(geometry, mla_point(point))    # no dense stream; arena rows < 2^31
     if problem:
         return problem
-    keys = index_keys_nbytes(geometry, point) + index_gates_nbytes(geometry, point)
+    keys = index_keys_nbytes(geometry, point) + index_key_scales_nbytes(geometry, point) + index_gates_nbytes(geometry, point)
     if keys > scan_spec.MAX_KEY_BYTES:
         return (f"M: {point['M']} streams x context {point['context']} make {keys / 2**30:.1f} GiB of resident "
                 f"indexer keys; allowed: at most {scan_spec.MAX_KEY_BYTES >> 30} GiB")
@@ -174,10 +213,19 @@ def check_point(geometry, point) -> str | None:
 # -- inputs ----------------------------------------------------------------------------------------
 
 
+def index_key_rows(geometry, point) -> int:
+    """Cached key rows a stream: its pools (pooled) or its tokens."""
+    return n_candidates(geometry, point) if point["key_caching"] == "pooled" else int(point["context"])
+
+
 def index_keys_nbytes(geometry, point) -> int:
     _, D = index_dims(geometry)
-    rows = n_candidates(geometry, point) if point["key_caching"] == "pooled" else int(point["context"])
-    return int(point["M"]) * rows * D * 2
+    per = 1 if index_dtype(point) == "fp8" else 2
+    return int(point["M"]) * index_key_rows(geometry, point) * D * per
+
+
+def index_key_scales_nbytes(geometry, point) -> int:
+    return int(point["M"]) * index_key_rows(geometry, point) * 4 if index_dtype(point) == "fp8" else 0
 
 
 def index_gates_nbytes(geometry, point) -> int:
@@ -195,19 +243,36 @@ def _bf16_exact(xp, values):
     return (values.astype(xp.float32).view(xp.uint32) >> 16).astype(xp.uint16)
 
 
+def _scales(xp, rng, shape):
+    """FP32 scales of 1 or 2 (powers of two: every product with them is exact)."""
+    return xp.where(rng.random(shape, dtype=xp.float32) < 0.5, xp.float32(1), xp.float32(2))
+
+
 def build_index_keys(geometry, point, backend, seed: int):
     """The cached indexer keys on the device: pooled [M, context / 4, 128] or per-token
-    [M, context, 128] BF16, integers in [-3, 3], generated there in chunks."""
+    [M, context, 128], integers in [-3, 3] as BF16 bits (uint16) or e4m3 codes (uint8, exact),
+    generated there in chunks."""
     xp = backend.xp
     _, D = index_dims(geometry)
-    rows = index_keys_nbytes(geometry, point) // (2 * D)
-    flat = xp.empty((rows, D), dtype=xp.uint16)
+    Mn, per = int(point["M"]), index_key_rows(geometry, point)
+    rows = Mn * per
+    fp8_keys = index_dtype(point) == "fp8"
+    flat = xp.empty((rows, D), dtype=xp.uint8 if fp8_keys else xp.uint16)
     rng = xp.random.default_rng(seed)
     for start in range(0, rows, BUILD_ROWS):
         stop = min(rows, start + BUILD_ROWS)
-        flat[start:stop] = _bf16_exact(xp, _small_ints(xp, rng, (stop - start, D)))
-    per = rows // int(point["M"])
-    return flat.reshape(int(point["M"]), per, D)
+        ints = _small_ints(xp, rng, (stop - start, D))
+        flat[start:stop] = mla.encode_e4m3_xp(xp, ints) if fp8_keys else _bf16_exact(xp, ints)
+    return flat.reshape(Mn, per, D)
+
+
+def build_index_key_scales(geometry, point, backend, seed: int):
+    """fp8: one FP32 scale a cached key, 1 or 2 ([M, rows]); bf16: an empty array."""
+    xp = backend.xp
+    if index_dtype(point) != "fp8":
+        return xp.zeros(0, dtype=xp.float32)
+    shape = (int(point["M"]), index_key_rows(geometry, point))
+    return _scales(xp, xp.random.default_rng(seed), shape)
 
 
 def build_index_gates(geometry, point, backend, seed: int):
@@ -233,22 +298,29 @@ def build_index_gates(geometry, point, backend, seed: int):
 ARENA = ResidentInput("arena", lambda g, p, b, s: mla.build_arena(g, mla_point(p), b, s),
                       lambda g, p: mla.arena_nbytes(g, mla_point(p)))
 INDEX_KEYS = ResidentInput("index_keys", build_index_keys, index_keys_nbytes)
+INDEX_KEY_SCALES = ResidentInput("index_key_scales", build_index_key_scales, index_key_scales_nbytes)
 INDEX_GATES = ResidentInput("index_gates", build_index_gates, index_gates_nbytes)
-RESIDENT = (ARENA, INDEX_KEYS, INDEX_GATES)
+RESIDENT = (ARENA, INDEX_KEYS, INDEX_KEY_SCALES, INDEX_GATES)
 
 
 def make_inputs(geometry, point, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """The host inputs (module docstring): iq integers in [-3, 3], iw +-(1..64) x 2^-12, q N(0, 1)
-    BF16, a random page table, ape 3072 x random bits; the per-stream counts every kernel is given
-    (eligible for the scan, lengths for the compress, positions for the expand). Never zeros."""
+    """The host inputs (module docstring): iq integers in [-3, 3] (BF16 ``iq``, or fp8 ``iq_codes``
+    with ``iq_scales`` of 1 or 2 a head), iw +-(1..64) x 2^-12, q N(0, 1) BF16, a random page table,
+    ape 3072 x random bits; the per-stream counts every kernel is given (eligible for the scan,
+    lengths for the compress, positions for the expand). Never zeros."""
     Mn, (Hi, Di) = int(point["M"]), index_dims(geometry)
     H, D, _ = mla.dims(geometry)
     mp = mla_point(point)
     pages = rng.permutation(mla.arena_pages(mp))[:Mn * mla.pages_per_stream(mp)]
     sign = rng.choice(np.array([-1.0, 1.0]), size=(Mn, Hi))
     n = lengths(geometry, point)
+    iq = rng.integers(-KEY_RANGE, KEY_RANGE + 1, (Mn, Hi, Di)).astype(np.float32)
+    if index_dtype(point) == "fp8":
+        queries = {"iq_codes": fp8.encode_e4m3(iq), "iq_scales": rng.choice(np.float32([1, 2]), (Mn, Hi))}
+    else:
+        queries = {"iq": float_to_bf16(iq)}
     return {
-        "iq": float_to_bf16(rng.integers(-KEY_RANGE, KEY_RANGE + 1, (Mn, Hi, Di)).astype(np.float32)),
+        **queries,
         "iw": (sign * rng.integers(1, W_MAX + 1, (Mn, Hi)) * 2.0 ** -W_SHIFT).astype(np.float32),
         "q": float_to_bf16(rng.standard_normal((Mn, H, D))),
         "page_table": pages.reshape(Mn, mla.pages_per_stream(mp)).astype(np.int32),
@@ -267,6 +339,18 @@ def reference_streams(geometry, point):
     return kpool_spec.reference_streams(geometry, {"M": point["M"]})
 
 
+def index_queries(point, inputs, m: int) -> np.ndarray:
+    """Stream m's indexer queries [32, 128] as float32 values (exact: small integers x 1 or 2)."""
+    if index_dtype(point) == "fp8":
+        return fp8.dequantize_rows(inputs["iq_codes"][m], inputs["iq_scales"][m])
+    return bf16_to_float(inputs["iq"][m])
+
+
+def key_values(point, codes: np.ndarray, scales: np.ndarray | None) -> np.ndarray:
+    """float32 values of cached keys [..., 128]: BF16 bits widened, or e4m3 codes x their scales."""
+    return fp8.dequantize_rows(codes, scales) if index_dtype(point) == "fp8" else bf16_to_float(codes)
+
+
 def stream_selection(geometry, point, inputs, m: int) -> tuple[np.ndarray, np.ndarray]:
     """Stream m's selection row [W] int32 and its token scores [context] float64, in float64 by the
     reference rules: (compress: reference.kpool_compress, rounded to BF16 as the pooled buffer
@@ -274,13 +358,14 @@ def stream_selection(geometry, point, inputs, m: int) -> tuple[np.ndarray, np.nd
     caching, kp, ctx = point["key_caching"], kpool(geometry), int(point["context"])
     n = visible(geometry, point, m)
     t = n - 1
-    keys = bf16_to_float(inputs.resident_rows("index_keys", m)).astype(np.float64)
+    scales = inputs.resident_rows("index_key_scales", m) if index_dtype(point) == "fp8" else None
+    keys = key_values(point, inputs.resident_rows("index_keys", m), scales).astype(np.float64)
     if caching == "compress":
         gates = bf16_to_float(inputs.resident_rows("index_gates", m)).astype(np.float64)
         pooled = kpool_spec.reference_pools(keys, gates, np.asarray(inputs["ape"], np.float64), t)
         keys = np.zeros((ctx // kp, keys.shape[1]))
         keys[:len(pooled)] = bf16_to_float(float_to_bf16(pooled))
-    q, w = bf16_to_float(inputs["iq"][m]), inputs["iw"][m]
+    q, w = index_queries(point, inputs, m), inputs["iw"][m]
     if caching == "per_token":
         scores = rules.index_scores(q, w, keys, eligible=n)
         return rules.topk(scores, k_selected(geometry, point)), scores
@@ -325,8 +410,9 @@ def checks(point) -> dict:
 
 def part_points(geometry, point) -> list[tuple[str, str, dict]]:
     """The (component, our variant, point) rows whose times sum to this layer point's parts: the
-    point each family's component measures for the same work (the scan and top-k at the
-    strategy's pooling, BF16 cand_dim keys, index_topk; sparse_mla grouped, 64-token pages, BF16
+    point each family's component measures for the same work (the designs SCAN_DESIGNS, TOPK_DESIGN,
+    MLA_DESIGN name; the scan and top-k at the strategy's pooling, cand_dim keys of the layer's
+    index_dtype (and queries of it), index_topk; sparse_mla grouped, 64-token pages, BF16
     latent: for per_token its nearest row, 2048 + tail slots in 2112 where the layer's per-token
     row is 2048 tokens in 2048; scattered measured within 3% of grouped at M = 32 on the H200)."""
     Mn, ctx, pool = int(point["M"]), int(point["context"]), pooling(point)
@@ -334,14 +420,14 @@ def part_points(geometry, point) -> list[tuple[str, str, dict]]:
     parts = []
     if point["key_caching"] == "compress":
         parts.append(("kpool_compress", "compress_cuda", {"M": Mn, "context": ctx}))
-    parts.append(("indexer_scan", "scan_mma", {"M": Mn, "context": ctx, "pooling": pool, "key_dtype": "bf16",
-                                               "key_layout": "cand_dim", "query_dtype": "bf16"}))
-    parts.append(("dsa_topk", "radix_cluster", {"M": Mn, "context": ctx, "pooling": pool, "topk": topk,
-                                                "score_rows": "random"}))
+    dtype = index_dtype(point)
+    parts.append(("indexer_scan", SCAN_DESIGNS[dtype], {"M": Mn, "context": ctx, "pooling": pool, "key_dtype": dtype,
+                                                        "key_layout": "cand_dim", "query_dtype": dtype}))
+    parts.append(("dsa_topk", TOPK_DESIGN, {"M": Mn, "context": ctx, "pooling": pool, "topk": topk,
+                                            "score_rows": "random"}))
     if pool == "pooled":
         parts.append(("dsa_expand", "expand_cuda", {"M": Mn, "context": ctx, "topk": topk}))
-    parts.append(("sparse_mla", "split_mma_ahead_1wave",
-                  mla_point(point)))
+    parts.append(("sparse_mla", MLA_DESIGN, mla_point(point)))
     return parts
 
 

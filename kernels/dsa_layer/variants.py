@@ -1,12 +1,14 @@
 """Launchers and declarations of the DSA layer's variants (component ``dsa_layer``).
 
-- ``chained`` (ours): one ``harness.cuda.KernelStep`` of the families' best kernels on shared device
-  buffers, get_kernel'd from the families' own .cu files with their own launch geometry:
-  [compress_cuda (kpool_compress.cu)] -> scan_mma (scan_mma.cu) -> radix_cluster (topk_radix.cu)
-  -> [expand_cuda (expand.cu)] -> split_mma_ahead_1wave + combine (sparse_mla/split_mma_ahead.cu).
-  Plain stream order (dependent=False): scan_mma, topk_radix, the split and the combine do not
-  griddepcontrol.wait before reading their predecessor's output (only kpool_compress and expand
-  do), so a programmatic launch of them could read a buffer still being written.
+- ``chained`` (ours): one ``harness.cuda.KernelStep`` of the families' best kernels (the designs
+  spec.SCAN_DESIGNS, TOPK_DESIGN and MLA_DESIGN name) on shared device buffers, get_kernel'd from
+  the families' own .cu files with their own launch geometry: [compress_cuda (kpool_compress.cu)]
+  -> scan_mma (scan_mma.cu; index_dtype fp8: scan_wgmma_e4m3, scan_wgmma.cu, sm_90a) -> radix_lean
+  (topk_radix.cu) -> [expand_cuda (expand.cu)] -> split_mma_ahead_1wave + combine
+  (sparse_mla/split_mma_ahead.cu). Plain stream order (dependent=False): the scans, topk_radix, the
+  split and the combine do not griddepcontrol.wait before reading their predecessor's output (only
+  kpool_compress and expand do), so a programmatic launch of them could read a buffer still being
+  written.
 - ``ref_layer`` (CPU backend): the families' CPU formulations composed in float32 / NumPy
   (compress_numpy, the scan's float32 product, reference.topk, expand_numpy, attend in float32).
 
@@ -28,12 +30,13 @@ from kernels.sparse_mla import variants as mla_variants
 
 from . import spec
 
-# The sparse MLA design this step runs: the family's fastest BF16 one (split_mma_ahead with
-# split_mma_ahead_1wave's splits: 87.30 us at M = 32 grouped on the H200, reports/
-# 2026-12-01-sparse_mla-h200-120356), as sparse_mla/variants.py declares it (file, kernel, the
-# #defines that size its launch, its latent); its combine kernel is in the same file.
-SPLIT_DESIGN = "split_mma_ahead"
+# The sparse MLA design (spec.MLA_DESIGN: split_mma_ahead with one-wave splits) as sparse_mla/
+# variants.py declares it (file, kernel, the #defines that size its launch, its latent); its
+# combine kernel is in the same file.
+SPLIT_DESIGN = spec.MLA_DESIGN.removesuffix("_1wave")
 SPLIT_SOURCE, SPLIT_SYMBOL, SPLIT_SMEM, SPLIT_THREADS, _ = mla_variants.SPLIT_DESIGNS[SPLIT_DESIGN]
+# the top-k: radix_lean (spec.TOPK_DESIGN), the lean kernels at pick_cluster_len's cluster size
+TOPK_KERNEL = "lean"
 SOURCES = {
     "compress": kpool_variants.HERE / "kpool_compress.cu",
     "scan": scan_variants.HERE / "scan_mma.cu",
@@ -44,6 +47,9 @@ SOURCES = {
 
 
 def supports_chained(geometry, point) -> str | None:
+    problem = spec.strategy_problem(point)
+    if problem:
+        return problem
     Hi, Di = spec.index_dims(geometry)
     if (Hi, Di) != (32, 128):
         return f"scan_mma is written for 32 heads x 128; got {Hi} x {Di}"
@@ -73,15 +79,22 @@ def build_chained(geometry, point, inputs, backend) -> KernelStep:
     H, D, scale = mla.dims(geometry)
     C, k, W = spec.n_candidates(geometry, point), spec.k_selected(geometry, point), spec.width(geometry, point)
     mp = spec.mla_point(point)
+    fp8_index = spec.index_dtype(point) == "fp8"
+    queries = ("iq_codes", "iq_scales") if fp8_index else ("iq",)
     d = {name: backend.to_device(inputs[name]) for name in
-         ("iq", "iw", "q", "page_table", "ape", "eligible", "lengths", "positions")}
-    keys, gates, arena = (inputs.resident[n] for n in ("index_keys", "index_gates", "arena"))
+         (*queries, "iw", "q", "page_table", "ape", "eligible", "lengths", "positions")}
+    keys, key_scales, gates, arena = (inputs.resident[n] for n in
+                                      ("index_keys", "index_key_scales", "index_gates", "arena"))
     sms = int(backend.props["multiProcessorCount"])
 
-    scan_fn = get_kernel(backend, SOURCES["scan"], "scan_mma_bf16")
-    scan_threads, scan_ctas, tpw = scan_variants.mma_launch(backend, scan_fn, Mn, C)
-    cs = topk_variants.pick_cluster(Mn, sms)
-    topk_fn = get_kernel(backend, SOURCES["topk"], f"dsa_topk_radix_c{cs}")
+    if fp8_index:
+        scan_fn = scan_variants.wgmma_kernel(backend)
+        scan_threads, scan_ctas, tpw = scan_variants.wgmma_launch(backend, scan_fn, Mn, C)
+    else:
+        scan_fn = get_kernel(backend, SOURCES["scan"], "scan_mma_bf16")
+        scan_threads, scan_ctas, tpw = scan_variants.mma_launch(backend, scan_fn, Mn, C)
+    cs = topk_variants.pick_cluster_len(Mn, C, sms)
+    topk_fn = get_kernel(backend, SOURCES["topk"], f"dsa_topk_{TOPK_KERNEL}_c{cs}")
     splits = mla_variants.one_wave_splits(Mn, W, sms)
     split_smem = mla_variants.source_define(SPLIT_SOURCE, SPLIT_SMEM)
     split_fn = get_kernel(backend, SOURCES["split"], SPLIT_SYMBOL, split_smem)
@@ -106,9 +119,14 @@ def build_chained(geometry, point, inputs, backend) -> KernelStep:
         kernels.append(KernelCall(compress_fn, grid, kpool_variants.COMPRESS_THREADS, 0, lambda b: (
             keys, gates, d["ape"], d["lengths"], b["pooled"], np.int32(Mn), np.int32(ctx // 4))))
         notes.append(f"compress {grid} CTAs")
-    scan_keys = (lambda b: b["pooled"]) if caching == "compress" else (lambda b: keys)
-    kernels.append(KernelCall(scan_fn, scan_ctas, scan_threads, 0, lambda b: (
-        d["iq"], d["iw"], scan_keys(b), d["eligible"], b["scores"], np.int32(Mn), np.int32(C), np.int32(tpw))))
+    if fp8_index:
+        kernels.append(KernelCall(scan_fn, scan_ctas, scan_threads, 0, lambda b: (
+            d["iq_codes"], d["iq_scales"], d["iw"], keys, key_scales, d["eligible"], b["scores"], np.int32(Mn),
+            np.int32(C), np.int32(tpw))))
+    else:
+        scan_keys = (lambda b: b["pooled"]) if caching == "compress" else (lambda b: keys)
+        kernels.append(KernelCall(scan_fn, scan_ctas, scan_threads, 0, lambda b: (
+            d["iq"], d["iw"], scan_keys(b), d["eligible"], b["scores"], np.int32(Mn), np.int32(C), np.int32(tpw))))
     kernels.append(KernelCall(topk_fn, (cs, Mn), topk_variants.radix_define("DSA_TOPK_THREADS"), 0, lambda b: (
         b["scores"], b["indices"], np.int32(C), np.int32(k))))
     if caching != "per_token":
@@ -136,7 +154,9 @@ def build_chained(geometry, point, inputs, backend) -> KernelStep:
                 "selection": backend.to_host(b[sel_name])}
 
     step = KernelStep(backend, kernels, b0, {}, poison, read, dependent=False)
-    notes += [f"scan {scan_ctas} CTAs x {tpw} tiles a warp", f"top-k cluster of {cs}", f"{splits} splits"]
+    scan_note = f"scan_wgmma_e4m3 {scan_ctas} CTAs x {tpw} tiles a CTA" if fp8_index else \
+        f"scan_mma {scan_ctas} CTAs x {tpw} tiles a warp"
+    notes += [scan_note, f"radix_lean cluster of {cs}", f"{splits} splits"]
     step.note = ", ".join(notes)
     return step.ready()
 
@@ -154,14 +174,15 @@ class _HostLayer(Launch):
         g, p, inp = self.geometry, self.point, self.inputs
         caching, kp = p["key_caching"], spec.kpool(g)
         keys = inp.resident["index_keys"]
-        if caching == "compress":
+        if caching == "compress":           # BF16 only (check_point)
             complete = inp["lengths"].astype(np.int64) // kp
             keys = kpool_variants.compress_numpy(keys, inp.resident["index_gates"], inp["ape"], complete)
-        cand = bf16_to_float(keys)                                          # [M, C, 128] float32
+        scales = inp.resident["index_key_scales"] if spec.index_dtype(p) == "fp8" else None
+        cand = spec.key_values(p, keys, scales)                             # [M, C, 128] float32
         k, W = spec.k_selected(g, p), spec.width(g, p)
         picks = []
         for m in range(int(p["M"])):
-            dots = np.maximum(cand[m] @ bf16_to_float(inp["iq"][m]).T, np.float32(0))
+            dots = np.maximum(cand[m] @ spec.index_queries(p, inp, m).T, np.float32(0))
             s = dots @ inp["iw"][m]                                          # float32 scores
             s[int(inp["eligible"][m]):] = -np.inf
             picks.append(rules.topk(s, k))                                   # ref_topk's rule
@@ -184,13 +205,13 @@ class _HostLayer(Launch):
 
 LAYER_VARIANTS = (
     Variant("chained", "cuda", build_chained,
-            why="the families' best kernels as one step on shared buffers: [compress_cuda] -> scan_mma -> "
-                "radix_cluster -> [expand_cuda] -> split_mma_ahead_1wave + combine, in plain stream order (not every "
-                "kernel waits on griddepcontrol, so no PDL)",
+            why="the families' best kernels as one step on shared buffers: [compress_cuda] -> scan_mma (fp8: "
+                "scan_wgmma_e4m3) -> radix_lean -> [expand_cuda] -> split_mma_ahead_1wave + combine, in plain stream "
+                "order (not every kernel waits on griddepcontrol, so no PDL)",
             supports=supports_chained,
-            sources=("../dsa_indexer/kpool_compress.cu", "../dsa_indexer/scan_mma.cu",
+            sources=("../dsa_indexer/kpool_compress.cu", "../dsa_indexer/scan_mma.cu", "../dsa_indexer/scan_wgmma.cu",
                      "../dsa_indexer/topk_radix.cu", "../dsa_indexer/expand.cu", "../sparse_mla/split_mma_ahead.cu")),
-    Variant("ref_layer", "cpu", lambda g, p, i, b: _HostLayer(g, p, i),
+    Variant("ref_layer", "cpu", lambda g, p, i, b: _HostLayer(g, p, i), supports=lambda g, p: spec.strategy_problem(p),
             why="float32 NumPy on the host: compress_numpy, the scan's product, reference.topk, "
                 "expand_numpy, attend", sources=("variants.py",)),
 )
