@@ -36,7 +36,7 @@ def test_each_term_is_our_fastest_verified_row_times_its_layers(geometry):
     peers = raw[(raw["component"] == "kda_decode") & raw["peer"].astype(bool)]
     assert kda_cost.parts[0][1]["variant"] not in set(peers["variant"])
     totals = budget.step_totals(spec, costs[32])
-    assert set(totals) == {"pooled", "compress", "per_token"}
+    assert set(totals) == {"pooled", "pooled_fp8", "compress", "per_token", "per_token_fp8"}
     common = sum(c.per_step_us for c in costs[32] if c.term.strategy is None)
     for strategy, total in totals.items():
         extra = sum(c.per_step_us for c in costs[32] if c.term.strategy == strategy)
