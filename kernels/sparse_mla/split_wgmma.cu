@@ -270,7 +270,6 @@ sparse_mla_split_wgmma(const bf16* __restrict__ q, const bf16* __restrict__ aren
     float o[128];  // O_wg: o[4 n + 2 v1 + v0] = (row 16 w + g + 8 v1, dim 256 wg + 8 n + 2 t4 + v0)
 #pragma unroll
     for (int i = 0; i < 128; ++i) o[i] = 0.f;
-    const unsigned q_half = base + WG_Q_AT + (unsigned)(wg * 4 * 1024);  // segments 4 wg .. 4 wg + 3
 
 #pragma unroll 1
     for (int it = 0; it < ntiles; ++it) {
@@ -302,10 +301,9 @@ sparse_mla_split_wgmma(const bf16* __restrict__ q, const bf16* __restrict__ aren
         fence_regs(sc);
         wgmma_fence();
 #pragma unroll
-        for (int k = 0; k < 16; ++k) {
+        for (int k = 0; k < 16; ++k) {  // dims 256 wg + 16 k ..: segment 4 wg + k / 4, 32 B a step in it
             const unsigned off = (unsigned)(wg * 4 * 1024 + (k >> 2) * 1024 + (k & 3) * 32);
-            wgmma_m64n64k16_ss(sc, wg_desc(q_half - (unsigned)(wg * 4 * 1024) + off, 16, 8192),
-                               wg_desc(stage + off, 16, 8192), k > 0);
+            wgmma_m64n64k16_ss(sc, wg_desc(base + WG_Q_AT + off, 16, 8192), wg_desc(stage + off, 16, 8192), k > 0);
         }
         wgmma_commit();
         wgmma_wait0();
