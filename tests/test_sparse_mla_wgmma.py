@@ -8,7 +8,8 @@ kernel hands the hardware and of what the hardware does with it.
   warpgroups reads back the q / tile element the math needs. A swapped LBO / SBO must not.
 - The FlashAttention-3 register reuse: wgmma's m64nN f32 accumulator layout (PTX ISA, "Register
   fragment layout for accumulator D") packed as the kernel packs it is the m64k16 bf16 A fragment
-  (the same section's A figure) of the slots that k-step multiplies.
+  (the same section's A figure) of the slots that k-step multiplies (CUTLASS 7107b05
+  mma_traits_sm90_gmma.hpp CLayout_64xN, line 434, and ALayout_64x16, line 451, agree).
 - The AHEAD chain of token / page registers: the rows each iteration issues and the validity it
   masks with are the tiles the kernel means, for ragged chunks.
 - The per-tile algorithm (masks, the -inf guard, the running max and sum, the bf16-rounded P, the
@@ -166,6 +167,26 @@ def a_position(warp: int, lane: int, reg: int, half: int) -> tuple[int, int]:
     (row 16 warp + lane / 4 + 8 (reg % 2), k 2 (lane % 4) + 8 (reg / 2) + half)."""
     g, t = lane >> 2, lane & 3
     return 16 * warp + g + 8 * (reg & 1), 2 * t + 8 * (reg >> 1) + half
+
+
+def cute_64xn(thread: int, value: int, nv: int) -> tuple[int, int]:
+    """CuTe's ((4,8,4),(2,2,nv)):((128,1,16),(64,8,512)) (CLayout_64xN with nv = N / 8;
+    ALayout_64x16 with nv = 2): (thread, value) -> column-major index m + 64 n -> (m, n)."""
+    t, g, w = thread % 4, (thread // 4) % 8, thread // 32
+    v0, v1, v2 = value % 2, (value // 2) % 2, value // 4
+    assert v2 < nv
+    idx = 128 * t + g + 16 * w + 64 * v0 + 8 * v1 + 512 * v2
+    return idx % 64, idx // 64
+
+
+def test_the_hand_written_layouts_are_cutlass_s():
+    """d_position / a_position (value 2 reg + half) are CUTLASS's layouts, not a transcription slip."""
+    for thread in range(128):
+        for value in range(128):                           # m64n256: 128 accumulators
+            assert d_position(thread // 32, thread % 32, value) == cute_64xn(thread, value, 32)
+        for reg in range(4):
+            for half in range(2):
+                assert a_position(thread // 32, thread % 32, reg, half) == cute_64xn(thread, 2 * reg + half, 2)
 
 
 def test_the_score_accumulator_packed_as_the_kernel_packs_is_the_pv_a_fragment():

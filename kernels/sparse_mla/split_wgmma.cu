@@ -26,6 +26,8 @@ of m64k16 (FlashAttention-3's trick; the mapping is modelled in tests/test_spars
       a1 = (row + 8, k 2t, 2t + 1), a2 = (row, k 2t + 8, 2t + 9), a3 = (row + 8, k 2t + 8, 2t + 9),
       the lower k in the low half
     so for k-step ks (slots 16 ks .. 16 ks + 15): a_i = pack(d[8 ks + 2 i], d[8 ks + 2 i + 1]).
+    (CUTLASS 7107b05 include/cute/atom/mma_traits_sm90_gmma.hpp: CLayout_64xN, line 434, and the
+    register-A ALayout_64x16, line 451, are the same ((4,8,4),(2,2,.)):((128,1,16),(64,8,512)).)
 
 Shared memory (from a 1024-aligned base placed at run time; the launcher gives SMEM_BYTES, which
 includes the 1024 of slack):
