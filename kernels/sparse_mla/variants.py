@@ -5,6 +5,8 @@
   second kernel (``sparse_mla_combine``).
 - ``split_mma`` / ``split_mma_fp8`` (tensor cores): ``split_mma.cu`` / ``split_mma_fp8.cu``, one
   template (``sparse_mla_split_mma.cuh``) over the BF16 and the FP8 latent.
+- ``split_wgmma`` (tensor cores, Hopper warpgroup MMA, sm_90a, BF16): ``split_wgmma.cu``, the same split
+  and combine; compiled with ``WGMMA_OPTIONS`` (``-arch=sm_90a``), as scan_wgmma_e4m3 is.
 - ``torch_gather_bmm`` (peer): what an engineer writes in torch: gather the rows, two bmm and a
   softmax (FP8: the codes widened to BF16, the row scales applied to the scores and the weights).
 - ``ref_sparse_mla`` (CPU backend): float32 NumPy on the host.
