@@ -1,7 +1,7 @@
 """GPU: every CUDA variant of sparse_mla and sparse_gather against the float64 reference, through
 the runner's own verification (the component's checks, on the reference's sample of streams), at
-irregular and model shapes of both latent dtypes (a variant that reads the other dtype is skipped
-with its reason); and a stream whose selection is empty. Skipped without a GPU."""
+irregular and model shapes of both latent dtypes, chunks that end mid-tile among them (a variant
+that reads the other dtype is skipped with its reason); and a stream whose selection is empty. Skipped without a GPU."""
 
 from __future__ import annotations
 
@@ -23,6 +23,10 @@ SHAPES = [
     {"M": 3, "context": 8192, "selection": "grouped", "page_size": 64, "arena_scale": 2},
     {"M": 5, "context": 12288, "selection": "scattered", "page_size": 1, "arena_scale": 1},
     {"M": 2, "context": 16384, "selection": "dense", "page_size": 64, "arena_scale": 1},
+    # irregular M, one-token pages; chunks ending mid-tile for the 64-slot designs come from M = 3
+    # and 5 (split_wgmma: 66 splits of 32 slots) and here and at M = 32 (split_wgmma_1wave: 18
+    # chunks of 117-118 slots; 4 of 528)
+    {"M": 7, "context": 8192, "selection": "grouped", "page_size": 1, "arena_scale": 1},
     {"M": 32, "context": 262144, "selection": "grouped", "page_size": 64, "arena_scale": 1},
 ]
 POINTS = [{**shape, "latent_dtype": latent} for latent in ("bf16", "fp8") for shape in SHAPES]

@@ -197,6 +197,37 @@ __device__ __forceinline__ void issue_resolved_codes(unsigned char* codes_buf, f
     }
 }
 
+// The online-softmax steps of a thread's two head rows (index 0: row g, 1: row g + 8 of its 16),
+// whose slots are spread over one quad (lanes 4 g .. 4 g + 3), shared by split_mma and split_wgmma.
+// quad_row_max: mt = this tile's row max over the thread's slots -> the quad's; mn = the new running
+// max; none = nothing valid so far (mn = -inf: exp(-inf - -inf) would be NaN; o and l are 0, so any
+// finite factor is right, and every p is 0); alpha = exp(m_run - mn), the factor on o and l.
+__device__ __forceinline__ void quad_row_max(float (&mt)[2], const float (&m_run)[2], float (&mn)[2], bool (&none)[2],
+                                             float (&alpha)[2]) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        // The 4 lanes of a quad (lanes 4 g .. 4 g + 3) hold one row: xor 1 and 2 stay inside.
+        mt[r] = fmaxf(mt[r], __shfl_xor_sync(FULL_MASK, mt[r], 1));
+        mt[r] = fmaxf(mt[r], __shfl_xor_sync(FULL_MASK, mt[r], 2));
+        mn[r] = fmaxf(m_run[r], mt[r]);
+        none[r] = mn[r] == neg_inf();
+        alpha[r] = none[r] ? 1.f : __expf(m_run[r] - mn[r]);  // m_run = -inf -> 0
+    }
+}
+
+// quad_row_sum: ls = this tile's row sum over the thread's slots -> the quad's, folded into the
+// running sum (l = alpha l + ls); the running max becomes mn.
+__device__ __forceinline__ void quad_row_sum(float (&ls)[2], const float (&alpha)[2], const float (&mn)[2],
+                                             float (&l_run)[2], float (&m_run)[2]) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        ls[r] += __shfl_xor_sync(FULL_MASK, ls[r], 1);
+        ls[r] += __shfl_xor_sync(FULL_MASK, ls[r], 2);
+        l_run[r] = l_run[r] * alpha[r] + ls[r];
+        m_run[r] = mn[r];
+    }
+}
+
 // The kernel body of both latent dtypes. arena: BF16 rows [rows][512] (FP8 = false) or e4m3 codes
 // [rows][512] (FP8 = true, with row_scale [rows]; nullptr otherwise). AHEAD: the selection and
 // page-table reads of a tile are made two and one iterations before its copy is issued (header).
@@ -414,17 +445,7 @@ __device__ __forceinline__ void split_mma_body(const bf16* __restrict__ q, const
                 }
             float alpha[2], mn[2];
             bool none[2];
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                // The 4 lanes of a quad (lanes 4 g .. 4 g + 3) hold one row: xor 1 and 2 stay inside.
-                mt[r] = fmaxf(mt[r], __shfl_xor_sync(FULL_MASK, mt[r], 1));
-                mt[r] = fmaxf(mt[r], __shfl_xor_sync(FULL_MASK, mt[r], 2));
-                mn[r] = fmaxf(m_run[r], mt[r]);
-                // Nothing valid so far (mn = -inf): exp(-inf - -inf) would be NaN; o and l are 0,
-                // so any finite factor is right, and every p is 0.
-                none[r] = mn[r] == neg_inf();
-                alpha[r] = none[r] ? 1.f : __expf(m_run[r] - mn[r]);  // m_run = -inf -> 0
-            }
+            quad_row_max(mt, m_run, mn, none, alpha);
             float p[4][4];  // FP8: the weight p x row scale that multiplies the codes
 #pragma unroll
             for (int j = 0; j < 4; ++j)
@@ -459,13 +480,7 @@ __device__ __forceinline__ void split_mma_body(const bf16* __restrict__ q, const
                 ls[1] = bf_lo(pa[0][1]) + bf_hi(pa[0][1]) + bf_lo(pa[0][3]) + bf_hi(pa[0][3]) +
                         bf_lo(pa[1][1]) + bf_hi(pa[1][1]) + bf_lo(pa[1][3]) + bf_hi(pa[1][3]);
             }
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                ls[r] += __shfl_xor_sync(FULL_MASK, ls[r], 1);
-                ls[r] += __shfl_xor_sync(FULL_MASK, ls[r], 2);
-                l_run[r] = l_run[r] * alpha[r] + ls[r];
-                m_run[r] = mn[r];
-            }
+            quad_row_sum(ls, alpha, mn, l_run, m_run);
 #pragma unroll
             for (int n = 0; n < 32; ++n) {
                 o[n][0] *= alpha[0];

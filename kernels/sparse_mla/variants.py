@@ -5,6 +5,8 @@
   second kernel (``sparse_mla_combine``).
 - ``split_mma`` / ``split_mma_fp8`` (tensor cores): ``split_mma.cu`` / ``split_mma_fp8.cu``, one
   template (``sparse_mla_split_mma.cuh``) over the BF16 and the FP8 latent.
+- ``split_wgmma`` (tensor cores, Hopper warpgroup MMA, sm_90a, BF16): ``split_wgmma.cu``, the same split
+  and combine; compiled with ``WGMMA_OPTIONS`` (``-arch=sm_90a``), as scan_wgmma_e4m3 is.
 - ``torch_gather_bmm`` (peer): what an engineer writes in torch: gather the rows, two bmm and a
   softmax (FP8: the codes widened to BF16, the row scales applied to the scores and the weights).
 - ``ref_sparse_mla`` (CPU backend): float32 NumPy on the host.
@@ -119,6 +121,12 @@ class _Device:
             self.arena_args = (arena,)
 
 
+# wgmma exists only on sm_90a (the arch-specific Hopper target): NVRTC must be asked for it by name;
+# the define switches split_wgmma.cu's wgmma body on (without it the body is a trap), as
+# kernels/dsa_indexer/scan_variants.py does for scan_wgmma.cu.
+WGMMA_ARCH = "sm_90a"
+WGMMA_OPTIONS = (f"-arch={WGMMA_ARCH}", "-DSPARSE_MLA_WGMMA_SM90A")
+
 # A split design: its file, its kernel, the #defines that size its launch, the latent it reads.
 SPLIT_DESIGNS = {
     "split_cc": ("split_cc.cu", "sparse_mla_split_cc", "SPARSE_MLA_SPLIT_SMEM_BYTES", None, "bf16"),
@@ -130,7 +138,11 @@ SPLIT_DESIGNS = {
                         "SPARSE_MLA_SPLIT_MMA_AHEAD_THREADS", "bf16"),
     "split_mma_fp8_ahead": ("split_mma_ahead.cu", "sparse_mla_split_mma_fp8_ahead",
                             "SPARSE_MLA_SPLIT_MMA_FP8_AHEAD_SMEM_BYTES", "SPARSE_MLA_SPLIT_MMA_FP8_AHEAD_THREADS", "fp8"),
+    "split_wgmma": ("split_wgmma.cu", "sparse_mla_split_wgmma", "SPARSE_MLA_SPLIT_WGMMA_SMEM_BYTES",
+                    "SPARSE_MLA_SPLIT_WGMMA_THREADS", "bf16"),
 }
+# The designs that compile with extra NVRTC options (the rest with none).
+SPLIT_OPTIONS = {"split_wgmma": WGMMA_OPTIONS}
 
 
 def _supports_split(name: str):
@@ -141,12 +153,16 @@ def _make_split_build(name: str, one_wave: bool = False):
     """The launcher of design ``name``; ``one_wave``: fewer, longer splits (``one_wave_splits``)
     instead of ``pick_splits``'s 32-slot multiples that fill the last wave."""
     source, symbol, smem_define, threads_define, _ = SPLIT_DESIGNS[name]
+    options = SPLIT_OPTIONS.get(name, ())
     supports = _supports_split(name)
 
     def build(geometry, point, inputs, backend) -> KernelStep:
         reason = supports(geometry, point)
         if reason:
             raise ValueError(f"{name}: {reason}")
+        if options == WGMMA_OPTIONS and backend.arch() != "sm_90":
+            raise ValueError(f"{name}: wgmma needs an sm_90 device (compiled for {WGMMA_ARCH}); "
+                             f"this one is {backend.arch()}")
         cp = backend.cp
         H, D, scale = spec.dims(geometry)
         Mn, W = int(point["M"]), spec.width(geometry, point)
@@ -155,8 +171,8 @@ def _make_split_build(name: str, one_wave: bool = False):
         splits = one_wave_splits(Mn, W, sms) if one_wave else pick_splits(Mn, W, sms, 32)
         smem = source_define(source, smem_define)
         threads = source_define(source, threads_define) if threads_define else THREADS
-        split_fn = get_kernel(backend, HERE / source, symbol, smem)
-        combine_fn = get_kernel(backend, HERE / source, "sparse_mla_combine")
+        split_fn = get_kernel(backend, HERE / source, symbol, smem, options=options)
+        combine_fn = get_kernel(backend, HERE / source, "sparse_mla_combine", options=options)
         with backend.stream:
             buffers = {"part_acc": cp.empty((Mn, splits, H, D), cp.float32),
                        "part_ml": cp.empty((Mn, splits, H, 2), cp.float32),
@@ -364,6 +380,16 @@ MLA_VARIANTS = (
     Variant("split_mma_ahead_1wave", "cuda", _make_split_build("split_mma_ahead", one_wave=True),
             why="split_mma_ahead with split_mma_1wave's splits: both costs removed",
             supports=_supports_split("split_mma_ahead"), sources=("split_mma_ahead.cu",)),
+    Variant("split_wgmma", "cuda", _make_split_build("split_wgmma"),
+            why="split_mma_ahead's split and early row resolution on Hopper's warpgroup MMA (sm_90a): two "
+                "warpgroups own a latent half each, S by wgmma m64n64k16 from 128-byte-swizzled shared "
+                "q and tile (SS), the two partial S summed through shared memory, P from registers into "
+                "wgmma m64n256k16 with the same tile as the transposed B (RS): no ldmatrix, no "
+                "duplicated S, 64-slot tiles in a 2-stage cp.async ring",
+            supports=_supports_split("split_wgmma"), sources=("split_wgmma.cu",)),
+    Variant("split_wgmma_1wave", "cuda", _make_split_build("split_wgmma", one_wave=True),
+            why="split_wgmma with split_mma_1wave's splits (one wave of CTAs, ragged chunks)",
+            supports=_supports_split("split_wgmma"), sources=("split_wgmma.cu",)),
     *FLASHINFER_VARIANTS,
     Variant("torch_gather_bmm", "cuda", lambda g, p, i, b: _TorchGatherBmm(g, p, i, b),
             why="torch: gather the rows into a [M, W, 512] copy, bmm, masked softmax, bmm",

@@ -1,0 +1,397 @@
+/*
+Sparse MLA decode, design split_wgmma (BF16 latent, sm_90a): the split-K contract of split_mma
+(sparse_mla_split_mma.cuh: grid (splits, M); CTA (s, m) takes slots [s W / splits, (s + 1) W / splits)
+of row m, any length, a ragged last tile masked; it writes every element of
+    part_ml [((m splits + s) 64 + h) 2 + 0] = max of its scaled scores (natural log units; -inf if none valid)
+    part_ml [((m splits + s) 64 + h) 2 + 1] = sum over its valid slots of exp(score - max)
+    part_acc[((m splits + s) 64 + h) 512 + d] = sum of exp(score - max) c_j[d]   (unnormalised)
+then the shared sparse_mla_combine), with both products on Hopper's warpgroup MMA. The op and the
+index conventions: sparse_mla_common.cuh (q [M][64][512] bf16, selection [M][W] int32 with -1 slots
+never read, page_table [M][pages_per_stream], arena [rows][512] bf16).
+
+CTA: 2 warpgroups (256 threads, __launch_bounds__(256, 1)). The 64 heads are wgmma's M = 64.
+Warpgroup h (0, 1) owns latent dims [256 h, 256 h + 256) and, per 64-slot tile:
+    S_h[64 heads x 64 slots] = Q[:, half h] . C[:, half h]^T   16 x wgmma m64n64k16 "SS"
+    S = S_0 + S_1 (exchanged through shared memory: thread i of both warpgroups holds the same
+        (head, slot) positions, fp32 addition commutes, so both hold a bit-identical S and compute
+        the same max, p and row sum with no further exchange)
+    online softmax in registers (a head row's 64 slots sit in one quad: two shuffles)
+    O_h[64 x 256] = alpha O_h + P[64 x 64] . C[:, half h]      4 x wgmma m64n256k16 "RS", B transposed
+P never leaves registers: the m64n64 f32 accumulator of S, packed to bf16 pairs, is the A fragment
+of m64k16 (FlashAttention-3's trick; the mapping is modelled in tests/test_sparse_mla.py):
+    D (m64nN f32, PTX ISA "wgmma .m64nNk16 register fragment layout for accumulator D"; CUTLASS
+      CLayout_64xN): d[4 j + 2 v1 + v0] = (row 16 w + g + 8 v1, col 8 j + 2 t + v0),
+      w = warp in the warpgroup, g = lane / 4, t = lane % 4
+    A (m64k16 bf16 in registers, the same ISA section's A figure): a0 = (row 16 w + g, k 2t, 2t + 1),
+      a1 = (row + 8, k 2t, 2t + 1), a2 = (row, k 2t + 8, 2t + 9), a3 = (row + 8, k 2t + 8, 2t + 9),
+      the lower k in the low half
+    so for k-step ks (slots 16 ks .. 16 ks + 15): a_i = pack(d[8 ks + 2 i], d[8 ks + 2 i + 1]).
+    (CUTLASS 7107b05 include/cute/atom/mma_traits_sm90_gmma.hpp: CLayout_64xN, line 434, and the
+    register-A ALayout_64x16, line 451, are the same ((4,8,4),(2,2,.)):((128,1,16),(64,8,512)).)
+
+Shared memory (from a 1024-aligned base placed at run time; the launcher gives SMEM_BYTES, which
+includes the 1024 of slack):
+    sQ   [64 heads][512]    65536   q[m]
+    ring [2][64 slots][512] 131072  the tile ring (invalid slots zero-filled)
+    xbuf [2 wg][8][128] float4  32768  the S exchange ([chunk][thread]: a warp's float4 stores and
+                                       loads are 512 contiguous bytes, conflict-free)
+sQ and every tile are stored in 128-byte-swizzle atoms (8 rows x 128 B, 1024-aligned; the hardware
+XORs address bits [4, 7) with [7, 10)): element (row r, dim d) at byte
+    (r / 8) * 8192 + (d / 64) * 1024 + (r % 8) * 128 + (((d / 8) % 8) ^ (r % 8)) * 16 + (d % 8) * 2
+i.e. [row group r / 8][segment d / 64][8 rows][128 B]. The descriptors (CUTLASS
+include/cute/arch/mma_sm90_desc.hpp GmmaDescriptor: start >> 4 in bits [0, 14), LBO >> 4 in
+[16, 30), SBO >> 4 in [32, 46), base offset [49, 52) = 0, layout [62, 64) = 1 = SWIZZLE_128B), from
+make_gmma_desc in include/cute/atom/mma_traits_sm90_gmma.hpp (commit 7107b05, lines 180-262):
+  * K-major (S: A = q, B = the tile; canonical ((8,n),2):((8,SBO),1) in 16-B units): LBO unused (1),
+    SBO = 8192 (between 8-row groups); k-step s of warpgroup h (dims 256 h + 16 s ..): start =
+    base + (4 h + s / 4) * 1024 + (s % 4) * 32 (32 B a k16 step inside a 128-B segment, the next
+    segment 1024 B on), as scan_wgmma.cu advances 32 B a k32 e4m3 step. M = 64 heads and N = 64
+    slots are both 8 row groups at SBO.
+  * MN-major (PV: B = the tile read as K x N = slots x dims, dims contiguous; imm-trans-b = 1, what
+    CUTLASS's SM90 RS atoms pass for tnspB = Major::MN; canonical ((8,n),(8,k)):((1,LBO),(8,SBO)),
+    line 234, LBO = stride<0,1> = between 64-dim atoms along N, SBO = stride<1,1> = between 8-slot
+    groups along K, line 258): LBO = 1024 (the next segment), SBO = 8192 (the next row group);
+    k-step ks of warpgroup h: start = stage + 2 ks * 8192 + 4 h * 1024 (1024-aligned). N = 256 dims
+    are 4 atoms at LBO, K = 16 slots 2 groups at SBO.
+The cp.async writes: thread tid copies chunk c = tid % 64 of rows r = tid / 64 + 4 i (i < 16); a
+warp covers 512 contiguous bytes of one row, each 8 lanes one 128-B swizzle row (8 distinct bank
+groups): conflict-free.
+
+Pipeline (2 stages, every control decision CTA-uniform). Prologue: q and tile 0 in commit group 0.
+Iteration it: cp.async.wait_group 0 (this thread's copies of tile it landed), fence.proxy.async
+(its generic-proxy writes made visible to the async proxy wgmma reads through), __syncthreads (every
+thread's copies visible; every warpgroup past its wgmma.wait_group 0 of tile it - 1, so tile
+it - 1's stage and the exchange buffer are free), issue tile it + 1 into the other stage (one
+commit group a tile, empty past the last), then compute tile it while tile it + 1 flies.
+Row resolution AHEAD (split_mma_ahead's lesson): lane l of every warp carries slots l and 32 + l of
+a tile through the selection and page-table reads, each load consumed the iteration after it was
+issued: at iteration it the token of tile it + 3 and the page of tile it + 2 are loaded, tile
+it + 1 is issued from the page (and token) loaded at it - 1, tile it's validity ballot uses its
+token loaded at it - 2. The arena row a copy thread needs is broadcast from its lane by shuffle.
+Masks: an invalid slot (-1, or at or past the chunk's end) scores -inf (its row is zero-filled, never
+read); a head row with nothing valid so far keeps max -inf, p = 0 and alpha = 1 (split_mma's guard).
+wgmma ordering: wgmma.fence before each batch (the accumulators and P were written by ordinary
+instructions), commit_group, wait_group 0; empty asm with "+f" on the accumulators and P around the
+fence and after the wait (CUTLASS's warpgroup_fence_operand), so the compiler moves no ordinary
+access to them across those points.
+
+The wgmma code exists only where the build targets sm_90a (the launcher passes -arch=sm_90a
+-DSPARSE_MLA_WGMMA_SM90A; nvcc -arch=sm_90a defines __CUDA_ARCH_FEAT_SM90_ALL); for plain sm_90 (the
+repository's compile test) the kernel body is a trap, as scan_wgmma.cu's.
+*/
+
+#include "sparse_mla_split_mma.cuh"  // common, st_v2_f32, and sparse_mla_combine (exported from this module too)
+
+#define SPARSE_MLA_SPLIT_WGMMA_THREADS 256
+#define SPARSE_MLA_SPLIT_WGMMA_SMEM_BYTES 230400   // 229376 used + 1024 alignment slack
+#define WG_TILE 64                                  // slots a tile
+#define WG_Q_AT 0
+#define WG_RING_AT 65536
+#define WG_STAGE_BYTES 65536
+#define WG_X_AT (WG_RING_AT + 2 * WG_STAGE_BYTES)   // 196608
+#define WG_USED (WG_X_AT + 2 * 8 * 128 * 16)        // 229376
+static_assert(WG_USED + 1024 == SPARSE_MLA_SPLIT_WGMMA_SMEM_BYTES, "smem layout");
+
+#if defined(SPARSE_MLA_WGMMA_SM90A) || defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(SPARSE_MLA_WGMMA_UNGUARDED)
+#define SPARSE_MLA_WGMMA_ENABLED 1
+#endif
+
+#ifdef SPARSE_MLA_WGMMA_ENABLED
+
+// Byte offset of 16-byte chunk c (dims 8 c .. 8 c + 7) of row r in a [64][512] bf16 tile (header).
+__device__ __forceinline__ unsigned wg_swz(int r, int c) {
+    return (unsigned)((r >> 3) * 8192 + (c >> 3) * 1024 + (r & 7) * 128 + (((c & 7) ^ (r & 7)) << 4));
+}
+
+// A SWIZZLE_128B descriptor at shared address addr with the given byte offsets (header).
+__device__ __forceinline__ unsigned long long wg_desc(unsigned addr, unsigned lbo, unsigned sbo) {
+    return (unsigned long long)((addr & 0x3FFFFu) >> 4) | ((unsigned long long)(lbo >> 4) << 16) |
+           ((unsigned long long)(sbo >> 4) << 32) | (1ull << 62);
+}
+
+__device__ __forceinline__ void wg_fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
+
+// CUTLASS's warpgroup_fence_operand: pins the registers at this point of the instruction order.
+template <int N>
+__device__ __forceinline__ void fence_regs(float (&d)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+template <int N>
+__device__ __forceinline__ void fence_regs(unsigned (&d)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("" : "+r"(d[i])::"memory");
+}
+
+// d (m64n64 f32) = (acc ? d : 0) + A . B^T, A (64 x 16) and B (64 x 16) bf16 K-major by descriptor.
+__device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[32], unsigned long long da, unsigned long long db,
+                                                   int acc) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "%32, %33, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(da), "l"(db), "r"(acc)
+        : "memory");
+}
+
+// d (m64n256 f32) += A . B, A (64 x 16 bf16) from registers (4 x bf16x2), B (16 x 256) by an
+// MN-major descriptor (imm-trans-b = 1).
+__device__ __forceinline__ void wgmma_m64n256k16_rs(float (&d)[128], const unsigned (&a)[4], unsigned long long db) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
+        "{"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+        "}, "
+        "{%128, %129, %130, %131}, %132, p, 1, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+          "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "n"(1)
+        : "memory");
+}
+
+// Lane `lane`'s token of slot 32 half + lane of tile `tile` of the chunk [start, end): -1 for an
+// empty slot or one at or past the chunk's end (never loaded).
+__device__ __forceinline__ int wg_tok(const int* __restrict__ sel_m, int start, int end, int tile, int half, int lane) {
+    const int j = start + tile * WG_TILE + 32 * half + lane;
+    int t = -1;
+    if (j < end) t = ld_nc_s32(sel_m + j);
+    return t;
+}
+
+// The page of token t (-1 for t < 0, not loaded).
+__device__ __forceinline__ int wg_page(const int* __restrict__ pt_m, int t, int page_size) {
+    int pg = -1;
+    if (t >= 0) pg = ld_nc_s32(pt_m + t / page_size);
+    return pg;
+}
+
+// The arena row of a slot from its page and token; -1: invalid. An int: rows_total < 2^31 (the
+// arena's bytes, not its rows, pass 2^31; the byte offset below is size_t).
+__device__ __forceinline__ int wg_row(int page, int t, int page_size) {
+    return page >= 0 ? page * page_size + t % page_size : -1;
+}
+
+// One 64-slot tile into a stage by cp.async. row_lo / row_hi: lane l's arena rows of slots l and
+// 32 + l (-1: zero-fill, nothing read). Thread tid copies chunk c = tid % 64 of rows r = tid / 64 +
+// 4 i: rows < 32 for i < 8 (from row_lo), >= 32 after (row_hi); r is warp-uniform, so every lane
+// of the warp takes part in each shuffle.
+__device__ __forceinline__ void wg_issue(unsigned char* stage, const bf16* __restrict__ arena, int row_lo, int row_hi) {
+    const int c = threadIdx.x & 63;
+#pragma unroll
+    for (int i = 0; i < (WG_TILE * SMLA_ROW_CHUNKS) / SPARSE_MLA_SPLIT_WGMMA_THREADS; ++i) {
+        const int r = (threadIdx.x >> 6) + 4 * i;
+        const int row = __shfl_sync(FULL_MASK, i < 8 ? row_lo : row_hi, r & 31);
+        const bool ok = row >= 0;
+        cp_async16_zfill(stage + wg_swz(r, c), ok ? arena + (size_t)row * SMLA_DIM + c * 8 : arena, ok ? 16u : 0u);
+    }
+}
+
+#endif  // SPARSE_MLA_WGMMA_ENABLED
+
+extern "C" __global__ void __launch_bounds__(SPARSE_MLA_SPLIT_WGMMA_THREADS, 1)
+sparse_mla_split_wgmma(const bf16* __restrict__ q, const bf16* __restrict__ arena, const int* __restrict__ page_table,
+                       const int* __restrict__ selection, float* __restrict__ part_acc, float* __restrict__ part_ml,
+                       int M, int W, int pages_per_stream, int page_size, int splits, float scale) {
+#ifdef SPARSE_MLA_WGMMA_ENABLED
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    if (dynamic_smem_bytes() < SPARSE_MLA_SPLIT_WGMMA_SMEM_BYTES) __trap();
+    // The swizzle atoms need 1024-aligned addresses: place the layout at run time (nothing relies
+    // on where the dynamic window starts).
+    const unsigned raw_addr = smem_addr(smem_raw);
+    const unsigned pad = (1024u - (raw_addr & 1023u)) & 1023u;
+    unsigned char* smem = smem_raw + pad;
+    const unsigned base = raw_addr + pad;
+    float4* xbuf = reinterpret_cast<float4*>(smem + WG_X_AT);
+
+    const int s = blockIdx.x, m = blockIdx.y;
+    if (m >= M) return;  // whole block
+    const int tid = threadIdx.x, lane = tid & 31;
+    const int wg = tid >> 7, tl = tid & 127;  // warpgroup (dims 256 wg ..), thread in it
+    const int w = tl >> 5, g = lane >> 2, t4 = lane & 3;
+    const int start = (int)(((long long)s * W) / splits);
+    const int end = (int)(((long long)(s + 1) * W) / splits);
+    const int ntiles = (end - start + WG_TILE - 1) / WG_TILE;
+    const int* sel_m = selection + (size_t)m * (size_t)W;
+    const int* pt_m = page_table + (size_t)m * (size_t)pages_per_stream;
+
+    // ---- prologue: q[m] and tile 0 in group 0; the rows of tile 1 and the tokens of tile 2 -------
+    {
+        const bf16* qm = q + (size_t)m * SMLA_HEADS * SMLA_DIM;
+        const int c = tid & 63;
+#pragma unroll
+        for (int i = 0; i < (SMLA_HEADS * SMLA_ROW_CHUNKS) / SPARSE_MLA_SPLIT_WGMMA_THREADS; ++i) {
+            const int r = (tid >> 6) + 4 * i;
+            cp_async16_zfill(smem + WG_Q_AT + wg_swz(r, c), qm + r * SMLA_DIM + c * 8, 16u);
+        }
+    }
+    // The AHEAD chain (header): vt = tokens of tile it (validity), p1 / t1 = page and token of tile
+    // it + 1 (issued at it), t2 = tokens of tile it + 2 (its page loaded at it).
+    int vt_lo = wg_tok(sel_m, start, end, 0, 0, lane), vt_hi = wg_tok(sel_m, start, end, 0, 1, lane);
+    if (ntiles > 0)
+        wg_issue(smem + WG_RING_AT, arena, wg_row(wg_page(pt_m, vt_lo, page_size), vt_lo, page_size),
+                 wg_row(wg_page(pt_m, vt_hi, page_size), vt_hi, page_size));
+    cp_async_commit();
+    int t1_lo = wg_tok(sel_m, start, end, 1, 0, lane), t1_hi = wg_tok(sel_m, start, end, 1, 1, lane);
+    int p1_lo = wg_page(pt_m, t1_lo, page_size), p1_hi = wg_page(pt_m, t1_hi, page_size);
+    int t2_lo = wg_tok(sel_m, start, end, 2, 0, lane), t2_hi = wg_tok(sel_m, start, end, 2, 1, lane);
+
+    // Rows of this thread: head 16 w + g (index 0) and 16 w + g + 8 (index 1).
+    float m_run[2] = {neg_inf(), neg_inf()};  // running max of the scaled scores
+    float l_run[2] = {0.f, 0.f};              // running sum of bf16(exp(score - m_run))
+    float o[128];  // O_wg: o[4 n + 2 v1 + v0] = (row 16 w + g + 8 v1, dim 256 wg + 8 n + 2 t4 + v0)
+#pragma unroll
+    for (int i = 0; i < 128; ++i) o[i] = 0.f;
+
+#pragma unroll 1
+    for (int it = 0; it < ntiles; ++it) {
+        // validity of tile it's slots l and 32 + l (lane l), the same bit masks in every warp
+        const unsigned v_lo = __ballot_sync(FULL_MASK, vt_lo >= 0), v_hi = __ballot_sync(FULL_MASK, vt_hi >= 0);
+
+        cp_async_wait<0>();      // this thread's copies of tile it (and, at it = 0, of q) landed
+        wg_fence_async_shared(); // ... and visible to the async proxy
+        __syncthreads();         // every thread's copies; both warpgroups done with tile it - 1 and xbuf
+        if (it + 1 < ntiles)
+            wg_issue(smem + WG_RING_AT + ((it + 1) & 1) * WG_STAGE_BYTES, arena, wg_row(p1_lo, t1_lo, page_size),
+                     wg_row(p1_hi, t1_hi, page_size));
+        cp_async_commit();  // always: one group a tile
+        vt_lo = t1_lo;
+        vt_hi = t1_hi;
+        p1_lo = wg_page(pt_m, t2_lo, page_size);
+        p1_hi = wg_page(pt_m, t2_hi, page_size);
+        t1_lo = t2_lo;
+        t1_hi = t2_hi;
+        t2_lo = wg_tok(sel_m, start, end, it + 3, 0, lane);
+        t2_hi = wg_tok(sel_m, start, end, it + 3, 1, lane);
+
+        const unsigned stage = base + WG_RING_AT + (unsigned)((it & 1) * WG_STAGE_BYTES);
+
+        // ---- S_wg[64 x 64] = Q[:, half] . C[:, half]^T: 16 k-steps of 16 dims ----------------------
+        float sc[32];  // sc[4 j + 2 v1 + v0] = (row 16 w + g + 8 v1, slot 8 j + 2 t4 + v0)
+#pragma unroll
+        for (int i = 0; i < 32; ++i) sc[i] = 0.f;
+        fence_regs(sc);
+        wgmma_fence();
+#pragma unroll
+        for (int k = 0; k < 16; ++k) {  // dims 256 wg + 16 k ..: segment 4 wg + k / 4, 32 B a step in it
+            const unsigned off = (unsigned)(wg * 4 * 1024 + (k >> 2) * 1024 + (k & 3) * 32);
+            wgmma_m64n64k16_ss(sc, wg_desc(base + WG_Q_AT + off, 16, 8192), wg_desc(stage + off, 16, 8192), k > 0);
+        }
+        wgmma_commit();
+        wgmma_wait0();
+        fence_regs(sc);
+
+        // ---- S = S_0 + S_1 through shared memory ------------------------------------------------
+#pragma unroll
+        for (int k = 0; k < 8; ++k)
+            xbuf[(wg * 8 + k) * 128 + tl] = make_float4(sc[4 * k], sc[4 * k + 1], sc[4 * k + 2], sc[4 * k + 3]);
+        __syncthreads();  // both halves written (the next write is after the next loop-top barrier)
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+            const float4 v = xbuf[((wg ^ 1) * 8 + k) * 128 + tl];
+            sc[4 * k] += v.x;
+            sc[4 * k + 1] += v.y;
+            sc[4 * k + 2] += v.z;
+            sc[4 * k + 3] += v.w;
+        }
+
+        // ---- online softmax (a head row lives in one quad: lanes 4 g .. 4 g + 3) ------------------
+        unsigned pa[4][4];  // P as the A operand of PV k-step ks (header)
+        {
+            float mt[2] = {neg_inf(), neg_inf()};
+#pragma unroll
+            for (int j = 0; j < 8; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int bit = 8 * (j & 3) + 2 * t4 + (e & 1);  // slot 8 j + 2 t4 + (e & 1), mod 32
+                    const unsigned vm = j < 4 ? v_lo : v_hi;
+                    const float v = ((vm >> bit) & 1u) ? scale * sc[4 * j + e] : neg_inf();
+                    sc[4 * j + e] = v;
+                    mt[e >> 1] = fmaxf(mt[e >> 1], v);
+                }
+            float alpha[2], mn[2];
+            bool none[2];
+            quad_row_max(mt, m_run, mn, none, alpha);  // sparse_mla_split_mma.cuh
+#pragma unroll
+            for (int i = 0; i < 32; ++i) sc[i] = none[(i >> 1) & 1] ? 0.f : __expf(sc[i] - mn[(i >> 1) & 1]);
+#pragma unroll
+            for (int ks = 0; ks < 4; ++ks)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) pa[ks][i] = pack_bf16x2(sc[8 * ks + 2 * i], sc[8 * ks + 2 * i + 1]);
+            // the row sums add the bf16-rounded weights PV multiplies by (as split_mma)
+            float ls[2] = {0.f, 0.f};
+#pragma unroll
+            for (int ks = 0; ks < 4; ++ks)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) ls[i & 1] += bf_lo(pa[ks][i]) + bf_hi(pa[ks][i]);  // a0, a2: row g
+            quad_row_sum(ls, alpha, mn, l_run, m_run);
+#pragma unroll
+            for (int i = 0; i < 128; ++i) o[i] *= alpha[(i >> 1) & 1];
+        }
+
+        // ---- O_wg[64 x 256] += P[64 x 64] . C[:, half]: 4 k-steps of 16 slots ---------------------
+        fence_regs(o);
+#pragma unroll
+        for (int ks = 0; ks < 4; ++ks) fence_regs(pa[ks]);
+        wgmma_fence();
+#pragma unroll
+        for (int ks = 0; ks < 4; ++ks)
+            wgmma_m64n256k16_rs(o, pa[ks], wg_desc(stage + (unsigned)(ks * 2 * 8192 + wg * 4 * 1024), 1024, 8192));
+        wgmma_commit();
+        wgmma_wait0();
+        fence_regs(o);
+#pragma unroll
+        for (int ks = 0; ks < 4; ++ks) fence_regs(pa[ks]);
+    }
+    cp_async_wait<0>();  // nothing in flight at exit (the last group is empty; ntiles = 0: q's)
+
+    // ---- partial state out ---------------------------------------------------------------------
+    const size_t ms = (size_t)m * (size_t)splits + (size_t)s;
+    const int h0 = 16 * w + g;  // and h0 + 8
+    if (wg == 0 && t4 == 0) {   // both warpgroups hold the same m and l
+        part_ml[(ms * SMLA_HEADS + h0) * 2 + 0] = m_run[0];
+        part_ml[(ms * SMLA_HEADS + h0) * 2 + 1] = l_run[0];
+        part_ml[(ms * SMLA_HEADS + h0 + 8) * 2 + 0] = m_run[1];
+        part_ml[(ms * SMLA_HEADS + h0 + 8) * 2 + 1] = l_run[1];
+    }
+    float* row0 = part_acc + (ms * SMLA_HEADS + (size_t)h0) * SMLA_DIM + 256 * wg + 2 * t4;
+    float* row1 = row0 + 8 * SMLA_DIM;
+#pragma unroll
+    for (int n = 0; n < 32; ++n) {
+        st_v2_f32(row0 + 8 * n, o[4 * n], o[4 * n + 1]);
+        st_v2_f32(row1 + 8 * n, o[4 * n + 2], o[4 * n + 3]);
+    }
+#else
+    __trap();  // compiled without sm_90a: no wgmma (the launcher passes -arch=sm_90a)
+#endif
+}
