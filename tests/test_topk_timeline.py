@@ -100,7 +100,7 @@ def test_the_tool_expands_points_and_lists_the_probed_variants():
         with pytest.raises(ValueError, match=msg):
             tool.expand_points(comp, geometry, bad)
     probed = tool.probed_variants(comp)
-    assert {"radix_lean", "radix_bound", "resident", "resident_wide"} <= set(probed)
+    assert {"radix_lean", "radix_bound", "resident", "resident_wide", "radix_onecta"} <= set(probed)
     assert "torch_topk" not in probed and "model_radix" not in probed
     rows = tool.result_table([{"event_us": 20.0, "span_us": 12.5}])
     assert rows.outside_span_us.tolist() == [7.5]

@@ -86,29 +86,7 @@ struct TopkShared {
 
 // Exclusive prefix sum of v over the block in thread order; *total gets the block's sum.
 __device__ __forceinline__ unsigned block_exclusive_scan(unsigned v, unsigned* scratch, unsigned* total) {
-    const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
-    unsigned x = v;
-#pragma unroll
-    for (unsigned o = 1; o < 32; o <<= 1) {
-        const unsigned y = __shfl_up_sync(FULL_MASK, x, o);
-        if (lane >= o) x += y;
-    }
-    if (lane == 31) scratch[warp] = x;
-    __syncthreads();
-    if (warp == 0) {
-        unsigned w = lane < DSA_TOPK_WARPS ? scratch[lane] : 0u;
-#pragma unroll
-        for (unsigned o = 1; o < 32; o <<= 1) {
-            const unsigned y = __shfl_up_sync(FULL_MASK, w, o);
-            if (lane >= o) w += y;
-        }
-        if (lane < DSA_TOPK_WARPS) scratch[lane] = w;
-    }
-    __syncthreads();
-    const unsigned before = warp ? scratch[warp - 1] : 0u;
-    *total = scratch[DSA_TOPK_WARPS - 1];
-    __syncthreads();  // scratch is free for the next call
-    return before + x - v;
+    return topk_block_scan<DSA_TOPK_WARPS>(v, scratch, total);
 }
 
 // One count into h[bin] for each lane with `ok`; the whole warp called together. A warp whose
@@ -626,28 +604,7 @@ __device__ __forceinline__ void topk_body(const float* __restrict__ scores, int*
 
     // a partial quota of keys equal to T: the lowest indices, in index order
     if (t_finite && quota > 0u && quota < s.eq_local) {
-        const unsigned at = base + s.mp_local;
-        unsigned taken = 0u;
-        for (unsigned t0 = lo; t0 < hi && taken < quota; t0 += 4u * DSA_TOPK_THREADS) {
-            const unsigned e0 = t0 + 4u * threadIdx.x;
-            bool eq[4];
-            unsigned n = 0u;
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                eq[j] = e0 + j < hi && topk_key(ld_nc_f32(row + e0 + j)) == Tv;
-                n += eq[j];
-            }
-            unsigned tile_total;
-            unsigned r = taken + block_exclusive_scan(n, s.scan, &tile_total);
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                if (eq[j]) {
-                    if (r < quota) orow[at + r] = (int)(e0 + j);
-                    ++r;
-                }
-            }
-            taken += tile_total;
-        }
+        topk_take_ties<DSA_TOPK_WARPS>(row, lo, hi, Tv, quota, orow, base + s.mp_local, s.scan);
     }
 
     for (unsigned j = F + rank * DSA_TOPK_THREADS + threadIdx.x; j < k; j += CS * DSA_TOPK_THREADS) orow[j] = -1;
