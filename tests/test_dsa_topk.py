@@ -177,7 +177,7 @@ def test_reference_samples_streams_only_for_large_rows(geometry):
     assert np.array_equal(ref["indices"][1], _sorted_rule(inputs["scores"][1], 2048))
 
 
-@pytest.mark.parametrize("variant", ["ref_topk", "model_radix", "model_bound", "model_resident"])
+@pytest.mark.parametrize("variant", ["ref_topk", "model_radix", "model_bound", "model_resident", "model_onecta"])
 @pytest.mark.parametrize("kind", spec.SCORE_ROW_KINDS)
 def test_cpu_variants_pass_through_the_runner(geometry, variant, kind):
     comp = registry.get("dsa_topk")
@@ -392,3 +392,95 @@ def test_the_resident_launcher_reads_the_kernel_declarations():
     text = (topk_variants.HERE / topk_variants.RESIDENT_SOURCE).read_text()
     for cs in topk_variants.RESIDENT_SIZES:
         assert f"DSA_TOPK_RES_KERNEL({cs}," in text
+
+
+# ---- topk_onecta.cu: one CTA a row, the threshold bin buffered ----------------------------------
+
+
+@pytest.mark.parametrize("cap", [4, 2560], ids=["cap4-overflow", "cap2560"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_onecta_emulation_gives_the_reference_set(kind, cap):
+    """Irregular lengths (C % 4 != 0), k from 1 to past C, every row kind (ties with -0 / +0 at the
+    k-th, few eligible, all -inf, NaN / +inf / extremes, sorted), the buffer overflowing (cap 4) or
+    not; the counter's claims in a random order: the emulation's row is the reference's exactly,
+    members first, then -1, no slot unwritten or written twice."""
+    rng = np.random.default_rng(zlib.crc32(repr(("onecta", kind, cap)).encode()))
+    for C, k in ((1, 1), (7, 3), (2049, 512), (3001, 2048), (4096, 1), (999, 999), (5000, 6000), (20000, 64),
+                 (30001, 700)):
+        row = _rows(kind, C, min(k, C), rng)
+        out, _ = topk_model.select_row_onecta(row, k, cap, rng)
+        res = _strict_ok(out, row, k)
+        assert res.ok, (kind, C, k, cap, res.describe())
+
+
+def test_the_onecta_paths_are_exercised():
+    """Each path of the kernel on a row built for it: direct members and a one-key threshold (random),
+    a partial take of a tie level in index order, the buffer overflowing (one level over the row:
+    the lowest k indices), +inf at the threshold (every slot -1), fewer nonzero keys than k (b0 = 0)."""
+    rng = np.random.default_rng(3)
+    row = rng.standard_normal(65536).astype(np.float32)
+    out, t = topk_model.select_row_onecta(row, 512, 2560, rng)
+    assert not t.overflow and t.direct > 0 and t.E == t.Q == 1 and _strict_ok(out, row, 512).ok
+    row = rng.integers(0, 8, 20000).astype(np.float32)        # ~2500 a level: the top level straddles k
+    out, t = topk_model.select_row_onecta(row, 3000, 2560, rng)
+    assert t.partial and 0 < t.Q < t.E and _strict_ok(out, row, 3000).ok
+    row = np.full(65536, 0.5, np.float32)
+    out, t = topk_model.select_row_onecta(row, 2048, 2560, rng)
+    assert t.overflow and t.partial and np.array_equal(np.sort(out), np.arange(2048))
+    row = np.full(4096, np.inf, np.float32)
+    row[::2] = 1.0
+    out, t = topk_model.select_row_onecta(row, 100, 2560, rng)
+    assert t.T == topk_model.KEY_POSINF and (out == -1).all()
+    row = np.full(4096, -np.inf, np.float32)
+    row[[5, 77, 4000]] = [1.0, np.inf, -2.0]
+    out, t = topk_model.select_row_onecta(row, 64, 2560, rng)
+    assert t.b0 == 0 and sorted(out[:2].tolist()) == [5, 4000] and (out[2:] == -1).all()
+
+
+@pytest.mark.parametrize("C,k", [(65536, 512), (65536, 2048), (262144, 2048), (16384, 512)])
+def test_the_onecta_threshold_bin_fits_the_buffer_at_the_model_points(C, k):
+    """N(0, 1) rows at the model points: the 12-bit threshold bin holds well under the 2560 entries
+    (no overflow re-reads on the timed rows), and the emulation gives the reference set."""
+    rng = np.random.default_rng(C + k)
+    row = rng.standard_normal(C).astype(np.float32)
+    cap = topk_variants.onecta_define("ONE_CAP")
+    out, t = topk_model.select_row_onecta(row, k, cap, rng)
+    assert not t.overflow and t.buffered < 0.8 * cap, t
+    assert _strict_ok(out, row, k).ok
+
+
+def test_the_onecta_launcher_reads_the_kernel_declarations():
+    d = topk_variants.onecta_define
+    assert d("ONE_THREADS") == 1024 and d("ONE_NB0") == 4096 == topk_model.ONE_DIGITS[0][1]
+    assert d("ONE_BIN_POSINF") == topk_model.ONE_BIN_POSINF == topk_model.KEY_POSINF >> 20
+    assert (d("ONE_NB1"), d("ONE_NB2")) == (topk_model.ONE_DIGITS[1][1], topk_model.ONE_DIGITS[2][1])
+
+
+@pytest.mark.parametrize("C", [1, 4100, 65536, 70001])
+def test_the_onecta_batches_visit_every_element_once_and_prefetch_ahead(C):
+    """topk_onecta.cu's batch mapping, re-done in NumPy from the kernel's formulas (one_batches,
+    one_index; vec when C % 4 == 0): every element of the row is some (batch, thread, j) exactly
+    once, and pass 1's prefetches of batch b + ONE_AHEAD touch every 128-byte line of that batch."""
+    d = topk_variants.onecta_define
+    T, vecs, ahead = d("ONE_THREADS"), d("ONE_VECS"), d("ONE_AHEAD")
+    nkeys = 4 * vecs
+    vec = C % 4 == 0
+    n = C // 4 if vec else C
+    step = (vecs if vec else nkeys) * T
+    tid = np.arange(T)[:, None]
+    j = np.arange(nkeys)[None, :]
+    seen, lines_of, fetched = [], {}, set()
+    for bi, base in enumerate(range(0, n, step)):
+        e = 4 * (base + (j >> 2) * T + tid) + (j & 3) if vec else base + j * T + tid
+        e = e[e < C]
+        seen.append(e)
+        lines_of[bi] = set((4 * e // 128).tolist())
+        for b in ([1, 2] if bi == 0 else []) + [bi + ahead]:     # the kernel's two prefetch loops
+            u = np.arange(vecs)[None, :]
+            i = b * step + u * T * (1 if vec else 4) + tid * (1 if vec else 4)
+            i = i[i < n]
+            fetched |= set((i * (16 if vec else 4) // 128).tolist())
+    allseen = np.concatenate(seen)
+    assert len(allseen) == C and np.array_equal(np.sort(allseen), np.arange(C))
+    for bi in range(1, len(lines_of)):
+        assert lines_of[bi] <= fetched, bi

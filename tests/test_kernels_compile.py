@@ -81,3 +81,15 @@ def test_kda_timeline_build_compiles(source, tmp_path):
     """tools/kda_timeline.py builds the probed variants' files with -DKDA_TIMELINE; that build must
     compile too."""
     _compile(source, tmp_path, "-DKDA_TIMELINE")
+
+
+def _topk_probed_sources() -> list[pathlib.Path]:
+    """The files tools/topk_timeline.py builds with its probes on (every dsa_topk source with TK_MARK)."""
+    return sorted(p for p in (REPO_ROOT / "kernels/dsa_indexer").glob("topk_*.cu") if "TK_MARK(" in p.read_text())
+
+
+@pytest.mark.parametrize("source", _topk_probed_sources(), ids=lambda p: p.name)
+def test_topk_timeline_build_compiles(source, tmp_path):
+    """tools/topk_timeline.py builds the probed top-k files with -DDSA_TOPK_TIMELINE; that build must
+    compile too."""
+    _compile(source, tmp_path, "-DDSA_TOPK_TIMELINE")

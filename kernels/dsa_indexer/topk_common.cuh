@@ -15,6 +15,37 @@ __device__ __forceinline__ unsigned topk_key(float x) {
     return low ? 0u : key;
 }
 
+// ---- block helpers ---------------------------------------------------------------------------
+
+// Exclusive prefix sum of v over a block of WARPS warps in thread order; *total gets the block's sum.
+// Ends with a barrier, so scratch (WARPS words) is free for the next call.
+template <unsigned WARPS>
+__device__ __forceinline__ unsigned topk_block_scan(unsigned v, unsigned* scratch, unsigned* total) {
+    const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+    unsigned x = v;
+#pragma unroll
+    for (unsigned o = 1; o < 32; o <<= 1) {
+        const unsigned y = __shfl_up_sync(FULL_MASK, x, o);
+        if (lane >= o) x += y;
+    }
+    if (lane == 31) scratch[warp] = x;
+    __syncthreads();
+    if (warp == 0) {
+        unsigned w = lane < WARPS ? scratch[lane] : 0u;
+#pragma unroll
+        for (unsigned o = 1; o < 32; o <<= 1) {
+            const unsigned y = __shfl_up_sync(FULL_MASK, w, o);
+            if (lane >= o) w += y;
+        }
+        if (lane < WARPS) scratch[lane] = w;
+    }
+    __syncthreads();
+    const unsigned before = warp ? scratch[warp - 1] : 0u;
+    *total = scratch[WARPS - 1];
+    __syncthreads();  // scratch is free for the next call
+    return before + x - v;
+}
+
 // ---- cluster primitives (PTX; NVRTC gets no cooperative_groups) --------------------------------
 
 __device__ __forceinline__ unsigned cluster_ctarank() {
@@ -55,4 +86,33 @@ __device__ __forceinline__ float4 ld_nc_f32x4(const float4* p) {
     float4 r;
     asm("ld.global.nc.v4.f32 {%0,%1,%2,%3}, [%4];" : "=f"(r.x), "=f"(r.y), "=f"(r.z), "=f"(r.w) : "l"(p));
     return r;
+}
+
+// The first `quota` keys equal to T of row[lo, hi) in index order, written at orow[at + rank]: tiles
+// of 4 x 32 WARPS elements, one block exclusive scan a tile (the lowest indices first), stopping
+// once the quota is taken. Block-uniform: every thread of the block calls it.
+template <unsigned WARPS>
+__device__ __forceinline__ void topk_take_ties(const float* __restrict__ row, unsigned lo, unsigned hi, unsigned T,
+                                               unsigned quota, int* __restrict__ orow, unsigned at, unsigned* scratch) {
+    unsigned taken = 0u;
+    for (unsigned t0 = lo; t0 < hi && taken < quota; t0 += 4u * 32u * WARPS) {
+        const unsigned e0 = t0 + 4u * threadIdx.x;
+        bool eq[4];
+        unsigned n = 0u;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            eq[j] = e0 + j < hi && topk_key(ld_nc_f32(row + e0 + j)) == T;
+            n += eq[j];
+        }
+        unsigned tile_total;
+        unsigned r = taken + topk_block_scan<WARPS>(n, scratch, &tile_total);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            if (eq[j]) {
+                if (r < quota) orow[at + r] = (int)(e0 + j);
+                ++r;
+            }
+        }
+        taken += tile_total;
+    }
 }

@@ -274,3 +274,103 @@ def select_resident(scores: np.ndarray, k: int, cs: int) -> np.ndarray:
     """Every row of ``scores`` [M, C] float32 -> [M, k] int32 (select_row_resident, ranks claiming
     their output slots last rank first)."""
     return np.stack([select_row_resident(row, k, cs, list(range(cs))[::-1])[0] for row in scores])
+
+
+# ---- topk_onecta.cu (dsa_topk_onecta): one CTA a row, the threshold bin buffered ---------------
+
+ONE_DIGITS = ((20, 4096), (10, 1024), (0, 1024))   # key bits 31..20, 19..10, 9..0
+ONE_BIN_POSINF = KEY_POSINF >> 20                  # 4088: digit 0 of +inf, which holds +inf alone
+
+
+@dataclasses.dataclass
+class OneTrace:
+    """What one row's one-CTA selection decided: b0, T, the buffered bin-b0 keys, overflow, the
+    direct members of pass 2, the keys == T (E) and how many were taken (Q), partial or whole."""
+
+    b0: int
+    T: int
+    buffered: int
+    overflow: bool
+    direct: int
+    E: int
+    Q: int
+    partial: bool
+
+
+def _find_desc(hist: np.ndarray, kk: int) -> tuple[int, int]:
+    """one_find: the bin of the kk-th largest counted key and the count above it; (0, total) when
+    fewer than kk are counted (thread t owns bins NB - P (t + 1) .. NB - P t - 1, descending)."""
+    total = int(hist.sum())
+    if total < kk:
+        return 0, total
+    j, above = _crossing(hist[::-1], kk)
+    return len(hist) - 1 - j, above
+
+
+def select_row_onecta(scores: np.ndarray, k: int, cap: int, rng: np.random.Generator | None = None
+                      ) -> tuple[np.ndarray, OneTrace]:
+    """One row as topk_onecta.cu's single CTA with ``cap`` buffer entries: ``(out [k] int32, trace)``.
+
+    As the kernel: digit 0 (12 bits) of the nonzero keys; every key in a bin above b0 (not +inf)
+    written at a shared counter in pass 2; bin b0's nonzero keys buffered (overflow past ``cap``:
+    the digits and the write read the row again, the same keys); digits 1 and 2 over bin b0 only;
+    bin b0's keys > T (and == T when all are taken) at the counter after the direct ones; a partial
+    take of keys == T by index order at slots above + rank; -1 from F. The counter's claims come in
+    a random order (``rng``; the kernel's atomics give any). A slot never written keeps POISON."""
+    rng = rng or np.random.default_rng(0)
+    key = keys(scores).astype(np.int64)
+    C = len(key)
+    idx = np.arange(C)
+    nz = key != 0
+    b = key >> 20
+    assert (b[nz] >= 8).all(), "a nonzero key has digit 0 >= 8: bin 0 holds key 0 alone"
+    h0 = np.bincount(b[nz], minlength=4096)
+    b0, G0 = _find_desc(h0, k)
+    P = int(h0[ONE_BIN_POSINF])
+    out = np.full(k, POISON, np.int32)
+    counter = 0
+
+    def claim(indices: np.ndarray) -> None:
+        nonlocal counter
+        order = rng.permutation(len(indices))
+        out[counter:counter + len(indices)] = indices[order]   # a slot past k would raise here
+        counter += len(indices)
+
+    direct = (b > b0) & (key != KEY_POSINF)                    # b > b0 >= 0: nonzero
+    claim(idx[direct])
+    n_direct = counter
+    in_bin = nz & (b == b0)
+    overflow = int(in_bin.sum()) > cap
+    T, G = 0, G0
+    if b0 != 0:
+        kb = key[in_bin]
+        h1 = np.bincount((kb >> 10) & 0x3FF, minlength=1024)
+        b1, above1 = _find_desc(h1, k - G0)
+        prefix = (b0 << 10) | b1
+        h2 = np.bincount(kb[(kb >> 10) == prefix] & 0x3FF, minlength=1024)
+        b2, above2 = _find_desc(h2, k - G0 - above1)
+        G = G0 + above1 + above2
+        T = (prefix << 10) | b2
+    t_finite = b0 != 0 and T != KEY_POSINF
+    above = G - P if T < KEY_POSINF else 0
+    Q = k - G
+    E = int(((key == T) & nz).sum()) if t_finite else 0        # h2[b2]: every key == T is in bin b0
+    take_all = t_finite and Q == E
+    if b0 != 0:
+        member = in_bin & (((key > T) & (key != KEY_POSINF)) | (take_all & (key == T)))
+        claim(idx[member])
+    assert counter == above + (E if take_all else 0), (counter, above, E, take_all)
+    partial = t_finite and 0 < Q < E
+    if partial:
+        ties = idx[key == T][:Q]                               # index order: the lowest first
+        out[above:above + len(ties)] = ties
+    F = above + (Q if t_finite else 0)
+    out[F:] = -1
+    return out, OneTrace(b0=b0, T=T, buffered=int(in_bin.sum()), overflow=overflow, direct=n_direct, E=E, Q=Q,
+                         partial=partial)
+
+
+def select_onecta(scores: np.ndarray, k: int, cap: int) -> np.ndarray:
+    """Every row of ``scores`` [M, C] float32 -> [M, k] int32 (select_row_onecta)."""
+    rng = np.random.default_rng(1)
+    return np.stack([select_row_onecta(row, k, cap, rng)[0] for row in scores])

@@ -56,6 +56,7 @@ Shared memory: 20 KiB of histograms and their group sums (never reused, so no ex
 */
 
 #include "topk_common.cuh"
+#include "topk_timeline.cuh"
 
 #define DSA_TOPK_THREADS 512
 #define DSA_TOPK_WARPS (DSA_TOPK_THREADS / 32)
@@ -85,29 +86,7 @@ struct TopkShared {
 
 // Exclusive prefix sum of v over the block in thread order; *total gets the block's sum.
 __device__ __forceinline__ unsigned block_exclusive_scan(unsigned v, unsigned* scratch, unsigned* total) {
-    const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
-    unsigned x = v;
-#pragma unroll
-    for (unsigned o = 1; o < 32; o <<= 1) {
-        const unsigned y = __shfl_up_sync(FULL_MASK, x, o);
-        if (lane >= o) x += y;
-    }
-    if (lane == 31) scratch[warp] = x;
-    __syncthreads();
-    if (warp == 0) {
-        unsigned w = lane < DSA_TOPK_WARPS ? scratch[lane] : 0u;
-#pragma unroll
-        for (unsigned o = 1; o < 32; o <<= 1) {
-            const unsigned y = __shfl_up_sync(FULL_MASK, w, o);
-            if (lane >= o) w += y;
-        }
-        if (lane < DSA_TOPK_WARPS) scratch[lane] = w;
-    }
-    __syncthreads();
-    const unsigned before = warp ? scratch[warp - 1] : 0u;
-    *total = scratch[DSA_TOPK_WARPS - 1];
-    __syncthreads();  // scratch is free for the next call
-    return before + x - v;
+    return topk_block_scan<DSA_TOPK_WARPS>(v, scratch, total);
 }
 
 // One count into h[bin] for each lane with `ok`; the whole warp called together. A warp whose
@@ -420,6 +399,7 @@ __device__ __forceinline__ void topk_body(const float* __restrict__ scores, int*
     if (cluster_nctarank() != (unsigned)CS) __trap();  // launched without its cluster: fail loudly
     const unsigned C = (unsigned)C_, k = (unsigned)k_;
     const unsigned rank = cluster_ctarank();
+    TK_ENTER(rank);
     const unsigned m = blockIdx.y;
     const float* row = scores + (size_t)m * (size_t)C;
     int* orow = out + (size_t)m * (size_t)k;
@@ -443,9 +423,12 @@ __device__ __forceinline__ void topk_body(const float* __restrict__ scores, int*
     unsigned b0 = 0u, G = 0u, tlb = 0u;  // G: keys above the bins found so far, over the row
     auto find_b0 = [&]() {  // hist0 complete in every CTA: merge, b0 and the count above it
         __syncthreads();
+        TK_MARK(BOUND ? TK_PASS2 : TK_READ);
         group_sums<DSA_TOPK_NB0>(s.hist0, s.coarse0);
         cluster_sync();
+        TK_MARK(TK_SYNC0);
         cluster_find_bin<DSA_TOPK_NB0, CS>(s.hist0, s.coarse0, k, &s);
+        TK_MARK(TK_DIGIT0);
         b0 = s.found_bin;
         G = s.found_above;
     };
@@ -471,6 +454,7 @@ __device__ __forceinline__ void topk_body(const float* __restrict__ scores, int*
 #pragma unroll
         for (unsigned o = 16; o > 0; o >>= 1) mn = min(mn, __shfl_xor_sync(FULL_MASK, mn, o));
         if (lane == 0) atomicMin(&s.tmin, mn);
+        TK_MARK(TK_READ);  // thread 0's view: the barrier below waits for the rest
         cluster_sync();  // every CTA's tmin complete and visible
         if (threadIdx.x == 0) {
             unsigned t = 0xffffffffu;
@@ -478,6 +462,7 @@ __device__ __forceinline__ void topk_body(const float* __restrict__ scores, int*
             s.tlb = t;
         }
         __syncthreads();
+        TK_MARK(TK_BOUND);
         tlb = s.tlb;
         // pass 2 (bound): digit 0 of the keys >= tlb, and the nonzero ones into the buffer
         auto count_append = [&](unsigned e, float x, bool ok) {
@@ -521,6 +506,7 @@ __device__ __forceinline__ void topk_body(const float* __restrict__ scores, int*
         else
             for_slice(row, lo, hi, vec, append);
         __syncthreads();
+        TK_MARK(TK_PASS2);
     }
     const bool overflow = s.n_buf > DSA_TOPK_CAP;
     const unsigned nb = min(s.n_buf, (unsigned)DSA_TOPK_CAP);
@@ -552,7 +538,9 @@ __device__ __forceinline__ void topk_body(const float* __restrict__ scores, int*
         __syncthreads();
         group_sums<DSA_TOPK_NB1>(s.hist1, s.coarse1);
         cluster_sync();
+        TK_MARK(TK_SYNC1);
         cluster_find_bin<DSA_TOPK_NB1, CS>(s.hist1, s.coarse1, kk1, &s);
+        TK_MARK(TK_DIGIT1);
         b1 = s.found_bin;
         const unsigned above1 = s.found_above;
         const unsigned kk2 = kk1 - above1;
@@ -564,7 +552,9 @@ __device__ __forceinline__ void topk_body(const float* __restrict__ scores, int*
         __syncthreads();
         group_sums<DSA_TOPK_NB2>(s.hist2, s.coarse2);
         cluster_sync();
+        TK_MARK(TK_SYNC2);
         cluster_find_bin<DSA_TOPK_NB2, CS>(s.hist2, s.coarse2, kk2, &s);
+        TK_MARK(TK_DIGIT2);
         b2 = s.found_bin;
         G += above1 + s.found_above;
         T = (prefix << 10) | b2;
@@ -599,6 +589,7 @@ __device__ __forceinline__ void topk_body(const float* __restrict__ scores, int*
         s.mp_local = A - P;
     }
     __syncthreads();
+    TK_MARK(TK_COUNTS);
     const unsigned base = s.base, quota = s.quota, F = s.total;
     const bool take_all_eq = t_finite && quota == s.eq_local;  // quota 0 with no equal keys too
     const unsigned Tv = T;
@@ -613,32 +604,13 @@ __device__ __forceinline__ void topk_body(const float* __restrict__ scores, int*
 
     // a partial quota of keys equal to T: the lowest indices, in index order
     if (t_finite && quota > 0u && quota < s.eq_local) {
-        const unsigned at = base + s.mp_local;
-        unsigned taken = 0u;
-        for (unsigned t0 = lo; t0 < hi && taken < quota; t0 += 4u * DSA_TOPK_THREADS) {
-            const unsigned e0 = t0 + 4u * threadIdx.x;
-            bool eq[4];
-            unsigned n = 0u;
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                eq[j] = e0 + j < hi && topk_key(ld_nc_f32(row + e0 + j)) == Tv;
-                n += eq[j];
-            }
-            unsigned tile_total;
-            unsigned r = taken + block_exclusive_scan(n, s.scan, &tile_total);
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                if (eq[j]) {
-                    if (r < quota) orow[at + r] = (int)(e0 + j);
-                    ++r;
-                }
-            }
-            taken += tile_total;
-        }
+        topk_take_ties<DSA_TOPK_WARPS>(row, lo, hi, Tv, quota, orow, base + s.mp_local, s.scan);
     }
 
     for (unsigned j = F + rank * DSA_TOPK_THREADS + threadIdx.x; j < k; j += CS * DSA_TOPK_THREADS) orow[j] = -1;
+    TK_MARK(TK_WRITE);
     cluster_sync();  // no CTA leaves while another may still read its shared memory
+    TK_MARK(TK_EXIT);
 }
 
 #define DSA_TOPK_KERNEL(CS)                                                                                   \

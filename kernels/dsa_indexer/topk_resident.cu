@@ -46,6 +46,7 @@ DSA_TOPK_RES_SMEM_BYTES (221.25 KiB) of dynamic shared memory; __launch_bounds__
 */
 
 #include "topk_common.cuh"
+#include "topk_timeline.cuh"
 
 #define DSA_TOPK_RES_THREADS 1024
 #define DSA_TOPK_RES_WARPS 32
@@ -177,12 +178,15 @@ __device__ __forceinline__ void block_find(const unsigned* h, unsigned kk, ResSh
 // Digit search over the cluster: CS = 1 on the CTA's own histogram; else every rank's bins
 // summed through DSMEM into s->m (after the barrier that makes every rank's histogram final).
 template <int NB, int CS>
-__device__ __forceinline__ void cluster_find(const unsigned* h, unsigned kk, ResShared* s) {
+__device__ __forceinline__ void cluster_find(const unsigned* h, unsigned kk, ResShared* s, unsigned sync_mark) {
+    (void)sync_mark;  // the timeline build's probe id only
     if constexpr (CS == 1) {
         __syncthreads();
+        TK_MARK(sync_mark);
         block_find<NB>(h, kk, s);
     } else {
         cluster_sync();
+        TK_MARK(sync_mark);
         for (unsigned b = threadIdx.x; b < (unsigned)NB; b += DSA_TOPK_RES_THREADS) {
             unsigned sum = 0u;
 #pragma unroll
@@ -224,6 +228,7 @@ __device__ __forceinline__ void resident_body(const float* __restrict__ scores, 
         if (cluster_nctarank() != (unsigned)CS) __trap();  // launched without the compiled cluster shape
         rank = cluster_ctarank();
     }
+    TK_ENTER(rank);
     const unsigned L = ((C + CS - 1) / CS + 3u) & ~3u;
     const unsigned lo = min(C, rank * L), hi = min(C, lo + L), n = hi - lo;
     const float* row = scores + (size_t)blockIdx.y * C + lo;
@@ -269,6 +274,7 @@ __device__ __forceinline__ void resident_body(const float* __restrict__ scores, 
     s.h2[tid] = 0u;
     if (tid == 0) s.counter = 0u;
     __syncthreads();
+    TK_MARK(TK_ISSUE);
 
     // ---- digit 0: register chunks as they arrive, then the shared chunks converted in place ----
     unsigned* h0c = s.h0c + (lane & (DSA_TOPK_RES_COPIES - 1u));
@@ -293,26 +299,30 @@ __device__ __forceinline__ void resident_body(const float* __restrict__ scores, 
         if (w.w) atomicAdd(&h0c[(w.w >> 21) * DSA_TOPK_RES_COPIES], 1u);
     }
     __syncthreads();
+    TK_MARK(TK_READ);
     for (unsigned b = tid; b < 2048u; b += DSA_TOPK_RES_THREADS) {
         unsigned sum = 0u;
 #pragma unroll
         for (unsigned c = 0; c < DSA_TOPK_RES_COPIES; ++c) sum += s.h0c[b * DSA_TOPK_RES_COPIES + c];
         s.h0[b] = sum;
     }
-    cluster_find<2048, CS>(s.h0, k, &s);               // its barrier orders the h0 writes
+    cluster_find<2048, CS>(s.h0, k, &s, TK_SYNC0);     // its barrier orders the h0 writes
+    TK_MARK(TK_DIGIT0);
     const unsigned b0 = s.found_bin;
     unsigned G = s.found_above;
     if (tid == 0) s.p_total = (CS == 1 ? s.h0 : s.m)[DSA_TOPK_BIN_POSINF];
     unsigned T = 0u;
     if (b0 != 0u) {                                    // block-uniform (and cluster-uniform)
         RES_FOR_KEYS(if ((key >> 21) == b0) atomicAdd(&s.h1[(key >> 10) & 0x7ffu], 1u));
-        cluster_find<2048, CS>(s.h1, k - G, &s);
+        cluster_find<2048, CS>(s.h1, k - G, &s, TK_SYNC1);
+        TK_MARK(TK_DIGIT1);
         const unsigned b1 = s.found_bin;
         const unsigned kk2 = k - G - s.found_above;
         G += s.found_above;
         const unsigned prefix = (b0 << 11) | b1;
         RES_FOR_KEYS(if ((key >> 10) == prefix) atomicAdd(&s.h2[key & 0x3ffu], 1u));
-        cluster_find<1024, CS>(s.h2, kk2, &s);
+        cluster_find<1024, CS>(s.h2, kk2, &s, TK_SYNC2);
+        TK_MARK(TK_DIGIT2);
         G += s.found_above;
         T = (prefix << 10) | s.found_bin;
     }                                                  // (every rank takes the same branch: barrier counts match)
@@ -362,6 +372,7 @@ __device__ __forceinline__ void resident_body(const float* __restrict__ scores, 
     }
     if constexpr (CS > 1) cluster_arrive();            // this CTA's last remote access is above
     __syncthreads();
+    TK_MARK(TK_COUNTS);
     const unsigned base = s.base, quota = s.quota;
     const unsigned above = s.scan[31 * DSA_TOPK_RES_SCAN];   // this CTA's members above T
 
@@ -389,7 +400,9 @@ __device__ __forceinline__ void resident_body(const float* __restrict__ scores, 
         const unsigned F = (T < DSA_TOPK_KEY_POSINF ? G - s.p_total : 0u) + (t_finite ? Q : 0u);
         for (unsigned j = F + tid; j < k; j += DSA_TOPK_RES_THREADS) orow[j] = -1;
     }
+    TK_MARK(TK_WRITE);
     if constexpr (CS > 1) cluster_wait();
+    TK_MARK(TK_EXIT);
 }
 
 #define DSA_TOPK_RES_KERNEL(CS, DIMS)                                                                 \

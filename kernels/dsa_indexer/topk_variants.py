@@ -13,6 +13,10 @@
 - ``resident`` / ``resident_wide`` (ours): ``topk_resident.cu``, the row read once into registers
   and shared memory (65536 a CTA), every digit pass on chip; 1 CTA a row up to 65536 candidates,
   clusters of 2 / 4 to 262144 (``resident_wide``: slices of at most 32768 where that fits).
+- ``radix_onecta`` (ours): ``topk_onecta.cu``, one CTA of 1024 threads a row whatever its length (no
+  cluster, no DSMEM): digit 0 on 12 bits over the row (HBM, prefetched ahead into L2), then the keys
+  above the threshold bin written straight out and the bin's keys buffered in shared memory, digits
+  1 and 2 from that buffer only; small machine code (loops, not unrolled rows).
 - ``torch_topk`` (peer): ``torch.topk`` unsorted on our stream, non-finite picks mapped to -1 as a
   caller would.
 - ``flashinfer_topk`` / ``flashinfer_topk_lower`` (peers): ``flashinfer.top_k(x, k)`` as called by
@@ -20,7 +24,8 @@
   contract); the row's note says which algorithm FlashInfer dispatched to.
 - ``ref_topk`` (CPU): reference.topk row by row; ``model_radix`` (CPU): topk_model, the kernel's
   logic emulated in NumPy with the kernel's buffer size and cluster pick; ``model_resident`` (CPU):
-  topk_resident.cu's logic (topk_model.select_row_resident).
+  topk_resident.cu's logic (topk_model.select_row_resident); ``model_onecta`` (CPU): topk_onecta.cu's
+  (topk_model.select_row_onecta).
 
 Nothing here imports cupy, torch or flashinfer at import time.
 """
@@ -155,6 +160,22 @@ def _make_resident_build(wide: bool):
                           f"dsa_topk_resident_c{cs}: {cs} CTA{'s' if cs > 1 else ''} a row ({Mn * cs} CTAs, "
                           f"{'a cluster' if cs > 1 else 'no cluster'}), {-(-C // cs)} keys a CTA held on chip")
     return build
+
+
+ONECTA_SOURCE = "topk_onecta.cu"
+
+
+def onecta_define(name: str) -> int:
+    """A ``#define`` of topk_onecta.cu (block size, buffer entries)."""
+    return source_define(str(HERE / ONECTA_SOURCE), name)
+
+
+def _onecta_build(geometry, point, inputs, backend) -> KernelStep:
+    Mn = int(point["M"])
+    return _topk_step(geometry, point, inputs, backend, ONECTA_SOURCE, "dsa_topk_onecta", 1,
+                      onecta_define("ONE_THREADS"), 0,
+                      f"dsa_topk_onecta: one CTA of {onecta_define('ONE_THREADS')} threads a row ({Mn} CTAs, no "
+                      f"cluster), {onecta_define('ONE_CAP')} threshold-bin entries a CTA")
 
 
 def _torch_ready() -> str | None:
@@ -304,6 +325,10 @@ def _model_bound_rows(scores: np.ndarray, k: int) -> np.ndarray:
     return topk_model.select(scores, k, cs, radix_define("DSA_TOPK_CAP"), bound=True)
 
 
+def _model_onecta_rows(scores: np.ndarray, k: int) -> np.ndarray:
+    return topk_model.select_onecta(scores, k, onecta_define("ONE_CAP"))
+
+
 def _model_resident_rows(scores: np.ndarray, k: int) -> np.ndarray:
     return topk_model.select_resident(scores, k, pick_resident(scores.shape[1]))
 
@@ -354,6 +379,13 @@ TOPK_VARIANTS = (
             why="resident at half a CTA's keys a slice: 2 CTAs (a cluster) for 65536, twice the SMs "
                 "streaming the row for three cluster barriers; prices one CTA against two at 65536",
             supports=_supports_resident, sources=(RESIDENT_SOURCE,)),
+    Variant("radix_onecta", "cuda", _onecta_build,
+            why="one CTA of 1024 threads a row, no cluster barrier or DSMEM: digit 0 on 12 bits over the "
+                "row from HBM (prefetched 3 batches ahead into L2), then (L2) every key above the threshold "
+                "bin written straight out and the bin's keys (~0.6% of the row) kept in shared memory, "
+                "digits 1 and 2 from that buffer only; loops instead of unrolled rows, so little machine "
+                "code to fetch after the L2 flush",
+            supports=_supports_radix, sources=(ONECTA_SOURCE,)),
     Variant("torch_topk", "cuda", lambda g, p, i, b: _TorchTopk(g, p, i, b),
             why="torch.topk(k, sorted=False) on our stream, non-finite picks mapped to -1",
             supports=lambda g, p: _torch_ready(), peer=True),
@@ -373,6 +405,10 @@ TOPK_VARIANTS = (
     Variant("model_bound", "cpu", lambda g, p, i, b: _HostTopk(_model_bound_rows, g, p, i),
             why="dsa_topk_bound's logic emulated in NumPy (topk_model, bound=True) at radix_bound's "
                 "cluster pick: the lower bound from lane groups' second largest keys, counts above it",
+            sources=("topk_model.py",)),
+    Variant("model_onecta", "cpu", lambda g, p, i, b: _HostTopk(_model_onecta_rows, g, p, i),
+            why="topk_onecta.cu's logic emulated in NumPy (topk_model.select_row_onecta): 12-bit digit 0, "
+                "the direct writes above the threshold bin, the bin's buffer and its overflow, the ties",
             sources=("topk_model.py",)),
     Variant("model_resident", "cpu", lambda g, p, i, b: _HostTopk(_model_resident_rows, g, p, i),
             why="topk_resident.cu's logic emulated in NumPy (topk_model.select_row_resident) at resident's "

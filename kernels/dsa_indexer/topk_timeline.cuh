@@ -1,0 +1,67 @@
+/*
+DSA top-k: per-CTA timeline probes of the top-k kernels (topk_radix.cu, topk_resident.cu,
+topk_onecta.cu). tools/topk_timeline.py builds a variant's source with -DDSA_TOPK_TIMELINE through
+the variant's own launcher (same grid, inputs) and reads what the probes wrote;
+kernels/dsa_indexer/topk_timeline.py parses it (its TK_* constants and mark names are checked
+against this file by a test). A normal build compiles every probe to nothing, so the swept kernels'
+machine code is unchanged (tools/sass_diff.py).
+
+Thread 0 of CTA b = blockIdx.y * gridDim.x + blockIdx.x writes row b of dsa_topk_timeline,
+TK_SLOTS 64-bit words: slot 0 the SM id + 1, slot 1 the cluster rank + 1, then for mark n (the
+TK_* ids below) slot 2 + 2 n the %globaltimer (ns; comparable across SMs) and slot 3 + 2 n the
+SM's clock64 (cycles; finer than the globaltimer within one CTA). Unwritten slots stay 0 (the tool
+zeroes the buffer before each launch). A mark is placed right after the block-wide barrier that
+ends its phase where there is one (so it is the CTA's time, not thread 0's alone); the exceptions
+say so below. The tool orders a CTA's marks by clock64 and names each phase by the mark ending it.
+*/
+#pragma once
+
+// Mark ids (keep in step with kernels/dsa_indexer/topk_timeline.py MARKS; a test checks)
+#define TK_ENTRY 0     // first instruction after the launch-shape check
+#define TK_ISSUE 1     // resident: every load issued and the histograms zeroed (CTA barrier)
+#define TK_READ 2      // pass 1 over the row done: digit 0 counted (bound: thread 0's pairs, before the barrier)
+#define TK_BOUND 3     // bound: the cluster's lower bound tlb known (barrier.cluster + DSMEM min)
+#define TK_PASS2 4     // the second pass over the row done: buffer filled (onecta: members above the bin written)
+#define TK_SYNC0 5     // digit 0: the cluster barrier (or CTA barrier) that publishes the histograms passed
+#define TK_DIGIT0 6    // digit 0 decided: b0 and the count above it
+#define TK_SYNC1 7
+#define TK_DIGIT1 8
+#define TK_SYNC2 9
+#define TK_DIGIT2 10   // T known
+#define TK_COUNTS 11   // quota, output base and F known (the counts' barrier passed)
+#define TK_WRITE 12    // thread 0's members written and the -1 fill issued (thread 0's view: no barrier)
+#define TK_EXIT 13     // after the exit barrier (cluster), the last instruction
+#define TK_MARKS 14
+
+#ifdef DSA_TOPK_TIMELINE
+#define TK_SLOTS 32
+#define TK_CAPACITY (1 << 16)
+__device__ unsigned long long dsa_topk_timeline[TK_CAPACITY];
+
+__device__ __forceinline__ void tk_put(unsigned slot, unsigned long long v) {
+    if (threadIdx.x != 0) return;
+    const unsigned long long at = ((unsigned long long)blockIdx.y * gridDim.x + blockIdx.x) * TK_SLOTS + slot;
+    if (slot < TK_SLOTS && at < TK_CAPACITY) dsa_topk_timeline[at] = v;
+}
+__device__ __forceinline__ void tk_mark(unsigned mark) {
+    if (threadIdx.x != 0) return;
+    unsigned long long g, c;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g)::"memory");
+    asm volatile("mov.u64 %0, %%clock64;" : "=l"(c)::"memory");
+    tk_put(2u + 2u * mark, g);
+    tk_put(3u + 2u * mark, c);
+}
+__device__ __forceinline__ void tk_enter(unsigned rank) {
+    if (threadIdx.x != 0) return;
+    unsigned sm;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+    tk_put(0, sm + 1ull);
+    tk_put(1, rank + 1ull);
+    tk_mark(TK_ENTRY);
+}
+#define TK_ENTER(rank) tk_enter(rank)
+#define TK_MARK(mark) tk_mark(mark)
+#else
+#define TK_ENTER(rank) ((void)0)
+#define TK_MARK(mark) ((void)0)
+#endif

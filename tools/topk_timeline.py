@@ -1,0 +1,198 @@
+"""Per-CTA, per-phase timeline of the DSA top-k kernels: where a launch's microseconds go.
+
+    python3 tools/topk_timeline.py radix_lean resident radix_onecta --point M=32 \
+        --point context=65536,262144 --point pooling=pooled --point topk=2048 --out $OUT/topk_tl
+
+Each ``--point KEY=V1,V2`` gives an axis its values (the points are their product; an axis not given
+takes its default, topk the fuel's index_topk). Every variant whose .cu source carries the probes
+(``TK_MARK``) is built with -DDSA_TOPK_TIMELINE through its own launcher (the swept grid, shared
+memory and inputs) and launched ``--launches`` times in two modes:
+  flush   the L2 flushed before the launch, as the sweeps do (code and data cold in L2);
+  primed  the L2 flushed, then the same kernel once on its own copy of the inputs, then the timed
+          launch: its data still cold, but its code, launch shape and shared-memory carve-out warm.
+The event-timed duration (median of the launches) is set against the probes of the last launch:
+the span from the first CTA's entry to the last CTA's exit, and per phase the median and max over
+CTAs (kernels/dsa_indexer/topk_timeline.py says what each mark ends). Also times, the way the
+sweep times a step (eager launch between CUDA events, L2 flushed before each), an empty kernel of
+one CTA (the floor under every measured time) and one of each variant's launch shape (grid, block,
+dynamic shared memory, cluster): what the launch itself costs. Writes summary.csv, phases.csv, a
+marks CSV per run and timeline.png under --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import pathlib
+
+import numpy as np
+import pandas as pd
+
+from harness import registry, timing
+from harness.backends import CudaBackend
+from harness.config import TimingConf
+from harness.cuda import get_kernel
+from harness.fuel import load_fuel
+from kernels.dsa_indexer import topk_timeline as tl
+from kernels.dsa_indexer import topk_variants
+
+COMPONENT = "dsa_topk"
+TIMELINE_OPTION = "-DDSA_TOPK_TIMELINE"
+MODES = ("flush", "primed")
+
+
+def probed_variants(comp) -> dict[str, pathlib.Path]:
+    """{variant: its .cu source} for every CUDA variant whose source carries the probes."""
+    out = {}
+    for v in comp.variants:
+        for name in v.sources:
+            path = topk_variants.HERE / name
+            if v.backend == "cuda" and path.suffix == ".cu" and "TK_MARK(" in path.read_text():
+                out[v.name] = path
+    return out
+
+
+def expand_points(comp, geometry, items: list[str]) -> list[dict]:
+    """The points of ``--point KEY=V1,V2 ...``: the product of every axis' values, in the order
+    given; an axis not given takes its default. Raises ValueError (one line) on a bad item."""
+    by_name = {a.name: a for a in comp.axes}
+    values: dict[str, list[str]] = {}
+    for item in items:
+        key, sep, vals = item.partition("=")
+        if not sep or key not in by_name or not vals:
+            raise ValueError(f"--point: {item!r} must be KEY=V1[,V2...] with KEY one of {sorted(by_name)}")
+        if key in values:
+            raise ValueError(f"--point: {key} given twice")
+        values[key] = vals.split(",")
+    for a in comp.axes:
+        if a.name not in values:
+            values[a.name] = [str(a.default if a.default is not None else a.resolve(geometry))]
+    names = [a.name for a in comp.axes]
+    return [registry.parse_point(comp, [f"{n}={v}" for n, v in zip(names, combo)])
+            for combo in itertools.product(*(values[n] for n in names))]
+
+
+def point_label(point: dict) -> str:
+    return " ".join(f"{k}={v}" for k, v in point.items())
+
+
+def result_table(rows: list[dict]) -> pd.DataFrame:
+    """summary.csv: one row per (variant, point, mode) with the event-timed µs, the probes' span and
+    what is left outside it (event - span: launch and the event pair around it)."""
+    df = pd.DataFrame(rows)
+    df["outside_span_us"] = df.event_us - df.span_us
+    return df
+
+
+class TimelineBackend(CudaBackend):
+    """The CUDA backend, compiling every module with the top-k probes on."""
+
+    def module(self, source, options=()):
+        return super().module(source, (*options, TIMELINE_OPTION))
+
+
+def _flushed_floor_us(backend, launch) -> float:
+    """p50 of ``launch`` timed as a sweep times a step (eager, between events, L2 flushed before)."""
+    conf = TimingConf(warmup=5, min_reps=100, max_reps=200, min_time_ms=0.0, graph=False)
+    return timing.time_cuda([launch], backend, conf, "flush").ms_p50 * 1e3
+
+
+def empty_floor_us(backend, grid=(1,), threads=32, smem=0) -> float:
+    """An empty kernel of this launch shape (a cluster of grid[0] CTAs when grid[0] > 1)."""
+    cs = grid[0] if len(grid) > 1 and grid[0] > 1 else 1
+    dims = f"__cluster_dims__({cs}, 1, 1) " if cs > 1 else ""
+    fn = backend.cp.RawModule(code=f'extern "C" __global__ void {dims}topk_tl_empty() {{}}',
+                              options=("-std=c++17",)).get_function("topk_tl_empty")
+    if smem > 48 * 1024:
+        fn.max_dynamic_shared_size_bytes = smem
+    return _flushed_floor_us(backend, lambda: fn(tuple(grid), (threads,), (), shared_mem=smem, stream=backend.stream))
+
+
+def record(backend, step, primer, source, launches: int, mode: str) -> tuple[np.ndarray, float]:
+    """Raw probe words of the last of ``launches`` samples and the median event-timed µs; a sample
+    is a flush, in ``primed`` mode the primer launch, then the timed launch between two events."""
+    cp = backend.cp
+    module = backend.module(source)
+    words = cp.ndarray((tl.TK_CAPACITY,), dtype=cp.uint64, memptr=module.get_global("dsa_topk_timeline"))
+    flush = timing.flusher(backend)
+    start, end = cp.cuda.Event(), cp.cuda.Event()
+    times = []
+    for _ in range(launches):
+        step.poison()
+        flush()
+        if mode == "primed":
+            primer()
+        with backend.stream:
+            words.fill(0)
+        start.record(backend.stream)
+        step()
+        end.record(backend.stream)
+        end.synchronize()
+        times.append(cp.cuda.get_elapsed_time(start, end) * 1e3)
+    return cp.asnumpy(words), float(np.median(times))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("variants", nargs="+")
+    ap.add_argument("--point", action="append", default=[], metavar="KEY=V1[,V2]")
+    ap.add_argument("--launches", type=int, default=5)
+    ap.add_argument("--out", type=pathlib.Path, default=pathlib.Path("topk_timeline"))
+    args = ap.parse_args()
+    comp = registry.get(COMPONENT)
+    probed = probed_variants(comp)
+    for name in args.variants:
+        if name not in probed:
+            raise SystemExit(f"variant: {name!r} has no timeline probes; allowed: {sorted(probed)}")
+    geometry = load_fuel()
+    try:
+        points = expand_points(comp, geometry, args.point)
+    except ValueError as exc:
+        raise SystemExit(str(exc))
+    backend = TimelineBackend()
+    args.out.mkdir(parents=True, exist_ok=True)
+    floor = empty_floor_us(backend)
+    print(f"launch floor (empty kernel, 1 CTA, eager between events after a flush): {floor:.2f} µs")
+
+    rows, tables, results = [], [], {}
+    for p_i, point in enumerate(points):
+        inputs = comp.make_inputs(geometry, point, np.random.default_rng(p_i))
+        for name in args.variants:
+            reason = comp.variant(name).supports(geometry, point)
+            if reason:
+                print(f"{name} at {point_label(point)}: skipped: {reason}")
+                continue
+            step = comp.variant(name).build(geometry, point, inputs, backend)
+            primer = comp.variant(name).build(geometry, point, inputs, backend)
+            k0 = step.kernels[0]
+            grid = k0.grid if isinstance(k0.grid, tuple) else (k0.grid,)
+            n_ctas = int(np.prod(grid))
+            if n_ctas * tl.TK_SLOTS > tl.TK_CAPACITY:
+                raise SystemExit(f"{name}: {n_ctas} CTAs need {n_ctas * tl.TK_SLOTS} probe words; the buffer "
+                                 f"holds {tl.TK_CAPACITY}")
+            shape_floor = empty_floor_us(backend, grid, k0.threads, k0.smem)
+            for mode in MODES:
+                raw, event_us = record(backend, step, primer, probed[name], args.launches, mode)
+                marks = tl.parse(raw, n_ctas)
+                run = f"{name}_{p_i}_{mode}"
+                tl.save(args.out, run, marks)
+                results[f"{name} | {point_label(point)} | {mode}"] = marks
+                table = tl.phase_table(marks)
+                tables.append(table.assign(variant=name, point=point_label(point), mode=mode))
+                rows.append({"variant": name, "point": point_label(point), "mode": mode, "grid": str(grid),
+                             "threads": k0.threads, "smem": k0.smem, "note": step.note, "floor_us": floor,
+                             "shape_floor_us": shape_floor, "event_us": event_us, **tl.span(marks),
+                             "cycles_per_us": tl.cycles_per_us(marks)})
+                print(f"\n{name} | {point_label(point)} | {mode}: event {event_us:.2f} µs, "
+                      f"span {rows[-1]['span_us']:.2f} µs, empty kernel of this shape {shape_floor:.2f} µs")
+                print(table.to_string(index=False, float_format=lambda x: f"{x:.2f}"))
+    summary = result_table(rows)
+    summary.to_csv(args.out / "summary.csv", index=False)
+    pd.concat(tables).to_csv(args.out / "phases.csv", index=False)
+    tl.plot(results, args.out / "timeline.png", title="dsa_topk timeline")
+    pd.set_option("display.width", 250)
+    print(f"\nfloor {floor:.2f} µs\n" + summary.drop(columns=["note"]).to_string(float_format=lambda x: f"{x:.2f}"))
+
+
+if __name__ == "__main__":
+    main()
