@@ -320,8 +320,8 @@ class _EmulatedDevice:
         assert pools.shape == (M, k) and selection.shape == (M, W) and grid[0] == M
         selection[:] = kpool_variants.expand_numpy(pools, positions, 4, W)
 
-    def _sparse_mla_split_mma_ahead(self, grid, block, q, arena, page_table, selection, part_acc, part_ml,
-                                    M, W, pps, ps, splits, scale):
+    def _sparse_mla_split_wgmma(self, grid, block, q, arena, page_table, selection, part_acc, part_ml,
+                                M, W, pps, ps, splits, scale):
         assert grid == (splits, M) and selection.shape == (M, W) and part_acc.shape == (M, splits, 64, 512)
         assert page_table.shape == (M, pps) and ps == 64
         for m in range(M):
@@ -357,7 +357,7 @@ def test_the_chained_step_is_wired_right_on_an_emulated_device(geometry, key_cac
     scan = "scan_wgmma_e4m3" if index_dtype == "fp8" else "scan_mma_bf16"
     # radix_lean: pick_cluster_len gives 3 rows shorter than LONG_ROW clusters of 4
     assert order == (["kpool_compress_v1"] if key_caching == "compress" else []) + [scan, "dsa_topk_lean_c4"] \
-        + ([] if key_caching == "per_token" else ["expand_v1"]) + ["sparse_mla_split_mma_ahead", "sparse_mla_combine"]
+        + ([] if key_caching == "per_token" else ["expand_v1"]) + ["sparse_mla_split_wgmma", "sparse_mla_combine"]
     assert not any(p for *_, p in device.launched)                         # plain stream order, no PDL
     streams = runner.reference_streams(comp, geometry, point)
     bad = [c.describe() for c in runner.checked(comp, point, step.outputs(), ref, streams) if not c.ok]

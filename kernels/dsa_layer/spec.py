@@ -95,10 +95,11 @@ AXES = (M, dsa_axes.CONTEXT, KEY_CACHING, INDEX_DTYPE)
 # families' fastest measured on the H200 at M = 32, 262144: scan_mma (BF16, 91% of its stream floor)
 # and scan_wgmma_e4m3 (FP8, at its floor: reports/2026-12-01-indexer_scan-h200-153503), radix_lean
 # (51.17 us at 2048 of 262144, 22.82 at 512 of 65536: reports/2026-12-01-dsa_select-h200-144501),
-# split_mma_ahead_1wave (87.30 us grouped: reports/2026-12-01-sparse_mla-h200-120356).
+# split_wgmma_1wave (49.34 us grouped, split_mma_ahead_1wave 87.87 beside it:
+# reports/2026-12-01-sparse_mla-h200-172142).
 SCAN_DESIGNS = {"bf16": "scan_mma", "fp8": "scan_wgmma_e4m3"}
 TOPK_DESIGN = "radix_lean"
-MLA_DESIGN = "split_mma_ahead_1wave"
+MLA_DESIGN = "split_wgmma_1wave"
 
 PAGE_SIZE = 64                # the latent arena's pages (sparse_mla's default)
 KEY_RANGE = 3                 # indexer keys and queries: integers in [-KEY_RANGE, KEY_RANGE]

@@ -4,8 +4,8 @@
   spec.SCAN_DESIGNS, TOPK_DESIGN and MLA_DESIGN name) on shared device buffers, get_kernel'd from
   the families' own .cu files with their own launch geometry: [compress_cuda (kpool_compress.cu)]
   -> scan_mma (scan_mma.cu; index_dtype fp8: scan_wgmma_e4m3, scan_wgmma.cu, sm_90a) -> radix_lean
-  (topk_radix.cu) -> [expand_cuda (expand.cu)] -> split_mma_ahead_1wave + combine
-  (sparse_mla/split_mma_ahead.cu). Plain stream order (dependent=False): the scans, topk_radix, the
+  (topk_radix.cu) -> [expand_cuda (expand.cu)] -> split_wgmma_1wave + combine
+  (sparse_mla/split_wgmma.cu, sm_90a). Plain stream order (dependent=False): the scans, topk_radix, the
   split and the combine do not griddepcontrol.wait before reading their predecessor's output (only
   kpool_compress and expand do), so a programmatic launch of them could read a buffer still being
   written.
@@ -30,11 +30,12 @@ from kernels.sparse_mla import variants as mla_variants
 
 from . import spec
 
-# The sparse MLA design (spec.MLA_DESIGN: split_mma_ahead with one-wave splits) as sparse_mla/
-# variants.py declares it (file, kernel, the #defines that size its launch, its latent); its
-# combine kernel is in the same file.
+# The sparse MLA design (spec.MLA_DESIGN: split_wgmma with one-wave splits) as sparse_mla/
+# variants.py declares it (file, kernel, the #defines that size its launch, its latent, its NVRTC
+# options: sm_90a for wgmma); its combine kernel is in the same file.
 SPLIT_DESIGN = spec.MLA_DESIGN.removesuffix("_1wave")
 SPLIT_SOURCE, SPLIT_SYMBOL, SPLIT_SMEM, SPLIT_THREADS, _ = mla_variants.SPLIT_DESIGNS[SPLIT_DESIGN]
+SPLIT_OPTIONS = mla_variants.SPLIT_OPTIONS.get(SPLIT_DESIGN, ())
 # the top-k: radix_lean (spec.TOPK_DESIGN), the lean kernels at pick_cluster_len's cluster size
 TOPK_KERNEL = "lean"
 SOURCES = {
@@ -97,8 +98,10 @@ def build_chained(geometry, point, inputs, backend) -> KernelStep:
     topk_fn = get_kernel(backend, SOURCES["topk"], f"dsa_topk_{TOPK_KERNEL}_c{cs}")
     splits = mla_variants.one_wave_splits(Mn, W, sms)
     split_smem = mla_variants.source_define(SPLIT_SOURCE, SPLIT_SMEM)
-    split_fn = get_kernel(backend, SOURCES["split"], SPLIT_SYMBOL, split_smem)
-    combine_fn = get_kernel(backend, SOURCES["split"], "sparse_mla_combine")
+    if SPLIT_OPTIONS and backend.arch() != "sm_90":
+        raise ValueError(f"chained: {SPLIT_DESIGN} needs an sm_90 device (wgmma); this one is {backend.arch()}")
+    split_fn = get_kernel(backend, SOURCES["split"], SPLIT_SYMBOL, split_smem, options=SPLIT_OPTIONS)
+    combine_fn = get_kernel(backend, SOURCES["split"], "sparse_mla_combine", options=SPLIT_OPTIONS)
 
     with backend.stream:
         b0 = {"scores": cp.empty((Mn, C), cp.float32), "indices": cp.empty((Mn, k), cp.int32),
@@ -206,11 +209,11 @@ class _HostLayer(Launch):
 LAYER_VARIANTS = (
     Variant("chained", "cuda", build_chained,
             why="the families' best kernels as one step on shared buffers: [compress_cuda] -> scan_mma (fp8: "
-                "scan_wgmma_e4m3) -> radix_lean -> [expand_cuda] -> split_mma_ahead_1wave + combine, in plain stream "
+                "scan_wgmma_e4m3) -> radix_lean -> [expand_cuda] -> split_wgmma_1wave + combine, in plain stream "
                 "order (not every kernel waits on griddepcontrol, so no PDL)",
             supports=supports_chained,
             sources=("../dsa_indexer/kpool_compress.cu", "../dsa_indexer/scan_mma.cu", "../dsa_indexer/scan_wgmma.cu",
-                     "../dsa_indexer/topk_radix.cu", "../dsa_indexer/expand.cu", "../sparse_mla/split_mma_ahead.cu")),
+                     "../dsa_indexer/topk_radix.cu", "../dsa_indexer/expand.cu", f"../sparse_mla/{SPLIT_SOURCE}")),
     Variant("ref_layer", "cpu", lambda g, p, i, b: _HostLayer(g, p, i), supports=lambda g, p: spec.strategy_problem(p),
             why="float32 NumPy on the host: compress_numpy, the scan's product, reference.topk, "
                 "expand_numpy, attend", sources=("variants.py",)),
