@@ -32,6 +32,13 @@ from kernels.sparse_mla import spec, variants
 TILE = 64
 STAGE = 65536          # split_wgmma.cu WG_STAGE_BYTES: one [64][512] bf16 tile
 RING_AT = 65536        # WG_RING_AT (sQ at 0)
+# The kernel's instances (tile slots, ring stages): sparse_mla_split_wgmma and _t32.
+INSTANCES = {"sparse_mla_split_wgmma": (64, 2), "sparse_mla_split_wgmma_t32": (32, 4)}
+
+
+def layout_used(tile: int, stages: int) -> int:
+    """split_wgmma.cu WgLayout::USED: sQ, the ring, the S exchange [2][tile / 8][128] float4."""
+    return RING_AT + stages * tile * 1024 + 2 * (tile // 8) * 128 * 16
 
 
 def test_the_model_constants_are_the_kernels():
@@ -43,6 +50,12 @@ def test_the_model_constants_are_the_kernels():
     assert "wg_desc(stage + (unsigned)(ks * 2 * 8192 + wg * 4 * 1024), 1024, 8192)" in text
     assert "wg_desc(stage + off, 16, 8192)" in text
     assert "(unsigned)(wg * 4 * 1024 + (k >> 2) * 1024 + (k & 3) * 32)" in text
+    # each instance and the dynamic shared memory its launcher gives (read by variants.source_define)
+    for symbol, (tile, stages) in INSTANCES.items():
+        assert f"wg_split<{'WG_TILE' if tile == 64 else tile}, {stages}>" in text, symbol
+    assert variants.source_define("split_wgmma.cu", "SPARSE_MLA_SPLIT_WGMMA_SMEM_BYTES") == layout_used(64, 2) + 1024
+    assert variants.source_define("split_wgmma.cu", "SPARSE_MLA_SPLIT_WGMMA_T32_SMEM_BYTES") == layout_used(32, 4) + 1024
+    assert layout_used(32, 4) == 64 * 1024 + 4 * 32 * 1024 + 16 * 1024 <= 227 * 1024   # 208 KiB, the task's sum
 
 
 # ---- shared memory and descriptors ----------------------------------------------------------------
@@ -53,8 +66,8 @@ def wg_swz(r: int, c: int) -> int:
 
 
 def place(smem: np.ndarray, at: int, mat: np.ndarray) -> None:
-    """mat [64][512] uint16 into smem (uint16 view of bytes) at byte `at`, as the cp.async copies do."""
-    for r in range(64):
+    """mat [rows][512] uint16 into smem (uint16 view of bytes) at byte `at`, as the cp.async copies do."""
+    for r in range(len(mat)):
         for c in range(64):
             b = at + wg_swz(r, c)
             smem[b // 2:b // 2 + 8] = mat[r, 8 * c:8 * c + 8]
@@ -140,6 +153,38 @@ def test_the_pv_descriptor_reads_the_tile_transposed(staged, wg):
         assert np.array_equal(got, tile[16 * ks:16 * ks + 16, 256 * wg:256 * wg + 256]), ks
 
 
+@pytest.fixture(scope="module")
+def staged32():
+    """The 32-slot instance: q at 0 and a [32][512] tile in stage 3 of the 4-stage ring (32 KiB
+    stages: every stage 1024-aligned), random bits."""
+    rng = np.random.default_rng(6)
+    q = rng.integers(0, 1 << 16, (64, 512), dtype=np.uint16)
+    tile = rng.integers(0, 1 << 16, (32, 512), dtype=np.uint16)
+    base, stage = 5 * 1024, RING_AT + 3 * 32 * 1024
+    assert stage % 1024 == 0
+    smem = np.zeros((base + layout_used(32, 4)) // 2, np.uint16)
+    place(smem, base, q)
+    place(smem, base + stage, tile)
+    return smem, base, base + stage, q, tile
+
+
+@pytest.mark.parametrize("wg", [0, 1])
+def test_the_32_slot_descriptors_read_q_the_tile_and_its_transpose(staged32, wg):
+    """S by m64n32k16: the same K-major descriptors, B now 32 rows = 4 groups at SBO; PV: 2
+    k-steps of the same MN-major form; the 32-row chunks of wg_swz fill the 32 KiB stage once."""
+    smem, base, stage, q, tile = staged32
+    offs = sorted(wg_swz(r, c) for r in range(32) for c in range(64))
+    assert offs == list(range(0, 32 * 1024, 16))
+    for k in range(16):
+        off = wg * 4 * 1024 + (k >> 2) * 1024 + (k & 3) * 32
+        dims = slice(256 * wg + 16 * k, 256 * wg + 16 * k + 16)
+        assert np.array_equal(read_k_major(smem, wg_desc(base + off, 16, 8192), 64), q[:, dims]), k
+        assert np.array_equal(read_k_major(smem, wg_desc(stage + off, 16, 8192), 32), tile[:, dims]), k
+    for ks in range(2):
+        got = read_mn_major(smem, wg_desc(stage + ks * 2 * 8192 + wg * 4 * 1024, 1024, 8192), 256)
+        assert np.array_equal(got, tile[16 * ks:16 * ks + 16, 256 * wg:256 * wg + 256]), ks
+
+
 def test_the_model_tells_a_wrong_descriptor(staged):
     """The read-back is not vacuous: LBO and SBO swapped, or an unaligned stage, read other bytes."""
     smem, base, _, tile = staged
@@ -189,23 +234,38 @@ def test_the_hand_written_layouts_are_cutlass_s():
                 assert a_position(thread // 32, thread % 32, reg, half) == cute_64xn(thread, 2 * reg + half, 2)
 
 
-def test_the_score_accumulator_packed_as_the_kernel_packs_is_the_pv_a_fragment():
+@pytest.mark.parametrize("tile", [64, 32])
+def test_the_score_accumulator_packed_as_the_kernel_packs_is_the_pv_a_fragment(tile):
     """pa[ks][i] = pack(d[8 ks + 2 i] (low), d[8 ks + 2 i + 1] (high)) holds, in every thread, the
-    P elements A needs for k-step ks (slots 16 ks ..); and both layouts cover their matrices once."""
+    P elements A needs for k-step ks (slots 16 ks ..); and both layouts cover their matrices once
+    (m64n64: 32 accumulators, 4 k-steps; m64n32: 16, 2)."""
     seen_d, seen_a = set(), set()
     for warp in range(4):
         for lane in range(32):
-            for idx in range(32):
+            for idx in range(tile // 2):
+                assert d_position(warp, lane, idx) == cute_64xn(32 * warp + lane, idx, tile // 8)
                 seen_d.add(d_position(warp, lane, idx))
-            for ks in range(4):
+            for ks in range(tile // 16):
                 for i in range(4):
                     for half in range(2):
                         row, col = d_position(warp, lane, 8 * ks + 2 * i + half)
                         arow, ak = a_position(warp, lane, i, half)
                         assert (row, col) == (arow, 16 * ks + ak), (warp, lane, ks, i, half)
                         seen_a.add((ks, arow, ak))
-    assert seen_d == {(r, c) for r in range(64) for c in range(64)}
-    assert seen_a == {(ks, r, k) for ks in range(4) for r in range(64) for k in range(16)}
+    assert seen_d == {(r, c) for r in range(64) for c in range(tile)}
+    assert seen_a == {(ks, r, k) for ks in range(tile // 16) for r in range(64) for k in range(16)}
+
+
+@pytest.mark.parametrize("tile", [64, 32])
+def test_the_validity_bits_are_the_slots_each_score_holds(tile):
+    """The softmax mask: score sc[4 j + e] of lane (g, t4) is slot 8 j + 2 t4 + (e & 1); the kernel
+    reads bit 8 (j & 3) + 2 t4 + (e & 1) of vm[j / 4], the ballot of slots 32 (j / 4) + lane."""
+    for lane in range(32):
+        t4 = lane & 3
+        for j in range(tile // 8):
+            for e in range(4):
+                slot = d_position(0, lane, 4 * j + e)[1]
+                assert 32 * (j >> 2) + 8 * (j & 3) + 2 * t4 + (e & 1) == slot
 
 
 def test_the_exchange_partners_hold_the_same_positions():
@@ -225,14 +285,20 @@ def test_the_exchange_partners_hold_the_same_positions():
 
 # ---- the AHEAD chain ------------------------------------------------------------------------------
 
-def chain_model(sel: np.ndarray, page_table: np.ndarray, start: int, end: int, page_size: int):
-    """The kernel's registers, lane by lane (lanes 0..31 x halves lo/hi = slots 0..63 of a tile):
-    returns, per iteration, (the validity it masks with, the rows it issues for tile it + 1), with
-    tile 0's rows from the prologue."""
-    lanes = np.arange(64)
+def chain_model(sel: np.ndarray, page_table: np.ndarray, start: int, end: int, page_size: int,
+                tile: int = TILE, stages: int = 2, wait: int | None = None, ahead: int | None = None):
+    """The kernel's registers (wg_split's prologue and wg_ahead), lane by lane (lanes 0..31 x halves
+    = slots 0..tile - 1 of a tile), and its cp.async groups and stages: returns ntiles, per iteration
+    the validity it masks with, and the rows each tile was issued with; asserts on the way that every
+    iteration's wait_group leaves its tile complete and that no copy targets a stage a tile in
+    flight or not yet consumed (tiles it .. it + L - 1) occupies. ``wait`` / ``ahead`` (default:
+    the kernel's STAGES - 2 and STAGES - 1) exist to show the checks catch a wrong pipeline."""
+    L = stages - 1 if ahead is None else ahead
+    wait = stages - 2 if wait is None else wait
+    lanes = np.arange(tile)
 
-    def tok(tile):
-        j = start + TILE * tile + lanes
+    def tok(t):
+        j = start + tile * t + lanes
         return np.where(j < end, sel[np.minimum(j, len(sel) - 1)], -1)
 
     def page(t):
@@ -241,35 +307,63 @@ def chain_model(sel: np.ndarray, page_table: np.ndarray, start: int, end: int, p
     def row(p, t):
         return np.where(p >= 0, p * page_size + np.maximum(t, 0) % page_size, -1)
 
-    ntiles = (end - start + TILE - 1) // TILE
-    vt = tok(0)
-    issued = {0: row(page(vt), vt)} if ntiles > 0 else {}
-    t1 = tok(1)
-    p1 = page(t1)
-    t2 = tok(2)
+    ntiles = (end - start + tile - 1) // tile
+    groups = []                       # committed cp.async groups: the tile each holds (None: empty)
+    issued, stage_of = {}, {}
+
+    def issue(t, rows, live):
+        if t < ntiles:
+            assert t not in issued
+            stage = t % stages
+            assert all(stage_of[u] != stage for u in live), (t, live)   # a stage still to be read
+            issued[t], stage_of[t] = rows, stage
+            groups.append(t)
+        else:
+            groups.append(None)
+
+    tq = [tok(k) for k in range(L + 2)]
+    pk = [page(tq[k]) for k in range(L + 1)]
+    for k in range(L):
+        issue(k, row(pk[k], tq[k]), live=range(k))
+    pg = pk[L]
     valid = []
     for it in range(ntiles):
-        valid.append(vt >= 0)
-        if it + 1 < ntiles:
-            issued[it + 1] = row(p1, t1)
-        vt, p1, t1, t2 = t1, page(t2), t2, tok(it + 3)
+        valid.append(tq[0] >= 0)
+        done = groups[:len(groups) - wait]            # cp.async.wait_group STAGES - 2
+        assert it in done, it
+        # after the loop-top barrier tile it - 1 is consumed; tiles it .. it + L - 1 are not
+        issue(it + L, row(pg, tq[L]), live=[u for u in range(it, it + L) if u < ntiles])
+        tq = tq[1:] + [None]
+        pg = page(tq[L])
+        tq[L + 1] = tok(it + L + 2)
     return ntiles, valid, issued
 
 
-@pytest.mark.parametrize("start,end", [(0, 528), (528, 1056), (1584, 2112), (0, 64), (64, 100), (200, 200)])
-def test_the_ahead_chain_issues_and_masks_the_right_tiles(start, end):
+@pytest.mark.parametrize("tile,stages", [(64, 2), (32, 4)])
+@pytest.mark.parametrize("start,end", [(0, 528), (528, 1056), (1584, 2112), (0, 64), (64, 100), (200, 200),
+                                       (0, 32), (32, 90), (0, 117)])
+def test_the_ahead_chain_issues_and_masks_the_right_tiles(start, end, tile, stages):
     rng = np.random.default_rng(start + 7 * end)
     W, page_size = 2112, 64
     pages = rng.permutation(64)
     sel = np.where(rng.random(W) < 0.8, rng.integers(0, 64 * page_size, W), -1)
-    ntiles, valid, issued = chain_model(sel, pages, start, end, page_size)
-    assert ntiles == -(-(end - start) // TILE)
+    ntiles, valid, issued = chain_model(sel, pages, start, end, page_size, tile, stages)
+    assert ntiles == -(-(end - start) // tile) and sorted(issued) == list(range(ntiles))
     for it in range(ntiles):
-        j = start + TILE * it + np.arange(64)
+        j = start + tile * it + np.arange(tile)
         t = np.where(j < end, sel[np.minimum(j, W - 1)], -1)
         assert np.array_equal(valid[it], t >= 0), it
         want = np.where(t >= 0, pages[np.maximum(t, 0) // page_size] * page_size + np.maximum(t, 0) % page_size, -1)
         assert np.array_equal(issued[it], want), it
+
+
+@pytest.mark.parametrize("wait,ahead", [(3, None), (None, 4)])
+def test_the_chain_model_tells_a_wrong_pipeline(wait, ahead):
+    """Not vacuous: the 4-stage ring waiting for one group too few (wait_group 3: tile it may still
+    fly), or issuing 4 tiles ahead (into the stage tile it is read from), fails."""
+    sel, pages = np.arange(2112) % 4096, np.arange(64)
+    with pytest.raises(AssertionError):
+        chain_model(sel, pages, 0, 528, 64, 32, 4, wait=wait, ahead=ahead)
 
 
 # ---- the algorithm ------------------------------------------------------------------------------
@@ -278,13 +372,14 @@ def bf16(x: np.ndarray) -> np.ndarray:
     return bf16_to_float(float_to_bf16(np.asarray(x, np.float32))).astype(np.float32)
 
 
-def split_model(q: np.ndarray, c: np.ndarray, valid: np.ndarray, scale: float, start: int, end: int):
-    """split_wgmma's CTA in float32: 64-slot tiles of [start, end), invalid slots -inf (their rows
+def split_model(q: np.ndarray, c: np.ndarray, valid: np.ndarray, scale: float, start: int, end: int,
+                tile: int = TILE):
+    """split_wgmma's CTA in float32: `tile`-slot tiles of [start, end), invalid slots -inf (their rows
     zero), the -inf guard, P rounded to bf16 for both the sum and PV. -> (acc [64, 512], m [64], l [64])."""
     H, D = q.shape
     m_run, l_run, o = np.full(H, -np.inf, np.float32), np.zeros(H, np.float32), np.zeros((H, D), np.float32)
-    for j0 in range(start, end, TILE):
-        j = np.arange(j0, j0 + TILE)
+    for j0 in range(start, end, tile):
+        j = np.arange(j0, j0 + tile)
         ok = (j < end) & valid[np.minimum(j, len(valid) - 1)]
         rows = np.where(ok[:, None], c[np.minimum(j, len(c) - 1)], 0).astype(np.float32)
         s = (q[:, :256] @ rows[:, :256].T) + (q[:, 256:] @ rows[:, 256:].T)   # S_0 + S_1
@@ -316,8 +411,9 @@ def combine(parts):
     return out, lse
 
 
+@pytest.mark.parametrize("tile", [64, 32])
 @pytest.mark.parametrize("splits,empty", [(4, False), (3, False), (5, True)])
-def test_the_split_algorithm_matches_the_reference(splits, empty):
+def test_the_split_algorithm_matches_the_reference(splits, empty, tile):
     """Ragged chunks (W / splits not a multiple of 64), a split with no valid slot, and (empty) a
     stream with none at all: zeros and -inf."""
     rng = np.random.default_rng(splits)
@@ -328,7 +424,7 @@ def test_the_split_algorithm_matches_the_reference(splits, empty):
     valid[W // splits:2 * W // splits] = False           # split 1 sees nothing
     if empty:
         valid[:] = False
-    parts = [split_model(q, c, valid, scale, s * W // splits, (s + 1) * W // splits) for s in range(splits)]
+    parts = [split_model(q, c, valid, scale, s * W // splits, (s + 1) * W // splits, tile) for s in range(splits)]
     assert parts[1][1].max() == -np.inf and not parts[1][0].any() and not parts[1][2].any()
     out, lse = combine(parts)
     want_out, want_lse = spec.attend(q.astype(np.float64), c[valid].astype(np.float64), scale)
@@ -346,7 +442,7 @@ def test_the_split_algorithm_matches_the_reference(splits, empty):
 def test_supports_refuses_the_fp8_latent_in_one_line(geometry):
     comp = registry.get("sparse_mla")
     point = {"M": 3, "context": 8192, "selection": "grouped", "page_size": 64, "arena_scale": 1, "latent_dtype": "fp8"}
-    for name in ("split_wgmma", "split_wgmma_1wave"):
+    for name in ("split_wgmma", "split_wgmma_1wave", "split_wgmma_t32", "split_wgmma_t32_1wave"):
         v = next(v for v in comp.variants if v.name == name)
         reason = v.supports(geometry, point)
         assert reason and "\n" not in reason and "reads the bf16 latent" in reason and "split_mma_fp8" in reason

@@ -83,14 +83,24 @@ repository's compile test) the kernel body is a trap, as scan_wgmma.cu's.
 #include "sparse_mla_split_mma.cuh"  // common, st_v2_f32, and sparse_mla_combine (exported from this module too)
 
 #define SPARSE_MLA_SPLIT_WGMMA_THREADS 256
-#define SPARSE_MLA_SPLIT_WGMMA_SMEM_BYTES 230400   // 229376 used + 1024 alignment slack
-#define WG_TILE 64                                  // slots a tile
+#define SPARSE_MLA_SPLIT_WGMMA_SMEM_BYTES 230400      // 229376 used + 1024 alignment slack
+#define SPARSE_MLA_SPLIT_WGMMA_T32_SMEM_BYTES 214016  // 212992 used + 1024 (the 32-slot, 4-stage form)
+#define WG_TILE 64                                     // slots a tile (sparse_mla_split_wgmma)
 #define WG_Q_AT 0
 #define WG_RING_AT 65536
 #define WG_STAGE_BYTES 65536
-#define WG_X_AT (WG_RING_AT + 2 * WG_STAGE_BYTES)   // 196608
-#define WG_USED (WG_X_AT + 2 * 8 * 128 * 16)        // 229376
-static_assert(WG_USED + 1024 == SPARSE_MLA_SPLIT_WGMMA_SMEM_BYTES, "smem layout");
+
+// The shared layout of a (TILE, STAGES) instance: sQ 64 KiB, the ring of STAGES [TILE][512] bf16
+// tiles, the S exchange [2 wg][TILE / 8 float4][128 threads].
+template <int TILE, int STAGES>
+struct WgLayout {
+    static constexpr int STAGE_BYTES = TILE * SMLA_DIM * 2;
+    static constexpr int X_AT = WG_RING_AT + STAGES * STAGE_BYTES;
+    static constexpr int USED = X_AT + 2 * (TILE / 8) * 128 * 16;
+};
+static_assert(WgLayout<WG_TILE, 2>::STAGE_BYTES == WG_STAGE_BYTES, "smem layout");
+static_assert(WgLayout<WG_TILE, 2>::USED + 1024 == SPARSE_MLA_SPLIT_WGMMA_SMEM_BYTES, "smem layout");
+static_assert(WgLayout<32, 4>::USED + 1024 == SPARSE_MLA_SPLIT_WGMMA_T32_SMEM_BYTES, "smem layout");
 
 #if defined(SPARSE_MLA_WGMMA_SM90A) || defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(SPARSE_MLA_WGMMA_UNGUARDED)
 #define SPARSE_MLA_WGMMA_ENABLED 1
@@ -143,6 +153,20 @@ __device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[32], unsigned long
         : "memory");
 }
 
+// d (m64n32 f32) = (acc ? d : 0) + A . B^T, as m64n64k16_ss with 32 slots (the 32-slot tile).
+__device__ __forceinline__ void wgmma_m64n32k16_ss(float (&d)[16], unsigned long long da, unsigned long long db,
+                                                   int acc) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+        "%16, %17, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "l"(da), "l"(db), "r"(acc)
+        : "memory");
+}
+
 // d (m64n256 f32) += A . B, A (64 x 16 bf16) from registers (4 x bf16x2), B (16 x 256) by an
 // MN-major descriptor (imm-trans-b = 1).
 __device__ __forceinline__ void wgmma_m64n256k16_rs(float (&d)[128], const unsigned (&a)[4], unsigned long long db) {
@@ -180,10 +204,11 @@ __device__ __forceinline__ void wgmma_m64n256k16_rs(float (&d)[128], const unsig
         : "memory");
 }
 
-// Lane `lane`'s token of slot 32 half + lane of tile `tile` of the chunk [start, end): -1 for an
-// empty slot or one at or past the chunk's end (never loaded).
+// Lane `lane`'s token of slot 32 half + lane of tile `tile` (TILE slots) of the chunk [start, end):
+// -1 for an empty slot or one at or past the chunk's end (never loaded).
+template <int TILE>
 __device__ __forceinline__ int wg_tok(const int* __restrict__ sel_m, int start, int end, int tile, int half, int lane) {
-    const int j = start + tile * WG_TILE + 32 * half + lane;
+    const int j = start + tile * TILE + 32 * half + lane;
     int t = -1;
     if (j < end) t = ld_nc_s32(sel_m + j);
     return t;
@@ -202,37 +227,81 @@ __device__ __forceinline__ int wg_row(int page, int t, int page_size) {
     return page >= 0 ? page * page_size + t % page_size : -1;
 }
 
-// One 64-slot tile into a stage by cp.async. row_lo / row_hi: lane l's arena rows of slots l and
-// 32 + l (-1: zero-fill, nothing read). Thread tid copies chunk c = tid % 64 of rows r = tid / 64 +
-// 4 i: rows < 32 for i < 8 (from row_lo), >= 32 after (row_hi); r is warp-uniform, so every lane
-// of the warp takes part in each shuffle.
-__device__ __forceinline__ void wg_issue(unsigned char* stage, const bf16* __restrict__ arena, int row_lo, int row_hi) {
+// One TILE-slot tile into a stage by cp.async. rows[h]: lane l's arena row of slot 32 h + l (-1:
+// zero-fill, nothing read). Thread tid copies chunk c = tid % 64 of rows r = tid / 64 + 4 i, so
+// r / 32 = i / 8 is the half (64 slots: rows < 32 for i < 8, >= 32 after); r is warp-uniform, so
+// every lane of the warp takes part in each shuffle.
+template <int TILE>
+__device__ __forceinline__ void wg_issue(unsigned char* stage, const bf16* __restrict__ arena, const int (&rows)[TILE / 32]) {
     const int c = threadIdx.x & 63;
 #pragma unroll
-    for (int i = 0; i < (WG_TILE * SMLA_ROW_CHUNKS) / SPARSE_MLA_SPLIT_WGMMA_THREADS; ++i) {
+    for (int i = 0; i < (TILE * SMLA_ROW_CHUNKS) / SPARSE_MLA_SPLIT_WGMMA_THREADS; ++i) {
         const int r = (threadIdx.x >> 6) + 4 * i;
-        const int row = __shfl_sync(FULL_MASK, i < 8 ? row_lo : row_hi, r & 31);
+        const int row = __shfl_sync(FULL_MASK, rows[i >> 3], r & 31);
         const bool ok = row >= 0;
         cp_async16_zfill(stage + wg_swz(r, c), ok ? arena + (size_t)row * SMLA_DIM + c * 8 : arena, ok ? 16u : 0u);
     }
 }
 
+// The AHEAD step of iteration it (header): issue tile it + L (L = STAGES - 1 tiles ahead) into its
+// stage from the page loaded one iteration ago and its token loaded two ago, commit one group (empty
+// past the last tile), then move the chain one tile on: tq[k] <- tq[k + 1], the page of the new
+// tq[L] loaded, the token of tile it + L + 2 loaded. tq[k][h] = token of slot 32 h + lane of tile
+// it + k; pg[h] = page of tq[L][h].
+template <int TILE, int STAGES>
+__device__ __forceinline__ void wg_ahead(unsigned char* ring, const bf16* __restrict__ arena, const int* __restrict__ sel_m,
+                                         const int* __restrict__ pt_m, int start, int end, int ntiles, int it,
+                                         int page_size, int lane, int (&tq)[STAGES + 1][TILE / 32],
+                                         int (&pg)[TILE / 32]) {
+    constexpr int H = TILE / 32, L = STAGES - 1;
+    if (it + L < ntiles) {
+        int rows[H];
+#pragma unroll
+        for (int h = 0; h < H; ++h) rows[h] = wg_row(pg[h], tq[L][h], page_size);
+        wg_issue<TILE>(ring + ((it + L) & (STAGES - 1)) * WgLayout<TILE, STAGES>::STAGE_BYTES, arena, rows);
+    }
+    cp_async_commit();  // always: one group a tile
+#pragma unroll
+    for (int h = 0; h < H; ++h) {
+#pragma unroll
+        for (int k = 0; k <= L; ++k) tq[k][h] = tq[k + 1][h];
+        pg[h] = wg_page(pt_m, tq[L][h], page_size);
+        tq[L + 1][h] = wg_tok<TILE>(sel_m, start, end, it + L + 2, h, lane);
+    }
+}
+
 #endif  // SPARSE_MLA_WGMMA_ENABLED
 
-extern "C" __global__ void __launch_bounds__(SPARSE_MLA_SPLIT_WGMMA_THREADS, 1)
-sparse_mla_split_wgmma(const bf16* __restrict__ q, const bf16* __restrict__ arena, const int* __restrict__ page_table,
-                       const int* __restrict__ selection, float* __restrict__ part_acc, float* __restrict__ part_ml,
-                       int M, int W, int pages_per_stream, int page_size, int splits, float scale) {
 #ifdef SPARSE_MLA_WGMMA_ENABLED
-    extern __shared__ __align__(1024) unsigned char smem_raw[];
-    if (dynamic_smem_bytes() < SPARSE_MLA_SPLIT_WGMMA_SMEM_BYTES) __trap();
+// CTA (s, m) of a (TILE, STAGES) instance (header): TILE = 64, STAGES = 2 is sparse_mla_split_wgmma,
+// TILE = 32, STAGES = 4 sparse_mla_split_wgmma_t32. With two stages the next tile is issued right
+// after the loop-top barrier (the stage it overwrites was freed by that barrier); with more, tile
+// it + STAGES - 1 is issued after tile it's S wgmmas are committed, so the copy issue runs under
+// the S wgmmas instead of delaying them (the stage it overwrites, tile it - 1's, was freed by the
+// same barrier: every thread passes it only after its wgmma.wait_group 0 of tile it - 1's PV).
+template <int TILE, int STAGES>
+__device__ __forceinline__ void wg_split(unsigned char* smem_raw, const bf16* __restrict__ q, const bf16* __restrict__ arena,
+                                         const int* __restrict__ page_table, const int* __restrict__ selection,
+                                         float* __restrict__ part_acc, float* __restrict__ part_ml, int M, int W,
+                                         int pages_per_stream, int page_size, int splits, float scale) {
+    static_assert(TILE == 32 || TILE == 64, "the S wgmma is m64n32 or m64n64");
+    static_assert(STAGES >= 2 && (STAGES & (STAGES - 1)) == 0, "a power-of-two ring");
+    constexpr int H = TILE / 32;   // token halves a lane carries (slots 32 h + lane)
+    constexpr int L = STAGES - 1;  // tiles in flight while one computes
+    constexpr int NSC = TILE / 2;  // S accumulators a thread (m64nTILE f32)
+    constexpr int KS = TILE / 16;  // PV k-steps
+    constexpr int NX = TILE / 8;   // float4s of S a thread exchanges
+    using Lay = WgLayout<TILE, STAGES>;
+    constexpr bool issue_after_s = STAGES > 2;
+
+    if (dynamic_smem_bytes() < Lay::USED + 1024) __trap();
     // The swizzle atoms need 1024-aligned addresses: place the layout at run time (nothing relies
     // on where the dynamic window starts).
     const unsigned raw_addr = smem_addr(smem_raw);
     const unsigned pad = (1024u - (raw_addr & 1023u)) & 1023u;
     unsigned char* smem = smem_raw + pad;
     const unsigned base = raw_addr + pad;
-    float4* xbuf = reinterpret_cast<float4*>(smem + WG_X_AT);
+    float4* xbuf = reinterpret_cast<float4*>(smem + Lay::X_AT);
 
     const int s = blockIdx.x, m = blockIdx.y;
     if (m >= M) return;  // whole block
@@ -241,11 +310,11 @@ sparse_mla_split_wgmma(const bf16* __restrict__ q, const bf16* __restrict__ aren
     const int w = tl >> 5, g = lane >> 2, t4 = lane & 3;
     const int start = (int)(((long long)s * W) / splits);
     const int end = (int)(((long long)(s + 1) * W) / splits);
-    const int ntiles = (end - start + WG_TILE - 1) / WG_TILE;
+    const int ntiles = (end - start + TILE - 1) / TILE;
     const int* sel_m = selection + (size_t)m * (size_t)W;
     const int* pt_m = page_table + (size_t)m * (size_t)pages_per_stream;
 
-    // ---- prologue: q[m] and tile 0 in group 0; the rows of tile 1 and the tokens of tile 2 -------
+    // ---- prologue: q[m] and tile 0 in group 0, tiles 1 .. L - 1 one group each; the chain -----------
     {
         const bf16* qm = q + (size_t)m * SMLA_HEADS * SMLA_DIM;
         const int c = tid & 63;
@@ -255,16 +324,30 @@ sparse_mla_split_wgmma(const bf16* __restrict__ q, const bf16* __restrict__ aren
             cp_async16_zfill(smem + WG_Q_AT + wg_swz(r, c), qm + r * SMLA_DIM + c * 8, 16u);
         }
     }
-    // The AHEAD chain (header): vt = tokens of tile it (validity), p1 / t1 = page and token of tile
-    // it + 1 (issued at it), t2 = tokens of tile it + 2 (its page loaded at it).
-    int vt_lo = wg_tok(sel_m, start, end, 0, 0, lane), vt_hi = wg_tok(sel_m, start, end, 0, 1, lane);
-    if (ntiles > 0)
-        wg_issue(smem + WG_RING_AT, arena, wg_row(wg_page(pt_m, vt_lo, page_size), vt_lo, page_size),
-                 wg_row(wg_page(pt_m, vt_hi, page_size), vt_hi, page_size));
-    cp_async_commit();
-    int t1_lo = wg_tok(sel_m, start, end, 1, 0, lane), t1_hi = wg_tok(sel_m, start, end, 1, 1, lane);
-    int p1_lo = wg_page(pt_m, t1_lo, page_size), p1_hi = wg_page(pt_m, t1_hi, page_size);
-    int t2_lo = wg_tok(sel_m, start, end, 2, 0, lane), t2_hi = wg_tok(sel_m, start, end, 2, 1, lane);
+    int tq[L + 2][H];  // tq[k][h]: token of slot 32 h + lane of tile it + k (the AHEAD chain, header)
+    int pg[H];         // page of tq[L][h]
+    // every token load first, then every page load, then the copies: one dependent round trip
+#pragma unroll
+    for (int k = 0; k < L + 2; ++k)
+#pragma unroll
+        for (int h = 0; h < H; ++h) tq[k][h] = wg_tok<TILE>(sel_m, start, end, k, h, lane);
+    {
+        int pk[L + 1][H];
+#pragma unroll
+        for (int k = 0; k <= L; ++k)
+#pragma unroll
+            for (int h = 0; h < H; ++h) pk[k][h] = wg_page(pt_m, tq[k][h], page_size);
+#pragma unroll
+        for (int k = 0; k < L; ++k) {
+            int rows[H];
+#pragma unroll
+            for (int h = 0; h < H; ++h) rows[h] = wg_row(pk[k][h], tq[k][h], page_size);
+            if (k < ntiles) wg_issue<TILE>(smem + WG_RING_AT + k * Lay::STAGE_BYTES, arena, rows);
+            cp_async_commit();  // group k: tile k (and q, k = 0); empty past the last tile
+        }
+#pragma unroll
+        for (int h = 0; h < H; ++h) pg[h] = pk[L][h];
+    }
 
     // Rows of this thread: head 16 w + g (index 0) and 16 w + g + 8 (index 1).
     float m_run[2] = {neg_inf(), neg_inf()};  // running max of the scaled scores
@@ -275,50 +358,49 @@ sparse_mla_split_wgmma(const bf16* __restrict__ q, const bf16* __restrict__ aren
 
 #pragma unroll 1
     for (int it = 0; it < ntiles; ++it) {
-        // validity of tile it's slots l and 32 + l (lane l), the same bit masks in every warp
-        const unsigned v_lo = __ballot_sync(FULL_MASK, vt_lo >= 0), v_hi = __ballot_sync(FULL_MASK, vt_hi >= 0);
-
-        cp_async_wait<0>();      // this thread's copies of tile it (and, at it = 0, of q) landed
-        wg_fence_async_shared(); // ... and visible to the async proxy
-        __syncthreads();         // every thread's copies; both warpgroups done with tile it - 1 and xbuf
-        if (it + 1 < ntiles)
-            wg_issue(smem + WG_RING_AT + ((it + 1) & 1) * WG_STAGE_BYTES, arena, wg_row(p1_lo, t1_lo, page_size),
-                     wg_row(p1_hi, t1_hi, page_size));
-        cp_async_commit();  // always: one group a tile
-        vt_lo = t1_lo;
-        vt_hi = t1_hi;
-        p1_lo = wg_page(pt_m, t2_lo, page_size);
-        p1_hi = wg_page(pt_m, t2_hi, page_size);
-        t1_lo = t2_lo;
-        t1_hi = t2_hi;
-        t2_lo = wg_tok(sel_m, start, end, it + 3, 0, lane);
-        t2_hi = wg_tok(sel_m, start, end, it + 3, 1, lane);
-
-        const unsigned stage = base + WG_RING_AT + (unsigned)((it & 1) * WG_STAGE_BYTES);
-
-        // ---- S_wg[64 x 64] = Q[:, half] . C[:, half]^T: 16 k-steps of 16 dims ----------------------
-        float sc[32];  // sc[4 j + 2 v1 + v0] = (row 16 w + g + 8 v1, slot 8 j + 2 t4 + v0)
+        // validity of tile it's slots 32 h + l (lane l), the same bit masks in every warp
+        unsigned vm[H];
 #pragma unroll
-        for (int i = 0; i < 32; ++i) sc[i] = 0.f;
+        for (int h = 0; h < H; ++h) vm[h] = __ballot_sync(FULL_MASK, tq[0][h] >= 0);
+
+        // Groups committed so far: L (prologue) + it (one an iteration) = tiles 0 .. it + L - 1;
+        // all but the newest L - 1 complete = tile it landed (and, at it = 0, q).
+        cp_async_wait<STAGES - 2>();
+        wg_fence_async_shared();  // this thread's copies visible to the async proxy
+        __syncthreads();          // every thread's copies; both warpgroups done with tile it - 1 and xbuf
+        if constexpr (!issue_after_s)
+            wg_ahead<TILE, STAGES>(smem + WG_RING_AT, arena, sel_m, pt_m, start, end, ntiles, it, page_size, lane, tq, pg);
+
+        const unsigned stage = base + WG_RING_AT + (unsigned)((it & (STAGES - 1)) * Lay::STAGE_BYTES);
+
+        // ---- S_wg[64 x TILE] = Q[:, half] . C[:, half]^T: 16 k-steps of 16 dims -------------------
+        float sc[NSC];  // sc[4 j + 2 v1 + v0] = (row 16 w + g + 8 v1, slot 8 j + 2 t4 + v0)
+#pragma unroll
+        for (int i = 0; i < NSC; ++i) sc[i] = 0.f;
         fence_regs(sc);
         wgmma_fence();
 #pragma unroll
         for (int k = 0; k < 16; ++k) {  // dims 256 wg + 16 k ..: segment 4 wg + k / 4, 32 B a step in it
             const unsigned off = (unsigned)(wg * 4 * 1024 + (k >> 2) * 1024 + (k & 3) * 32);
-            wgmma_m64n64k16_ss(sc, wg_desc(base + WG_Q_AT + off, 16, 8192), wg_desc(stage + off, 16, 8192), k > 0);
+            if constexpr (TILE == 64)
+                wgmma_m64n64k16_ss(sc, wg_desc(base + WG_Q_AT + off, 16, 8192), wg_desc(stage + off, 16, 8192), k > 0);
+            else
+                wgmma_m64n32k16_ss(sc, wg_desc(base + WG_Q_AT + off, 16, 8192), wg_desc(stage + off, 16, 8192), k > 0);
         }
         wgmma_commit();
+        if constexpr (issue_after_s)  // under the S wgmmas; touches no S register
+            wg_ahead<TILE, STAGES>(smem + WG_RING_AT, arena, sel_m, pt_m, start, end, ntiles, it, page_size, lane, tq, pg);
         wgmma_wait0();
         fence_regs(sc);
 
         // ---- S = S_0 + S_1 through shared memory ------------------------------------------------
 #pragma unroll
-        for (int k = 0; k < 8; ++k)
-            xbuf[(wg * 8 + k) * 128 + tl] = make_float4(sc[4 * k], sc[4 * k + 1], sc[4 * k + 2], sc[4 * k + 3]);
+        for (int k = 0; k < NX; ++k)
+            xbuf[(wg * NX + k) * 128 + tl] = make_float4(sc[4 * k], sc[4 * k + 1], sc[4 * k + 2], sc[4 * k + 3]);
         __syncthreads();  // both halves written (the next write is after the next loop-top barrier)
 #pragma unroll
-        for (int k = 0; k < 8; ++k) {
-            const float4 v = xbuf[((wg ^ 1) * 8 + k) * 128 + tl];
+        for (int k = 0; k < NX; ++k) {
+            const float4 v = xbuf[((wg ^ 1) * NX + k) * 128 + tl];
             sc[4 * k] += v.x;
             sc[4 * k + 1] += v.y;
             sc[4 * k + 2] += v.z;
@@ -326,16 +408,16 @@ sparse_mla_split_wgmma(const bf16* __restrict__ q, const bf16* __restrict__ aren
         }
 
         // ---- online softmax (a head row lives in one quad: lanes 4 g .. 4 g + 3) ------------------
-        unsigned pa[4][4];  // P as the A operand of PV k-step ks (header)
+        unsigned pa[KS][4];  // P as the A operand of PV k-step ks (header)
         {
             float mt[2] = {neg_inf(), neg_inf()};
 #pragma unroll
-            for (int j = 0; j < 8; ++j)
+            for (int j = 0; j < NSC / 4; ++j)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
                     const int bit = 8 * (j & 3) + 2 * t4 + (e & 1);  // slot 8 j + 2 t4 + (e & 1), mod 32
-                    const unsigned vm = j < 4 ? v_lo : v_hi;
-                    const float v = ((vm >> bit) & 1u) ? scale * sc[4 * j + e] : neg_inf();
+                    const unsigned vb = vm[j >> 2];                  // slots 32 (j / 4) ..
+                    const float v = ((vb >> bit) & 1u) ? scale * sc[4 * j + e] : neg_inf();
                     sc[4 * j + e] = v;
                     mt[e >> 1] = fmaxf(mt[e >> 1], v);
                 }
@@ -343,15 +425,15 @@ sparse_mla_split_wgmma(const bf16* __restrict__ q, const bf16* __restrict__ aren
             bool none[2];
             quad_row_max(mt, m_run, mn, none, alpha);  // sparse_mla_split_mma.cuh
 #pragma unroll
-            for (int i = 0; i < 32; ++i) sc[i] = none[(i >> 1) & 1] ? 0.f : __expf(sc[i] - mn[(i >> 1) & 1]);
+            for (int i = 0; i < NSC; ++i) sc[i] = none[(i >> 1) & 1] ? 0.f : __expf(sc[i] - mn[(i >> 1) & 1]);
 #pragma unroll
-            for (int ks = 0; ks < 4; ++ks)
+            for (int ks = 0; ks < KS; ++ks)
 #pragma unroll
                 for (int i = 0; i < 4; ++i) pa[ks][i] = pack_bf16x2(sc[8 * ks + 2 * i], sc[8 * ks + 2 * i + 1]);
             // the row sums add the bf16-rounded weights PV multiplies by (as split_mma)
             float ls[2] = {0.f, 0.f};
 #pragma unroll
-            for (int ks = 0; ks < 4; ++ks)
+            for (int ks = 0; ks < KS; ++ks)
 #pragma unroll
                 for (int i = 0; i < 4; ++i) ls[i & 1] += bf_lo(pa[ks][i]) + bf_hi(pa[ks][i]);  // a0, a2: row g
             quad_row_sum(ls, alpha, mn, l_run, m_run);
@@ -359,21 +441,21 @@ sparse_mla_split_wgmma(const bf16* __restrict__ q, const bf16* __restrict__ aren
             for (int i = 0; i < 128; ++i) o[i] *= alpha[(i >> 1) & 1];
         }
 
-        // ---- O_wg[64 x 256] += P[64 x 64] . C[:, half]: 4 k-steps of 16 slots ---------------------
+        // ---- O_wg[64 x 256] += P[64 x TILE] . C[:, half]: KS k-steps of 16 slots ------------------
         fence_regs(o);
 #pragma unroll
-        for (int ks = 0; ks < 4; ++ks) fence_regs(pa[ks]);
+        for (int ks = 0; ks < KS; ++ks) fence_regs(pa[ks]);
         wgmma_fence();
 #pragma unroll
-        for (int ks = 0; ks < 4; ++ks)
+        for (int ks = 0; ks < KS; ++ks)
             wgmma_m64n256k16_rs(o, pa[ks], wg_desc(stage + (unsigned)(ks * 2 * 8192 + wg * 4 * 1024), 1024, 8192));
         wgmma_commit();
         wgmma_wait0();
         fence_regs(o);
 #pragma unroll
-        for (int ks = 0; ks < 4; ++ks) fence_regs(pa[ks]);
+        for (int ks = 0; ks < KS; ++ks) fence_regs(pa[ks]);
     }
-    cp_async_wait<0>();  // nothing in flight at exit (the last group is empty; ntiles = 0: q's)
+    cp_async_wait<0>();  // nothing in flight at exit (the last groups are empty; ntiles = 0: q's)
 
     // ---- partial state out ---------------------------------------------------------------------
     const size_t ms = (size_t)m * (size_t)splits + (size_t)s;
@@ -391,6 +473,31 @@ sparse_mla_split_wgmma(const bf16* __restrict__ q, const bf16* __restrict__ aren
         st_v2_f32(row0 + 8 * n, o[4 * n], o[4 * n + 1]);
         st_v2_f32(row1 + 8 * n, o[4 * n + 2], o[4 * n + 3]);
     }
+}
+#endif  // SPARSE_MLA_WGMMA_ENABLED
+
+extern "C" __global__ void __launch_bounds__(SPARSE_MLA_SPLIT_WGMMA_THREADS, 1)
+sparse_mla_split_wgmma(const bf16* __restrict__ q, const bf16* __restrict__ arena, const int* __restrict__ page_table,
+                       const int* __restrict__ selection, float* __restrict__ part_acc, float* __restrict__ part_ml,
+                       int M, int W, int pages_per_stream, int page_size, int splits, float scale) {
+#ifdef SPARSE_MLA_WGMMA_ENABLED
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    wg_split<WG_TILE, 2>(smem_raw, q, arena, page_table, selection, part_acc, part_ml, M, W, pages_per_stream,
+                         page_size, splits, scale);
+#else
+    __trap();  // compiled without sm_90a: no wgmma (the launcher passes -arch=sm_90a)
+#endif
+}
+
+// 32-slot tiles in a 4-stage ring (3 tiles = 96 KiB in flight while one computes), S by m64n32k16.
+extern "C" __global__ void __launch_bounds__(SPARSE_MLA_SPLIT_WGMMA_THREADS, 1)
+sparse_mla_split_wgmma_t32(const bf16* __restrict__ q, const bf16* __restrict__ arena, const int* __restrict__ page_table,
+                           const int* __restrict__ selection, float* __restrict__ part_acc, float* __restrict__ part_ml,
+                           int M, int W, int pages_per_stream, int page_size, int splits, float scale) {
+#ifdef SPARSE_MLA_WGMMA_ENABLED
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    wg_split<32, 4>(smem_raw, q, arena, page_table, selection, part_acc, part_ml, M, W, pages_per_stream,
+                    page_size, splits, scale);
 #else
     __trap();  // compiled without sm_90a: no wgmma (the launcher passes -arch=sm_90a)
 #endif

@@ -140,9 +140,11 @@ SPLIT_DESIGNS = {
                             "SPARSE_MLA_SPLIT_MMA_FP8_AHEAD_SMEM_BYTES", "SPARSE_MLA_SPLIT_MMA_FP8_AHEAD_THREADS", "fp8"),
     "split_wgmma": ("split_wgmma.cu", "sparse_mla_split_wgmma", "SPARSE_MLA_SPLIT_WGMMA_SMEM_BYTES",
                     "SPARSE_MLA_SPLIT_WGMMA_THREADS", "bf16"),
+    "split_wgmma_t32": ("split_wgmma.cu", "sparse_mla_split_wgmma_t32", "SPARSE_MLA_SPLIT_WGMMA_T32_SMEM_BYTES",
+                        "SPARSE_MLA_SPLIT_WGMMA_THREADS", "bf16"),
 }
 # The designs that compile with extra NVRTC options (the rest with none).
-SPLIT_OPTIONS = {"split_wgmma": WGMMA_OPTIONS}
+SPLIT_OPTIONS = {"split_wgmma": WGMMA_OPTIONS, "split_wgmma_t32": WGMMA_OPTIONS}
 
 
 def _supports_split(name: str):
@@ -390,6 +392,16 @@ MLA_VARIANTS = (
     Variant("split_wgmma_1wave", "cuda", _make_split_build("split_wgmma", one_wave=True),
             why="split_wgmma with split_mma_1wave's splits (one wave of CTAs, ragged chunks)",
             supports=_supports_split("split_wgmma"), sources=("split_wgmma.cu",)),
+    # Issue 13, split_wgmma tuning (1): more bytes in flight an SM, the copy issue off S's path.
+    Variant("split_wgmma_t32", "cuda", _make_split_build("split_wgmma_t32"),
+            why="split_wgmma (same template) with 32-slot tiles in a 4-stage ring: 3 tiles (96 KiB) in "
+                "flight while one computes instead of one 64 KiB tile, tile it + 3 issued under tile it's "
+                "S wgmmas (m64n32k16 SS, bound by the shared-memory port: 1.5x its MMA time), PV in 2 "
+                "k-steps of m64n256k16 RS",
+            supports=_supports_split("split_wgmma_t32"), sources=("split_wgmma.cu",)),
+    Variant("split_wgmma_t32_1wave", "cuda", _make_split_build("split_wgmma_t32", one_wave=True),
+            why="split_wgmma_t32 with split_mma_1wave's splits (one wave of CTAs, ragged chunks)",
+            supports=_supports_split("split_wgmma_t32"), sources=("split_wgmma.cu",)),
     *FLASHINFER_VARIANTS,
     Variant("torch_gather_bmm", "cuda", lambda g, p, i, b: _TorchGatherBmm(g, p, i, b),
             why="torch: gather the rows into a [M, W, 512] copy, bmm, masked softmax, bmm",
