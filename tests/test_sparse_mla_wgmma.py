@@ -52,7 +52,7 @@ def test_the_model_constants_are_the_kernels():
     assert "(unsigned)(wg * 4 * 1024 + (k >> 2) * 1024 + (k & 3) * 32)" in text
     # each instance and the dynamic shared memory its launcher gives (read by variants.source_define)
     for symbol, (tile, stages) in INSTANCES.items():
-        assert f"wg_split<{'WG_TILE' if tile == 64 else tile}, {stages}>" in text, symbol
+        assert f"wg_split<{'WG_TILE' if tile == 64 else tile}, {stages}, 0>" in text, symbol
     assert variants.source_define("split_wgmma.cu", "SPARSE_MLA_SPLIT_WGMMA_SMEM_BYTES") == layout_used(64, 2) + 1024
     assert variants.source_define("split_wgmma.cu", "SPARSE_MLA_SPLIT_WGMMA_T32_SMEM_BYTES") == layout_used(32, 4) + 1024
     assert layout_used(32, 4) == 64 * 1024 + 4 * 32 * 1024 + 16 * 1024 <= 227 * 1024   # 208 KiB, the task's sum
@@ -411,13 +411,11 @@ def combine(parts):
     return out, lse
 
 
-@pytest.mark.parametrize("tile", [64, 32])
-@pytest.mark.parametrize("splits,empty", [(4, False), (3, False), (5, True)])
-def test_the_split_algorithm_matches_the_reference(splits, empty, tile):
-    """Ragged chunks (W / splits not a multiple of 64), a split with no valid slot, and (empty) a
-    stream with none at all: zeros and -inf."""
-    rng = np.random.default_rng(splits)
-    W, H, D, scale = 576, 64, 512, 1 / 16
+def split_case(seed: int, W: int, splits: int, empty: bool, tile: int):
+    """Random bf16 q and rows, ~70% of the slots valid, split 1 with none (empty: no slot at all);
+    -> (q, c, valid, scale, the splits' split_model states)."""
+    rng = np.random.default_rng(seed)
+    H, D, scale = 64, 512, 1 / 16
     q = bf16(rng.standard_normal((H, D)))
     c = bf16(rng.standard_normal((W, D)))
     valid = rng.random(W) < 0.7
@@ -425,6 +423,15 @@ def test_the_split_algorithm_matches_the_reference(splits, empty, tile):
     if empty:
         valid[:] = False
     parts = [split_model(q, c, valid, scale, s * W // splits, (s + 1) * W // splits, tile) for s in range(splits)]
+    return q, c, valid, scale, parts
+
+
+@pytest.mark.parametrize("tile", [64, 32])
+@pytest.mark.parametrize("splits,empty", [(4, False), (3, False), (5, True)])
+def test_the_split_algorithm_matches_the_reference(splits, empty, tile):
+    """Ragged chunks (W / splits not a multiple of 64), a split with no valid slot, and (empty) a
+    stream with none at all: zeros and -inf."""
+    q, c, valid, scale, parts = split_case(splits, 576, splits, empty, tile)
     assert parts[1][1].max() == -np.inf and not parts[1][0].any() and not parts[1][2].any()
     out, lse = combine(parts)
     want_out, want_lse = spec.attend(q.astype(np.float64), c[valid].astype(np.float64), scale)
@@ -448,3 +455,107 @@ def test_supports_refuses_the_fp8_latent_in_one_line(geometry):
         assert reason and "\n" not in reason and "reads the bf16 latent" in reason and "split_mma_fp8" in reason
         assert v.supports(geometry, {**point, "latent_dtype": "bf16"}) is None
         assert "split_wgmma.cu" in v.sources
+
+
+# ---- the cluster form (split_wgmma_t32_cluster) -------------------------------------------------
+
+def test_cluster_splits_is_the_largest_cluster_within_one_wave():
+    for sms in (132, 114, 78):
+        for M in range(1, 140):
+            cs = variants.cluster_splits(M, 2112, sms)
+            fit = [c for c in (2, 4, 8) if c <= variants.one_wave_splits(M, 2112, sms)]
+            if M < 4 or not fit:
+                assert cs is None, (M, sms)
+                continue
+            assert cs == max(fit) and M * cs <= sms and 512 % cs == 0, (M, sms, cs)
+    assert [variants.cluster_splits(M, 2112, 132) for M in (8, 32, 64)] == [8, 4, 2]
+    text = (variants.HERE / "split_wgmma.cu").read_text()
+    for cs in variants.CLUSTER_SIZES:   # the kernels the launcher may ask for exist
+        assert f"WG_CLUSTER_KERNEL({cs})" in text, cs
+
+
+def test_the_cluster_variant_supports_m_4_to_66_in_one_line(geometry):
+    v = next(v for v in registry.get("sparse_mla").variants if v.name == "split_wgmma_t32_cluster")
+    point = {"M": 8, "context": 8192, "selection": "grouped", "page_size": 64, "arena_scale": 1, "latent_dtype": "bf16"}
+    top = variants._device_sms() // 2            # 66 on the H200 (and where no device answers)
+    assert v.supports(geometry, point) is None and v.supports(geometry, {**point, "M": top}) is None
+    for bad, words in (({"M": 3}, "split_wgmma_t32_1wave"), ({"M": top + 1}, f"M <= {top}"),
+                       ({"latent_dtype": "fp8"}, "bf16")):
+        reason = v.supports(geometry, {**point, **bad})
+        assert reason and "\n" not in reason and words in reason, (bad, reason)
+
+
+def test_the_scaled_o_rows_are_bank_conflict_free():
+    """so rows padded to WG_SO_STRIDE floats: a warp's float2 stores (lanes g, t4: row 16 w + g,
+    column 2 t4 + const) touch each 4-byte bank at most twice (256 B: the 2 wavefronts a 64-bit warp
+    access needs at least); unpadded (512) rows would touch 8 rows' words in the same banks."""
+    stride = int(re.search(r"#define\s+WG_SO_STRIDE\s+(\d+)", (variants.HERE / "split_wgmma.cu").read_text()).group(1))
+
+    def worst(st):
+        banks = np.zeros(32, int)
+        for lane in range(32):
+            g, t4 = lane >> 2, lane & 3
+            word = g * st + 2 * t4
+            banks[word % 32] += 1
+            banks[(word + 1) % 32] += 1
+        return banks.max()
+    assert worst(stride) == 2 and worst(512) == 8
+    assert 64 * stride * 4 <= layout_used(32, 4) - 16 * 1024    # below X_AT: over sQ and the ring
+
+
+def cluster_model(parts, cs: int):
+    """split_wgmma.cu's cluster epilogue on the CTAs' (acc, m, l): gl per head (gmax, L) as the
+    tid < 64 threads compute it, each CTA's O scaled by exp(m - gmax) (0 where m = -inf), then CTA
+    r's float4s e = tid + 256 i (head e / Q4, columns r COLS + 4 (e % Q4)) summed over the ranks;
+    lse by rank 0. Returns (out, lse, the (h, d) each rank wrote)."""
+    H, D = parts[0][0].shape
+    gmax = np.full(H, -np.inf, np.float32)
+    for _, m, _ in parts:
+        gmax = np.maximum(gmax, m)
+    L = np.zeros(H, np.float32)
+    for _, m, l in parts:
+        ok = m != -np.inf
+        with np.errstate(invalid="ignore"):
+            L = np.where(ok, L + l * np.exp(np.where(ok, m - gmax, 0)), L).astype(np.float32)
+    so = []
+    for acc, m, _ in parts:
+        with np.errstate(invalid="ignore"):
+            f = np.where(m == -np.inf, 0.0, np.exp(np.where(m == -np.inf, 0, m - gmax))).astype(np.float32)
+        so.append(acc * f[:, None])
+    out, written = np.full((H, D), np.nan), []
+    cols, q4 = D // cs, D // cs // 4
+    for r in range(cs):
+        seen = set()
+        for i in range(H * q4 // 256):
+            for tid in range(256):
+                e = tid + 256 * i
+                h, d = e // q4, r * cols + 4 * (e % q4)
+                seen.update((h, d + x) for x in range(4))
+                if gmax[h] == -np.inf:
+                    out[h, d:d + 4] = 0
+                else:
+                    out[h, d:d + 4] = sum(s[h, d:d + 4] for s in so) / L[h]
+        written.append(seen)
+    lse = np.where(gmax == -np.inf, -np.inf, gmax + np.log(np.where(L > 0, L, 1)))
+    return out, lse, written
+
+
+@pytest.mark.parametrize("cs,empty", [(2, False), (4, False), (8, False), (8, True)])
+def test_the_cluster_combine_is_the_combine(cs, empty):
+    """Every (head, column) written by exactly one rank; out and lse the combine's (float32 rounding
+    apart: the kernel scales then sums where the combine fuses), an empty split and an empty row
+    included, and both within the component's rules of the float64 reference."""
+    q, c, valid, scale, parts = split_case(40 + cs, 8 * 64 + 40, cs, empty, 32)
+    H, D = q.shape
+    out, lse, written = cluster_model(parts, cs)
+    assert sum(len(w) for w in written) == H * D and set().union(*written) == {(h, d) for h in range(H) for d in range(D)}
+    want_out, want_lse = combine(parts)
+    if empty:
+        assert not out.any() and np.isneginf(lse).all() and not want_out.any()
+        return
+    assert np.allclose(out, want_out, rtol=1e-5, atol=1e-6) and np.allclose(lse, want_lse, rtol=1e-6)
+    ref_out, ref_lse = spec.attend(q.astype(np.float64), c[valid].astype(np.float64), scale)
+    for name, got, want in (("out", out, ref_out), ("lse", lse, ref_lse)):
+        rule = spec.checks({})[name]
+        err = np.linalg.norm(got - want) / np.linalg.norm(want)
+        assert err <= rule.tolerance, (name, err)

@@ -75,6 +75,35 @@ instructions), commit_group, wait_group 0; empty asm with "+f" on the accumulato
 fence and after the wait (CUTLASS's warpgroup_fence_operand), so the compiler moves no ordinary
 access to them across those points.
 
+The 32-slot instance (sparse_mla_split_wgmma_t32, wg_split<32, 4>; issue 13's tuning): the same
+code with TILE = 32 and a 4-stage ring, so 3 tiles (96 KiB) fly while one computes (the 64-slot form
+has one 64 KiB tile in flight, issued only after the loop-top barrier). Differences, all
+compile-time: S is m64n32k16 SS (16 accumulators; B = 32 rows = 4 row groups at the same SBO), the
+exchange 2 x 4 float4 a thread (16 KiB), one token a lane a tile (one ballot), PV 2 k-steps; tile
+it + 3 goes into stage (it + 3) % 4 = tile it - 1's, issued right after tile it's S wgmmas are
+committed (under them; the stage was freed by the loop-top barrier, which every thread passes only
+after its wgmma.wait_group 0 of tile it - 1's PV); the loop-top wait is cp.async.wait_group 2
+(groups committed: 3 in the prologue + one an iteration = tiles 0 .. it + 2, so all but the newest
+two = tile it landed). The AHEAD chain generalises to tq[k] = token of tile it + k, k <= L + 1
+(L = STAGES - 1): tile it + L issued from the page loaded at it - 1, the page of tile it + L + 1
+and the token of tile it + L + 2 loaded at it (tests/test_sparse_mla_wgmma.py chain_model checks
+the rows, the masks, the waits and the stage reuse of both instances). Shared memory: sQ 64 KiB +
+4 x 32 KiB + 16 KiB = 208 KiB (+ 1 KiB slack). m64n32k16 SS reads 2 KiB of q + 1 KiB of tile per
+16 MMA clocks = 192 B/clk against the shared-memory port's 128: S runs at 24 clk a k-step, 1.5x
+its MMA time (NOTES.md, "split_wgmma tuning").
+
+The cluster form (sparse_mla_split_wgmma_t32_c{2,4,8}, wg_split<32, 4, CS>; M >= 4): grid (CS, M),
+the CS splits of a stream one thread-block cluster (compile-time __cluster_dims__), splits = CS,
+no partials and no combine kernel. After the loop: __syncthreads (shared memory free), each CTA's
+(max, sum) a head published at X_AT, barrier.cluster (1); threads 0-63 read every rank's pair of
+head tid through DSMEM (mapa + ld.shared::cluster) and keep gmax = max_r max_r, L = sum_r sum_r
+exp(max_r - gmax) locally; each thread writes its O scaled by exp(max - gmax) (0 for an empty
+split) to its own shared memory, [64][WG_SO_STRIDE] f32 from offset 0 (over sQ and the ring);
+barrier.cluster (2); CTA r sums columns [r 512 / CS, (r + 1) 512 / CS) of all 64 heads over the CS
+ranks' scaled O (float4 DSMEM loads), divides by L and writes bf16 out; rank 0 writes lse = gmax +
+log L; a row with no valid slot (gmax = -inf) gets zeros and -inf, sparse_mla_combine's contract;
+barrier.cluster (3) so that no CTA exits while another reads its shared memory.
+
 The wgmma code exists only where the build targets sm_90a (the launcher passes -arch=sm_90a
 -DSPARSE_MLA_WGMMA_SM90A; nvcc -arch=sm_90a defines __CUDA_ARCH_FEAT_SM90_ALL); for plain sm_90 (the
 repository's compile test) the kernel body is a trap, as scan_wgmma.cu's.
@@ -101,6 +130,11 @@ struct WgLayout {
 static_assert(WgLayout<WG_TILE, 2>::STAGE_BYTES == WG_STAGE_BYTES, "smem layout");
 static_assert(WgLayout<WG_TILE, 2>::USED + 1024 == SPARSE_MLA_SPLIT_WGMMA_SMEM_BYTES, "smem layout");
 static_assert(WgLayout<32, 4>::USED + 1024 == SPARSE_MLA_SPLIT_WGMMA_T32_SMEM_BYTES, "smem layout");
+// The cluster form's scaled O, [64 heads][WG_SO_STRIDE] f32 from offset 0 (over sQ and the ring),
+// and its (max, sum) / (gmax, L) words at X_AT (over the exchange buffer).
+#define WG_SO_STRIDE 520  // 512 + 8: rows 16 w + g of a warp's stores 32 B apart in the banks
+static_assert(64 * WG_SO_STRIDE * 4 <= WgLayout<32, 4>::X_AT && 64 * WG_SO_STRIDE * 4 <= WgLayout<64, 2>::X_AT &&
+                  4 * 64 * 4 <= WgLayout<32, 4>::USED - WgLayout<32, 4>::X_AT, "cluster combine layout");
 
 #if defined(SPARSE_MLA_WGMMA_SM90A) || defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(SPARSE_MLA_WGMMA_UNGUARDED)
 #define SPARSE_MLA_WGMMA_ENABLED 1
@@ -270,6 +304,35 @@ __device__ __forceinline__ void wg_ahead(unsigned char* ring, const bf16* __rest
     }
 }
 
+// Thread-block cluster helpers (the same as kernels/dsa_indexer/topk_common.cuh's, copied: NVRTC
+// sees only this folder).
+__device__ __forceinline__ unsigned wg_cluster_nctarank() {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(r));
+    return r;
+}
+// Every thread of every CTA of the cluster; release / acquire: shared-memory writes before it are
+// visible to every CTA's reads after it (it is a CTA barrier too).
+__device__ __forceinline__ void wg_cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+// The float / float4 at the same shared-memory offset as `local` in CTA `rank` of this cluster.
+__device__ __forceinline__ float ld_rank_f32(const float* local, unsigned rank) {
+    unsigned ra;
+    float v;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(smem_addr(local)), "r"(rank));
+    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(ra) : "memory");
+    return v;
+}
+__device__ __forceinline__ float4 ld_rank_f4(const float* local, unsigned rank) {
+    unsigned ra;
+    float4 v;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(smem_addr(local)), "r"(rank));
+    asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(ra) : "memory");
+    return v;
+}
+
 #endif  // SPARSE_MLA_WGMMA_ENABLED
 
 #ifdef SPARSE_MLA_WGMMA_ENABLED
@@ -279,11 +342,14 @@ __device__ __forceinline__ void wg_ahead(unsigned char* ring, const bf16* __rest
 // it + STAGES - 1 is issued after tile it's S wgmmas are committed, so the copy issue runs under
 // the S wgmmas instead of delaying them (the stage it overwrites, tile it - 1's, was freed by the
 // same barrier: every thread passes it only after its wgmma.wait_group 0 of tile it - 1's PV).
-template <int TILE, int STAGES>
+// CS = 0: the partial states out (the split-K contract); CS >= 2: the CTA is rank s of a cluster of
+// the stream's CS splits (splits = CS) and the cluster combines in shared memory (header).
+template <int TILE, int STAGES, int CS>
 __device__ __forceinline__ void wg_split(unsigned char* smem_raw, const bf16* __restrict__ q, const bf16* __restrict__ arena,
                                          const int* __restrict__ page_table, const int* __restrict__ selection,
-                                         float* __restrict__ part_acc, float* __restrict__ part_ml, int M, int W,
-                                         int pages_per_stream, int page_size, int splits, float scale) {
+                                         float* __restrict__ part_acc, float* __restrict__ part_ml, bf16* __restrict__ out,
+                                         float* __restrict__ lse, int M, int W, int pages_per_stream, int page_size,
+                                         int splits, float scale) {
     static_assert(TILE == 32 || TILE == 64, "the S wgmma is m64n32 or m64n64");
     static_assert(STAGES >= 2 && (STAGES & (STAGES - 1)) == 0, "a power-of-two ring");
     constexpr int H = TILE / 32;   // token halves a lane carries (slots 32 h + lane)
@@ -294,7 +360,9 @@ __device__ __forceinline__ void wg_split(unsigned char* smem_raw, const bf16* __
     using Lay = WgLayout<TILE, STAGES>;
     constexpr bool issue_after_s = STAGES > 2;
 
+    static_assert(CS == 0 || CS == 2 || CS == 4 || CS == 8, "a cluster's CTAs split the 512 columns");
     if (dynamic_smem_bytes() < Lay::USED + 1024) __trap();
+    if (CS && (wg_cluster_nctarank() != (unsigned)CS || splits != CS)) __trap();  // launched without its cluster
     // The swizzle atoms need 1024-aligned addresses: place the layout at run time (nothing relies
     // on where the dynamic window starts).
     const unsigned raw_addr = smem_addr(smem_raw);
@@ -457,21 +525,96 @@ __device__ __forceinline__ void wg_split(unsigned char* smem_raw, const bf16* __
     }
     cp_async_wait<0>();  // nothing in flight at exit (the last groups are empty; ntiles = 0: q's)
 
-    // ---- partial state out ---------------------------------------------------------------------
-    const size_t ms = (size_t)m * (size_t)splits + (size_t)s;
     const int h0 = 16 * w + g;  // and h0 + 8
-    if (wg == 0 && t4 == 0) {   // both warpgroups hold the same m and l
-        part_ml[(ms * SMLA_HEADS + h0) * 2 + 0] = m_run[0];
-        part_ml[(ms * SMLA_HEADS + h0) * 2 + 1] = l_run[0];
-        part_ml[(ms * SMLA_HEADS + h0 + 8) * 2 + 0] = m_run[1];
-        part_ml[(ms * SMLA_HEADS + h0 + 8) * 2 + 1] = l_run[1];
-    }
-    float* row0 = part_acc + (ms * SMLA_HEADS + (size_t)h0) * SMLA_DIM + 256 * wg + 2 * t4;
-    float* row1 = row0 + 8 * SMLA_DIM;
+    if constexpr (CS == 0) {
+        // ---- partial state out ---------------------------------------------------------------------
+        const size_t ms = (size_t)m * (size_t)splits + (size_t)s;
+        if (wg == 0 && t4 == 0) {   // both warpgroups hold the same m and l
+            part_ml[(ms * SMLA_HEADS + h0) * 2 + 0] = m_run[0];
+            part_ml[(ms * SMLA_HEADS + h0) * 2 + 1] = l_run[0];
+            part_ml[(ms * SMLA_HEADS + h0 + 8) * 2 + 0] = m_run[1];
+            part_ml[(ms * SMLA_HEADS + h0 + 8) * 2 + 1] = l_run[1];
+        }
+        float* row0 = part_acc + (ms * SMLA_HEADS + (size_t)h0) * SMLA_DIM + 256 * wg + 2 * t4;
+        float* row1 = row0 + 8 * SMLA_DIM;
 #pragma unroll
-    for (int n = 0; n < 32; ++n) {
-        st_v2_f32(row0 + 8 * n, o[4 * n], o[4 * n + 1]);
-        st_v2_f32(row1 + 8 * n, o[4 * n + 2], o[4 * n + 3]);
+        for (int n = 0; n < 32; ++n) {
+            st_v2_f32(row0 + 8 * n, o[4 * n], o[4 * n + 1]);
+            st_v2_f32(row1 + 8 * n, o[4 * n + 2], o[4 * n + 3]);
+        }
+    } else {
+        // ---- the cluster's combine (header), sparse_mla_combine's contract -------------------------
+        // Shared memory is free: every copy landed (the wait above) and, past this barrier, every
+        // warpgroup is past its last wgmma.wait_group (ring, sQ) and its last xbuf read.
+        __syncthreads();
+        float* ml = reinterpret_cast<float*>(smem + Lay::X_AT);  // [64][2]: this CTA's (max, sum), published
+        float* gl = ml + 2 * SMLA_HEADS;                          // [64][2]: the cluster's (gmax, L), local
+        float* so = reinterpret_cast<float*>(smem);               // [64][WG_SO_STRIDE]: this CTA's scaled O
+        if (wg == 0 && t4 == 0) {
+            ml[2 * h0] = m_run[0];
+            ml[2 * h0 + 1] = l_run[0];
+            ml[2 * (h0 + 8)] = m_run[1];
+            ml[2 * (h0 + 8) + 1] = l_run[1];
+        }
+        wg_cluster_sync();  // (1) every CTA's ml visible
+        if (tid < SMLA_HEADS) {  // head tid: gmax = max_r max_r, L = sum_r sum_r exp(max_r - gmax)
+            float gmax = neg_inf(), L = 0.f;
+#pragma unroll
+            for (int r = 0; r < CS; ++r) gmax = fmaxf(gmax, ld_rank_f32(ml + 2 * tid, (unsigned)r));
+#pragma unroll
+            for (int r = 0; r < CS; ++r) {
+                const float mx = ld_rank_f32(ml + 2 * tid, (unsigned)r);
+                if (mx != neg_inf()) L = fmaf(ld_rank_f32(ml + 2 * tid + 1, (unsigned)r), __expf(mx - gmax), L);
+            }
+            gl[2 * tid] = gmax;
+            gl[2 * tid + 1] = L;
+        }
+        __syncthreads();  // gl complete
+        // O scaled by exp(max - gmax) (0 for an empty split: its O is 0 and its max -inf) into so;
+        // rows padded to WG_SO_STRIDE floats so a warp's 8 rows g fall in distinct bank groups
+        float f[2];
+#pragma unroll
+        for (int v = 0; v < 2; ++v) f[v] = m_run[v] == neg_inf() ? 0.f : __expf(m_run[v] - gl[2 * (h0 + 8 * v)]);
+        float* srow0 = so + h0 * WG_SO_STRIDE + 256 * wg + 2 * t4;
+        float* srow1 = srow0 + 8 * WG_SO_STRIDE;
+#pragma unroll
+        for (int n = 0; n < 32; ++n) {
+            *reinterpret_cast<float2*>(srow0 + 8 * n) = make_float2(o[4 * n] * f[0], o[4 * n + 1] * f[0]);
+            *reinterpret_cast<float2*>(srow1 + 8 * n) = make_float2(o[4 * n + 2] * f[1], o[4 * n + 3] * f[1]);
+        }
+        wg_cluster_sync();  // (2) every CTA's scaled O visible
+        // CTA s writes columns [s 512 / CS, (s + 1) 512 / CS) of all 64 heads: float4 e = tid + 256 i
+        // is head e / (COLS / 4), columns s COLS + 4 (e % (COLS / 4)) ..
+        constexpr int COLS = SMLA_DIM / (CS ? CS : 1), Q4 = COLS / 4;
+        constexpr int PER = SMLA_HEADS * Q4 / SPARSE_MLA_SPLIT_WGMMA_THREADS;
+        static_assert(SMLA_HEADS * Q4 == PER * SPARSE_MLA_SPLIT_WGMMA_THREADS, "whole float4s a thread");
+#pragma unroll
+        for (int i = 0; i < PER; ++i) {
+            const int e = tid + SPARSE_MLA_SPLIT_WGMMA_THREADS * i;
+            const int h = e / Q4, d = s * COLS + 4 * (e % Q4);
+            const float gmax = gl[2 * h], L = gl[2 * h + 1];
+            bf16* op = out + ((size_t)m * SMLA_HEADS + h) * SMLA_DIM + d;
+            if (gmax == neg_inf()) {  // no valid slot in the whole row
+                st_v2_b32(op, 0u, 0u);
+                continue;
+            }
+            float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
+#pragma unroll
+            for (int r = 0; r < CS; ++r) {
+                const float4 v = ld_rank_f4(so + h * WG_SO_STRIDE + d, (unsigned)r);
+                a0 += v.x;
+                a1 += v.y;
+                a2 += v.z;
+                a3 += v.w;
+            }
+            // L >= 1: the split holding gmax contributes exp(0) = 1 for its maximal slot.
+            st_v2_b32(op, pack_bf16x2(a0 / L, a1 / L), pack_bf16x2(a2 / L, a3 / L));
+        }
+        if (s == 0 && tid < SMLA_HEADS) {
+            const float gmax = gl[2 * tid];
+            lse[(size_t)m * SMLA_HEADS + tid] = gmax == neg_inf() ? neg_inf() : gmax + __logf(gl[2 * tid + 1]);
+        }
+        wg_cluster_sync();  // (3) no CTA leaves while another may still read its shared memory
     }
 }
 #endif  // SPARSE_MLA_WGMMA_ENABLED
@@ -482,8 +625,8 @@ sparse_mla_split_wgmma(const bf16* __restrict__ q, const bf16* __restrict__ aren
                        int M, int W, int pages_per_stream, int page_size, int splits, float scale) {
 #ifdef SPARSE_MLA_WGMMA_ENABLED
     extern __shared__ __align__(1024) unsigned char smem_raw[];
-    wg_split<WG_TILE, 2>(smem_raw, q, arena, page_table, selection, part_acc, part_ml, M, W, pages_per_stream,
-                         page_size, splits, scale);
+    wg_split<WG_TILE, 2, 0>(smem_raw, q, arena, page_table, selection, part_acc, part_ml, nullptr, nullptr, M, W,
+                            pages_per_stream, page_size, splits, scale);
 #else
     __trap();  // compiled without sm_90a: no wgmma (the launcher passes -arch=sm_90a)
 #endif
@@ -496,9 +639,32 @@ sparse_mla_split_wgmma_t32(const bf16* __restrict__ q, const bf16* __restrict__ 
                            int M, int W, int pages_per_stream, int page_size, int splits, float scale) {
 #ifdef SPARSE_MLA_WGMMA_ENABLED
     extern __shared__ __align__(1024) unsigned char smem_raw[];
-    wg_split<32, 4>(smem_raw, q, arena, page_table, selection, part_acc, part_ml, M, W, pages_per_stream,
-                    page_size, splits, scale);
+    wg_split<32, 4, 0>(smem_raw, q, arena, page_table, selection, part_acc, part_ml, nullptr, nullptr, M, W,
+                       pages_per_stream, page_size, splits, scale);
 #else
     __trap();  // compiled without sm_90a: no wgmma (the launcher passes -arch=sm_90a)
 #endif
 }
+
+// The 32-slot form with the combine in the cluster (no second launch, no partials): grid (CS, M),
+// one cluster of CS CTAs a stream (compile-time __cluster_dims__, so a plain launch makes the
+// clusters; one kernel per CS as topk_radix.cu's), splits = CS; out [M][64][512] bf16, lse [M][64].
+#ifdef SPARSE_MLA_WGMMA_ENABLED
+#define WG_CLUSTER_BODY(CS)                                                                                    \
+    extern __shared__ __align__(1024) unsigned char smem_raw[];                                                \
+    wg_split<32, 4, CS>(smem_raw, q, arena, page_table, selection, nullptr, nullptr, out, lse, M, W,           \
+                        pages_per_stream, page_size, splits, scale);
+#else
+#define WG_CLUSTER_BODY(CS) __trap();
+#endif
+#define WG_CLUSTER_KERNEL(CS)                                                                                  \
+    extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(SPARSE_MLA_SPLIT_WGMMA_THREADS, 1) \
+    sparse_mla_split_wgmma_t32_c##CS(const bf16* __restrict__ q, const bf16* __restrict__ arena,                \
+                                     const int* __restrict__ page_table, const int* __restrict__ selection,     \
+                                     bf16* __restrict__ out, float* __restrict__ lse, int M, int W,             \
+                                     int pages_per_stream, int page_size, int splits, float scale) {            \
+        WG_CLUSTER_BODY(CS)                                                                                    \
+    }
+WG_CLUSTER_KERNEL(2)
+WG_CLUSTER_KERNEL(4)
+WG_CLUSTER_KERNEL(8)
