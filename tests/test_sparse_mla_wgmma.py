@@ -32,6 +32,13 @@ from kernels.sparse_mla import spec, variants
 TILE = 64
 STAGE = 65536          # split_wgmma.cu WG_STAGE_BYTES: one [64][512] bf16 tile
 RING_AT = 65536        # WG_RING_AT (sQ at 0)
+# The kernel's instances (tile slots, ring stages): sparse_mla_split_wgmma and _t32.
+INSTANCES = {"sparse_mla_split_wgmma": (64, 2), "sparse_mla_split_wgmma_t32": (32, 4)}
+
+
+def layout_used(tile: int, stages: int) -> int:
+    """split_wgmma.cu WgLayout::USED: sQ, the ring, the S exchange [2][tile / 8][128] float4."""
+    return RING_AT + stages * tile * 1024 + 2 * (tile // 8) * 128 * 16
 
 
 def test_the_model_constants_are_the_kernels():
@@ -43,6 +50,12 @@ def test_the_model_constants_are_the_kernels():
     assert "wg_desc(stage + (unsigned)(ks * 2 * 8192 + wg * 4 * 1024), 1024, 8192)" in text
     assert "wg_desc(stage + off, 16, 8192)" in text
     assert "(unsigned)(wg * 4 * 1024 + (k >> 2) * 1024 + (k & 3) * 32)" in text
+    # each instance and the dynamic shared memory its launcher gives (read by variants.source_define)
+    for symbol, (tile, stages) in INSTANCES.items():
+        assert f"wg_split<{'WG_TILE' if tile == 64 else tile}, {stages}, 0>" in text, symbol
+    assert variants.source_define("split_wgmma.cu", "SPARSE_MLA_SPLIT_WGMMA_SMEM_BYTES") == layout_used(64, 2) + 1024
+    assert variants.source_define("split_wgmma.cu", "SPARSE_MLA_SPLIT_WGMMA_T32_SMEM_BYTES") == layout_used(32, 4) + 1024
+    assert layout_used(32, 4) == 64 * 1024 + 4 * 32 * 1024 + 16 * 1024 <= 227 * 1024   # 208 KiB, the task's sum
 
 
 # ---- shared memory and descriptors ----------------------------------------------------------------
@@ -53,8 +66,8 @@ def wg_swz(r: int, c: int) -> int:
 
 
 def place(smem: np.ndarray, at: int, mat: np.ndarray) -> None:
-    """mat [64][512] uint16 into smem (uint16 view of bytes) at byte `at`, as the cp.async copies do."""
-    for r in range(64):
+    """mat [rows][512] uint16 into smem (uint16 view of bytes) at byte `at`, as the cp.async copies do."""
+    for r in range(len(mat)):
         for c in range(64):
             b = at + wg_swz(r, c)
             smem[b // 2:b // 2 + 8] = mat[r, 8 * c:8 * c + 8]
@@ -140,6 +153,38 @@ def test_the_pv_descriptor_reads_the_tile_transposed(staged, wg):
         assert np.array_equal(got, tile[16 * ks:16 * ks + 16, 256 * wg:256 * wg + 256]), ks
 
 
+@pytest.fixture(scope="module")
+def staged32():
+    """The 32-slot instance: q at 0 and a [32][512] tile in stage 3 of the 4-stage ring (32 KiB
+    stages: every stage 1024-aligned), random bits."""
+    rng = np.random.default_rng(6)
+    q = rng.integers(0, 1 << 16, (64, 512), dtype=np.uint16)
+    tile = rng.integers(0, 1 << 16, (32, 512), dtype=np.uint16)
+    base, stage = 5 * 1024, RING_AT + 3 * 32 * 1024
+    assert stage % 1024 == 0
+    smem = np.zeros((base + layout_used(32, 4)) // 2, np.uint16)
+    place(smem, base, q)
+    place(smem, base + stage, tile)
+    return smem, base, base + stage, q, tile
+
+
+@pytest.mark.parametrize("wg", [0, 1])
+def test_the_32_slot_descriptors_read_q_the_tile_and_its_transpose(staged32, wg):
+    """S by m64n32k16: the same K-major descriptors, B now 32 rows = 4 groups at SBO; PV: 2
+    k-steps of the same MN-major form; the 32-row chunks of wg_swz fill the 32 KiB stage once."""
+    smem, base, stage, q, tile = staged32
+    offs = sorted(wg_swz(r, c) for r in range(32) for c in range(64))
+    assert offs == list(range(0, 32 * 1024, 16))
+    for k in range(16):
+        off = wg * 4 * 1024 + (k >> 2) * 1024 + (k & 3) * 32
+        dims = slice(256 * wg + 16 * k, 256 * wg + 16 * k + 16)
+        assert np.array_equal(read_k_major(smem, wg_desc(base + off, 16, 8192), 64), q[:, dims]), k
+        assert np.array_equal(read_k_major(smem, wg_desc(stage + off, 16, 8192), 32), tile[:, dims]), k
+    for ks in range(2):
+        got = read_mn_major(smem, wg_desc(stage + ks * 2 * 8192 + wg * 4 * 1024, 1024, 8192), 256)
+        assert np.array_equal(got, tile[16 * ks:16 * ks + 16, 256 * wg:256 * wg + 256]), ks
+
+
 def test_the_model_tells_a_wrong_descriptor(staged):
     """The read-back is not vacuous: LBO and SBO swapped, or an unaligned stage, read other bytes."""
     smem, base, _, tile = staged
@@ -189,23 +234,38 @@ def test_the_hand_written_layouts_are_cutlass_s():
                 assert a_position(thread // 32, thread % 32, reg, half) == cute_64xn(thread, 2 * reg + half, 2)
 
 
-def test_the_score_accumulator_packed_as_the_kernel_packs_is_the_pv_a_fragment():
+@pytest.mark.parametrize("tile", [64, 32])
+def test_the_score_accumulator_packed_as_the_kernel_packs_is_the_pv_a_fragment(tile):
     """pa[ks][i] = pack(d[8 ks + 2 i] (low), d[8 ks + 2 i + 1] (high)) holds, in every thread, the
-    P elements A needs for k-step ks (slots 16 ks ..); and both layouts cover their matrices once."""
+    P elements A needs for k-step ks (slots 16 ks ..); and both layouts cover their matrices once
+    (m64n64: 32 accumulators, 4 k-steps; m64n32: 16, 2)."""
     seen_d, seen_a = set(), set()
     for warp in range(4):
         for lane in range(32):
-            for idx in range(32):
+            for idx in range(tile // 2):
+                assert d_position(warp, lane, idx) == cute_64xn(32 * warp + lane, idx, tile // 8)
                 seen_d.add(d_position(warp, lane, idx))
-            for ks in range(4):
+            for ks in range(tile // 16):
                 for i in range(4):
                     for half in range(2):
                         row, col = d_position(warp, lane, 8 * ks + 2 * i + half)
                         arow, ak = a_position(warp, lane, i, half)
                         assert (row, col) == (arow, 16 * ks + ak), (warp, lane, ks, i, half)
                         seen_a.add((ks, arow, ak))
-    assert seen_d == {(r, c) for r in range(64) for c in range(64)}
-    assert seen_a == {(ks, r, k) for ks in range(4) for r in range(64) for k in range(16)}
+    assert seen_d == {(r, c) for r in range(64) for c in range(tile)}
+    assert seen_a == {(ks, r, k) for ks in range(tile // 16) for r in range(64) for k in range(16)}
+
+
+@pytest.mark.parametrize("tile", [64, 32])
+def test_the_validity_bits_are_the_slots_each_score_holds(tile):
+    """The softmax mask: score sc[4 j + e] of lane (g, t4) is slot 8 j + 2 t4 + (e & 1); the kernel
+    reads bit 8 (j & 3) + 2 t4 + (e & 1) of vm[j / 4], the ballot of slots 32 (j / 4) + lane."""
+    for lane in range(32):
+        t4 = lane & 3
+        for j in range(tile // 8):
+            for e in range(4):
+                slot = d_position(0, lane, 4 * j + e)[1]
+                assert 32 * (j >> 2) + 8 * (j & 3) + 2 * t4 + (e & 1) == slot
 
 
 def test_the_exchange_partners_hold_the_same_positions():
@@ -225,14 +285,20 @@ def test_the_exchange_partners_hold_the_same_positions():
 
 # ---- the AHEAD chain ------------------------------------------------------------------------------
 
-def chain_model(sel: np.ndarray, page_table: np.ndarray, start: int, end: int, page_size: int):
-    """The kernel's registers, lane by lane (lanes 0..31 x halves lo/hi = slots 0..63 of a tile):
-    returns, per iteration, (the validity it masks with, the rows it issues for tile it + 1), with
-    tile 0's rows from the prologue."""
-    lanes = np.arange(64)
+def chain_model(sel: np.ndarray, page_table: np.ndarray, start: int, end: int, page_size: int,
+                tile: int = TILE, stages: int = 2, wait: int | None = None, ahead: int | None = None):
+    """The kernel's registers (wg_split's prologue and wg_ahead), lane by lane (lanes 0..31 x halves
+    = slots 0..tile - 1 of a tile), and its cp.async groups and stages: returns ntiles, per iteration
+    the validity it masks with, and the rows each tile was issued with; asserts on the way that every
+    iteration's wait_group leaves its tile complete and that no copy targets a stage a tile in
+    flight or not yet consumed (tiles it .. it + L - 1) occupies. ``wait`` / ``ahead`` (default:
+    the kernel's STAGES - 2 and STAGES - 1) exist to show the checks catch a wrong pipeline."""
+    L = stages - 1 if ahead is None else ahead
+    wait = stages - 2 if wait is None else wait
+    lanes = np.arange(tile)
 
-    def tok(tile):
-        j = start + TILE * tile + lanes
+    def tok(t):
+        j = start + tile * t + lanes
         return np.where(j < end, sel[np.minimum(j, len(sel) - 1)], -1)
 
     def page(t):
@@ -241,35 +307,63 @@ def chain_model(sel: np.ndarray, page_table: np.ndarray, start: int, end: int, p
     def row(p, t):
         return np.where(p >= 0, p * page_size + np.maximum(t, 0) % page_size, -1)
 
-    ntiles = (end - start + TILE - 1) // TILE
-    vt = tok(0)
-    issued = {0: row(page(vt), vt)} if ntiles > 0 else {}
-    t1 = tok(1)
-    p1 = page(t1)
-    t2 = tok(2)
+    ntiles = (end - start + tile - 1) // tile
+    groups = []                       # committed cp.async groups: the tile each holds (None: empty)
+    issued, stage_of = {}, {}
+
+    def issue(t, rows, live):
+        if t < ntiles:
+            assert t not in issued
+            stage = t % stages
+            assert all(stage_of[u] != stage for u in live), (t, live)   # a stage still to be read
+            issued[t], stage_of[t] = rows, stage
+            groups.append(t)
+        else:
+            groups.append(None)
+
+    tq = [tok(k) for k in range(L + 2)]
+    pk = [page(tq[k]) for k in range(L + 1)]
+    for k in range(L):
+        issue(k, row(pk[k], tq[k]), live=range(k))
+    pg = pk[L]
     valid = []
     for it in range(ntiles):
-        valid.append(vt >= 0)
-        if it + 1 < ntiles:
-            issued[it + 1] = row(p1, t1)
-        vt, p1, t1, t2 = t1, page(t2), t2, tok(it + 3)
+        valid.append(tq[0] >= 0)
+        done = groups[:len(groups) - wait]            # cp.async.wait_group STAGES - 2
+        assert it in done, it
+        # after the loop-top barrier tile it - 1 is consumed; tiles it .. it + L - 1 are not
+        issue(it + L, row(pg, tq[L]), live=[u for u in range(it, it + L) if u < ntiles])
+        tq = tq[1:] + [None]
+        pg = page(tq[L])
+        tq[L + 1] = tok(it + L + 2)
     return ntiles, valid, issued
 
 
-@pytest.mark.parametrize("start,end", [(0, 528), (528, 1056), (1584, 2112), (0, 64), (64, 100), (200, 200)])
-def test_the_ahead_chain_issues_and_masks_the_right_tiles(start, end):
+@pytest.mark.parametrize("tile,stages", [(64, 2), (32, 4)])
+@pytest.mark.parametrize("start,end", [(0, 528), (528, 1056), (1584, 2112), (0, 64), (64, 100), (200, 200),
+                                       (0, 32), (32, 90), (0, 117)])
+def test_the_ahead_chain_issues_and_masks_the_right_tiles(start, end, tile, stages):
     rng = np.random.default_rng(start + 7 * end)
     W, page_size = 2112, 64
     pages = rng.permutation(64)
     sel = np.where(rng.random(W) < 0.8, rng.integers(0, 64 * page_size, W), -1)
-    ntiles, valid, issued = chain_model(sel, pages, start, end, page_size)
-    assert ntiles == -(-(end - start) // TILE)
+    ntiles, valid, issued = chain_model(sel, pages, start, end, page_size, tile, stages)
+    assert ntiles == -(-(end - start) // tile) and sorted(issued) == list(range(ntiles))
     for it in range(ntiles):
-        j = start + TILE * it + np.arange(64)
+        j = start + tile * it + np.arange(tile)
         t = np.where(j < end, sel[np.minimum(j, W - 1)], -1)
         assert np.array_equal(valid[it], t >= 0), it
         want = np.where(t >= 0, pages[np.maximum(t, 0) // page_size] * page_size + np.maximum(t, 0) % page_size, -1)
         assert np.array_equal(issued[it], want), it
+
+
+@pytest.mark.parametrize("wait,ahead", [(3, None), (None, 4)])
+def test_the_chain_model_tells_a_wrong_pipeline(wait, ahead):
+    """Not vacuous: the 4-stage ring waiting for one group too few (wait_group 3: tile it may still
+    fly), or issuing 4 tiles ahead (into the stage tile it is read from), fails."""
+    sel, pages = np.arange(2112) % 4096, np.arange(64)
+    with pytest.raises(AssertionError):
+        chain_model(sel, pages, 0, 528, 64, 32, 4, wait=wait, ahead=ahead)
 
 
 # ---- the algorithm ------------------------------------------------------------------------------
@@ -278,13 +372,14 @@ def bf16(x: np.ndarray) -> np.ndarray:
     return bf16_to_float(float_to_bf16(np.asarray(x, np.float32))).astype(np.float32)
 
 
-def split_model(q: np.ndarray, c: np.ndarray, valid: np.ndarray, scale: float, start: int, end: int):
-    """split_wgmma's CTA in float32: 64-slot tiles of [start, end), invalid slots -inf (their rows
+def split_model(q: np.ndarray, c: np.ndarray, valid: np.ndarray, scale: float, start: int, end: int,
+                tile: int = TILE):
+    """split_wgmma's CTA in float32: `tile`-slot tiles of [start, end), invalid slots -inf (their rows
     zero), the -inf guard, P rounded to bf16 for both the sum and PV. -> (acc [64, 512], m [64], l [64])."""
     H, D = q.shape
     m_run, l_run, o = np.full(H, -np.inf, np.float32), np.zeros(H, np.float32), np.zeros((H, D), np.float32)
-    for j0 in range(start, end, TILE):
-        j = np.arange(j0, j0 + TILE)
+    for j0 in range(start, end, tile):
+        j = np.arange(j0, j0 + tile)
         ok = (j < end) & valid[np.minimum(j, len(valid) - 1)]
         rows = np.where(ok[:, None], c[np.minimum(j, len(c) - 1)], 0).astype(np.float32)
         s = (q[:, :256] @ rows[:, :256].T) + (q[:, 256:] @ rows[:, 256:].T)   # S_0 + S_1
@@ -316,19 +411,27 @@ def combine(parts):
     return out, lse
 
 
-@pytest.mark.parametrize("splits,empty", [(4, False), (3, False), (5, True)])
-def test_the_split_algorithm_matches_the_reference(splits, empty):
-    """Ragged chunks (W / splits not a multiple of 64), a split with no valid slot, and (empty) a
-    stream with none at all: zeros and -inf."""
-    rng = np.random.default_rng(splits)
-    W, H, D, scale = 576, 64, 512, 1 / 16
+def split_case(seed: int, W: int, splits: int, empty: bool, tile: int):
+    """Random bf16 q and rows, ~70% of the slots valid, split 1 with none (empty: no slot at all);
+    -> (q, c, valid, scale, the splits' split_model states)."""
+    rng = np.random.default_rng(seed)
+    H, D, scale = 64, 512, 1 / 16
     q = bf16(rng.standard_normal((H, D)))
     c = bf16(rng.standard_normal((W, D)))
     valid = rng.random(W) < 0.7
     valid[W // splits:2 * W // splits] = False           # split 1 sees nothing
     if empty:
         valid[:] = False
-    parts = [split_model(q, c, valid, scale, s * W // splits, (s + 1) * W // splits) for s in range(splits)]
+    parts = [split_model(q, c, valid, scale, s * W // splits, (s + 1) * W // splits, tile) for s in range(splits)]
+    return q, c, valid, scale, parts
+
+
+@pytest.mark.parametrize("tile", [64, 32])
+@pytest.mark.parametrize("splits,empty", [(4, False), (3, False), (5, True)])
+def test_the_split_algorithm_matches_the_reference(splits, empty, tile):
+    """Ragged chunks (W / splits not a multiple of 64), a split with no valid slot, and (empty) a
+    stream with none at all: zeros and -inf."""
+    q, c, valid, scale, parts = split_case(splits, 576, splits, empty, tile)
     assert parts[1][1].max() == -np.inf and not parts[1][0].any() and not parts[1][2].any()
     out, lse = combine(parts)
     want_out, want_lse = spec.attend(q.astype(np.float64), c[valid].astype(np.float64), scale)
@@ -346,9 +449,113 @@ def test_the_split_algorithm_matches_the_reference(splits, empty):
 def test_supports_refuses_the_fp8_latent_in_one_line(geometry):
     comp = registry.get("sparse_mla")
     point = {"M": 3, "context": 8192, "selection": "grouped", "page_size": 64, "arena_scale": 1, "latent_dtype": "fp8"}
-    for name in ("split_wgmma", "split_wgmma_1wave"):
+    for name in ("split_wgmma", "split_wgmma_1wave", "split_wgmma_t32", "split_wgmma_t32_1wave"):
         v = next(v for v in comp.variants if v.name == name)
         reason = v.supports(geometry, point)
         assert reason and "\n" not in reason and "reads the bf16 latent" in reason and "split_mma_fp8" in reason
         assert v.supports(geometry, {**point, "latent_dtype": "bf16"}) is None
         assert "split_wgmma.cu" in v.sources
+
+
+# ---- the cluster form (split_wgmma_t32_cluster) -------------------------------------------------
+
+def test_cluster_splits_is_the_largest_cluster_within_one_wave():
+    for sms in (132, 114, 78):
+        for M in range(1, 140):
+            cs = variants.cluster_splits(M, 2112, sms)
+            fit = [c for c in (2, 4, 8) if c <= variants.one_wave_splits(M, 2112, sms)]
+            if M < 4 or not fit:
+                assert cs is None, (M, sms)
+                continue
+            assert cs == max(fit) and M * cs <= sms and 512 % cs == 0, (M, sms, cs)
+    assert [variants.cluster_splits(M, 2112, 132) for M in (8, 32, 64)] == [8, 4, 2]
+    text = (variants.HERE / "split_wgmma.cu").read_text()
+    for cs in variants.CLUSTER_SIZES:   # the kernels the launcher may ask for exist
+        assert f"WG_CLUSTER_KERNEL({cs})" in text, cs
+
+
+def test_the_cluster_variant_supports_m_4_to_66_in_one_line(geometry):
+    v = next(v for v in registry.get("sparse_mla").variants if v.name == "split_wgmma_t32_cluster")
+    point = {"M": 8, "context": 8192, "selection": "grouped", "page_size": 64, "arena_scale": 1, "latent_dtype": "bf16"}
+    top = variants._device_sms() // 2            # 66 on the H200 (and where no device answers)
+    assert v.supports(geometry, point) is None and v.supports(geometry, {**point, "M": top}) is None
+    for bad, words in (({"M": 3}, "split_wgmma_t32_1wave"), ({"M": top + 1}, f"M <= {top}"),
+                       ({"latent_dtype": "fp8"}, "bf16")):
+        reason = v.supports(geometry, {**point, **bad})
+        assert reason and "\n" not in reason and words in reason, (bad, reason)
+
+
+def test_the_scaled_o_rows_are_bank_conflict_free():
+    """so rows padded to WG_SO_STRIDE floats: a warp's float2 stores (lanes g, t4: row 16 w + g,
+    column 2 t4 + const) touch each 4-byte bank at most twice (256 B: the 2 wavefronts a 64-bit warp
+    access needs at least); unpadded (512) rows would touch 8 rows' words in the same banks."""
+    stride = int(re.search(r"#define\s+WG_SO_STRIDE\s+(\d+)", (variants.HERE / "split_wgmma.cu").read_text()).group(1))
+
+    def worst(st):
+        banks = np.zeros(32, int)
+        for lane in range(32):
+            g, t4 = lane >> 2, lane & 3
+            word = g * st + 2 * t4
+            banks[word % 32] += 1
+            banks[(word + 1) % 32] += 1
+        return banks.max()
+    assert worst(stride) == 2 and worst(512) == 8
+    assert 64 * stride * 4 <= layout_used(32, 4) - 16 * 1024    # below X_AT: over sQ and the ring
+
+
+def cluster_model(parts, cs: int):
+    """split_wgmma.cu's cluster epilogue on the CTAs' (acc, m, l): gl per head (gmax, L) as the
+    tid < 64 threads compute it, each CTA's O scaled by exp(m - gmax) (0 where m = -inf), then CTA
+    r's float4s e = tid + 256 i (head e / Q4, columns r COLS + 4 (e % Q4)) summed over the ranks;
+    lse by rank 0. Returns (out, lse, the (h, d) each rank wrote)."""
+    H, D = parts[0][0].shape
+    gmax = np.full(H, -np.inf, np.float32)
+    for _, m, _ in parts:
+        gmax = np.maximum(gmax, m)
+    L = np.zeros(H, np.float32)
+    for _, m, l in parts:
+        ok = m != -np.inf
+        with np.errstate(invalid="ignore"):
+            L = np.where(ok, L + l * np.exp(np.where(ok, m - gmax, 0)), L).astype(np.float32)
+    so = []
+    for acc, m, _ in parts:
+        with np.errstate(invalid="ignore"):
+            f = np.where(m == -np.inf, 0.0, np.exp(np.where(m == -np.inf, 0, m - gmax))).astype(np.float32)
+        so.append(acc * f[:, None])
+    out, written = np.full((H, D), np.nan), []
+    cols, q4 = D // cs, D // cs // 4
+    for r in range(cs):
+        seen = set()
+        for i in range(H * q4 // 256):
+            for tid in range(256):
+                e = tid + 256 * i
+                h, d = e // q4, r * cols + 4 * (e % q4)
+                seen.update((h, d + x) for x in range(4))
+                if gmax[h] == -np.inf:
+                    out[h, d:d + 4] = 0
+                else:
+                    out[h, d:d + 4] = sum(s[h, d:d + 4] for s in so) / L[h]
+        written.append(seen)
+    lse = np.where(gmax == -np.inf, -np.inf, gmax + np.log(np.where(L > 0, L, 1)))
+    return out, lse, written
+
+
+@pytest.mark.parametrize("cs,empty", [(2, False), (4, False), (8, False), (8, True)])
+def test_the_cluster_combine_is_the_combine(cs, empty):
+    """Every (head, column) written by exactly one rank; out and lse the combine's (float32 rounding
+    apart: the kernel scales then sums where the combine fuses), an empty split and an empty row
+    included, and both within the component's rules of the float64 reference."""
+    q, c, valid, scale, parts = split_case(40 + cs, 8 * 64 + 40, cs, empty, 32)
+    H, D = q.shape
+    out, lse, written = cluster_model(parts, cs)
+    assert sum(len(w) for w in written) == H * D and set().union(*written) == {(h, d) for h in range(H) for d in range(D)}
+    want_out, want_lse = combine(parts)
+    if empty:
+        assert not out.any() and np.isneginf(lse).all() and not want_out.any()
+        return
+    assert np.allclose(out, want_out, rtol=1e-5, atol=1e-6) and np.allclose(lse, want_lse, rtol=1e-6)
+    ref_out, ref_lse = spec.attend(q.astype(np.float64), c[valid].astype(np.float64), scale)
+    for name, got, want in (("out", out, ref_out), ("lse", lse, ref_lse)):
+        rule = spec.checks({})[name]
+        err = np.linalg.norm(got - want) / np.linalg.norm(want)
+        assert err <= rule.tolerance, (name, err)

@@ -75,6 +75,35 @@ instructions), commit_group, wait_group 0; empty asm with "+f" on the accumulato
 fence and after the wait (CUTLASS's warpgroup_fence_operand), so the compiler moves no ordinary
 access to them across those points.
 
+The 32-slot instance (sparse_mla_split_wgmma_t32, wg_split<32, 4>; issue 13's tuning): the same
+code with TILE = 32 and a 4-stage ring, so 3 tiles (96 KiB) fly while one computes (the 64-slot form
+has one 64 KiB tile in flight, issued only after the loop-top barrier). Differences, all
+compile-time: S is m64n32k16 SS (16 accumulators; B = 32 rows = 4 row groups at the same SBO), the
+exchange 2 x 4 float4 a thread (16 KiB), one token a lane a tile (one ballot), PV 2 k-steps; tile
+it + 3 goes into stage (it + 3) % 4 = tile it - 1's, issued right after tile it's S wgmmas are
+committed (under them; the stage was freed by the loop-top barrier, which every thread passes only
+after its wgmma.wait_group 0 of tile it - 1's PV); the loop-top wait is cp.async.wait_group 2
+(groups committed: 3 in the prologue + one an iteration = tiles 0 .. it + 2, so all but the newest
+two = tile it landed). The AHEAD chain generalises to tq[k] = token of tile it + k, k <= L + 1
+(L = STAGES - 1): tile it + L issued from the page loaded at it - 1, the page of tile it + L + 1
+and the token of tile it + L + 2 loaded at it (tests/test_sparse_mla_wgmma.py chain_model checks
+the rows, the masks, the waits and the stage reuse of both instances). Shared memory: sQ 64 KiB +
+4 x 32 KiB + 16 KiB = 208 KiB (+ 1 KiB slack). m64n32k16 SS reads 2 KiB of q + 1 KiB of tile per
+16 MMA clocks = 192 B/clk against the shared-memory port's 128: S runs at 24 clk a k-step, 1.5x
+its MMA time (NOTES.md, "split_wgmma tuning").
+
+The cluster form (sparse_mla_split_wgmma_t32_c{2,4,8}, wg_split<32, 4, CS>; M >= 4): grid (CS, M),
+the CS splits of a stream one thread-block cluster (compile-time __cluster_dims__), splits = CS,
+no partials and no combine kernel. After the loop: __syncthreads (shared memory free), each CTA's
+(max, sum) a head published at X_AT, barrier.cluster (1); threads 0-63 read every rank's pair of
+head tid through DSMEM (mapa + ld.shared::cluster) and keep gmax = max_r max_r, L = sum_r sum_r
+exp(max_r - gmax) locally; each thread writes its O scaled by exp(max - gmax) (0 for an empty
+split) to its own shared memory, [64][WG_SO_STRIDE] f32 from offset 0 (over sQ and the ring);
+barrier.cluster (2); CTA r sums columns [r 512 / CS, (r + 1) 512 / CS) of all 64 heads over the CS
+ranks' scaled O (float4 DSMEM loads), divides by L and writes bf16 out; rank 0 writes lse = gmax +
+log L; a row with no valid slot (gmax = -inf) gets zeros and -inf, sparse_mla_combine's contract;
+barrier.cluster (3) so that no CTA exits while another reads its shared memory.
+
 The wgmma code exists only where the build targets sm_90a (the launcher passes -arch=sm_90a
 -DSPARSE_MLA_WGMMA_SM90A; nvcc -arch=sm_90a defines __CUDA_ARCH_FEAT_SM90_ALL); for plain sm_90 (the
 repository's compile test) the kernel body is a trap, as scan_wgmma.cu's.
@@ -83,14 +112,29 @@ repository's compile test) the kernel body is a trap, as scan_wgmma.cu's.
 #include "sparse_mla_split_mma.cuh"  // common, st_v2_f32, and sparse_mla_combine (exported from this module too)
 
 #define SPARSE_MLA_SPLIT_WGMMA_THREADS 256
-#define SPARSE_MLA_SPLIT_WGMMA_SMEM_BYTES 230400   // 229376 used + 1024 alignment slack
-#define WG_TILE 64                                  // slots a tile
+#define SPARSE_MLA_SPLIT_WGMMA_SMEM_BYTES 230400      // 229376 used + 1024 alignment slack
+#define SPARSE_MLA_SPLIT_WGMMA_T32_SMEM_BYTES 214016  // 212992 used + 1024 (the 32-slot, 4-stage form)
+#define WG_TILE 64                                     // slots a tile (sparse_mla_split_wgmma)
 #define WG_Q_AT 0
 #define WG_RING_AT 65536
 #define WG_STAGE_BYTES 65536
-#define WG_X_AT (WG_RING_AT + 2 * WG_STAGE_BYTES)   // 196608
-#define WG_USED (WG_X_AT + 2 * 8 * 128 * 16)        // 229376
-static_assert(WG_USED + 1024 == SPARSE_MLA_SPLIT_WGMMA_SMEM_BYTES, "smem layout");
+
+// The shared layout of a (TILE, STAGES) instance: sQ 64 KiB, the ring of STAGES [TILE][512] bf16
+// tiles, the S exchange [2 wg][TILE / 8 float4][128 threads].
+template <int TILE, int STAGES>
+struct WgLayout {
+    static constexpr int STAGE_BYTES = TILE * SMLA_DIM * 2;
+    static constexpr int X_AT = WG_RING_AT + STAGES * STAGE_BYTES;
+    static constexpr int USED = X_AT + 2 * (TILE / 8) * 128 * 16;
+};
+static_assert(WgLayout<WG_TILE, 2>::STAGE_BYTES == WG_STAGE_BYTES, "smem layout");
+static_assert(WgLayout<WG_TILE, 2>::USED + 1024 == SPARSE_MLA_SPLIT_WGMMA_SMEM_BYTES, "smem layout");
+static_assert(WgLayout<32, 4>::USED + 1024 == SPARSE_MLA_SPLIT_WGMMA_T32_SMEM_BYTES, "smem layout");
+// The cluster form's scaled O, [64 heads][WG_SO_STRIDE] f32 from offset 0 (over sQ and the ring),
+// and its (max, sum) / (gmax, L) words at X_AT (over the exchange buffer).
+#define WG_SO_STRIDE 520  // 512 + 8: rows 16 w + g of a warp's stores 32 B apart in the banks
+static_assert(64 * WG_SO_STRIDE * 4 <= WgLayout<32, 4>::X_AT && 64 * WG_SO_STRIDE * 4 <= WgLayout<64, 2>::X_AT &&
+                  4 * 64 * 4 <= WgLayout<32, 4>::USED - WgLayout<32, 4>::X_AT, "cluster combine layout");
 
 #if defined(SPARSE_MLA_WGMMA_SM90A) || defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(SPARSE_MLA_WGMMA_UNGUARDED)
 #define SPARSE_MLA_WGMMA_ENABLED 1
@@ -143,6 +187,20 @@ __device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[32], unsigned long
         : "memory");
 }
 
+// d (m64n32 f32) = (acc ? d : 0) + A . B^T, as m64n64k16_ss with 32 slots (the 32-slot tile).
+__device__ __forceinline__ void wgmma_m64n32k16_ss(float (&d)[16], unsigned long long da, unsigned long long db,
+                                                   int acc) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+        "%16, %17, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "l"(da), "l"(db), "r"(acc)
+        : "memory");
+}
+
 // d (m64n256 f32) += A . B, A (64 x 16 bf16) from registers (4 x bf16x2), B (16 x 256) by an
 // MN-major descriptor (imm-trans-b = 1).
 __device__ __forceinline__ void wgmma_m64n256k16_rs(float (&d)[128], const unsigned (&a)[4], unsigned long long db) {
@@ -180,10 +238,11 @@ __device__ __forceinline__ void wgmma_m64n256k16_rs(float (&d)[128], const unsig
         : "memory");
 }
 
-// Lane `lane`'s token of slot 32 half + lane of tile `tile` of the chunk [start, end): -1 for an
-// empty slot or one at or past the chunk's end (never loaded).
+// Lane `lane`'s token of slot 32 half + lane of tile `tile` (TILE slots) of the chunk [start, end):
+// -1 for an empty slot or one at or past the chunk's end (never loaded).
+template <int TILE>
 __device__ __forceinline__ int wg_tok(const int* __restrict__ sel_m, int start, int end, int tile, int half, int lane) {
-    const int j = start + tile * WG_TILE + 32 * half + lane;
+    const int j = start + tile * TILE + 32 * half + lane;
     int t = -1;
     if (j < end) t = ld_nc_s32(sel_m + j);
     return t;
@@ -202,37 +261,115 @@ __device__ __forceinline__ int wg_row(int page, int t, int page_size) {
     return page >= 0 ? page * page_size + t % page_size : -1;
 }
 
-// One 64-slot tile into a stage by cp.async. row_lo / row_hi: lane l's arena rows of slots l and
-// 32 + l (-1: zero-fill, nothing read). Thread tid copies chunk c = tid % 64 of rows r = tid / 64 +
-// 4 i: rows < 32 for i < 8 (from row_lo), >= 32 after (row_hi); r is warp-uniform, so every lane
-// of the warp takes part in each shuffle.
-__device__ __forceinline__ void wg_issue(unsigned char* stage, const bf16* __restrict__ arena, int row_lo, int row_hi) {
+// One TILE-slot tile into a stage by cp.async. rows[h]: lane l's arena row of slot 32 h + l (-1:
+// zero-fill, nothing read). Thread tid copies chunk c = tid % 64 of rows r = tid / 64 + 4 i, so
+// r / 32 = i / 8 is the half (64 slots: rows < 32 for i < 8, >= 32 after); r is warp-uniform, so
+// every lane of the warp takes part in each shuffle.
+template <int TILE>
+__device__ __forceinline__ void wg_issue(unsigned char* stage, const bf16* __restrict__ arena, const int (&rows)[TILE / 32]) {
     const int c = threadIdx.x & 63;
 #pragma unroll
-    for (int i = 0; i < (WG_TILE * SMLA_ROW_CHUNKS) / SPARSE_MLA_SPLIT_WGMMA_THREADS; ++i) {
+    for (int i = 0; i < (TILE * SMLA_ROW_CHUNKS) / SPARSE_MLA_SPLIT_WGMMA_THREADS; ++i) {
         const int r = (threadIdx.x >> 6) + 4 * i;
-        const int row = __shfl_sync(FULL_MASK, i < 8 ? row_lo : row_hi, r & 31);
+        const int row = __shfl_sync(FULL_MASK, rows[i >> 3], r & 31);
         const bool ok = row >= 0;
         cp_async16_zfill(stage + wg_swz(r, c), ok ? arena + (size_t)row * SMLA_DIM + c * 8 : arena, ok ? 16u : 0u);
     }
 }
 
+// The AHEAD step of iteration it (header): issue tile it + L (L = STAGES - 1 tiles ahead) into its
+// stage from the page loaded one iteration ago and its token loaded two ago, commit one group (empty
+// past the last tile), then move the chain one tile on: tq[k] <- tq[k + 1], the page of the new
+// tq[L] loaded, the token of tile it + L + 2 loaded. tq[k][h] = token of slot 32 h + lane of tile
+// it + k; pg[h] = page of tq[L][h].
+template <int TILE, int STAGES>
+__device__ __forceinline__ void wg_ahead(unsigned char* ring, const bf16* __restrict__ arena, const int* __restrict__ sel_m,
+                                         const int* __restrict__ pt_m, int start, int end, int ntiles, int it,
+                                         int page_size, int lane, int (&tq)[STAGES + 1][TILE / 32],
+                                         int (&pg)[TILE / 32]) {
+    constexpr int H = TILE / 32, L = STAGES - 1;
+    if (it + L < ntiles) {
+        int rows[H];
+#pragma unroll
+        for (int h = 0; h < H; ++h) rows[h] = wg_row(pg[h], tq[L][h], page_size);
+        wg_issue<TILE>(ring + ((it + L) & (STAGES - 1)) * WgLayout<TILE, STAGES>::STAGE_BYTES, arena, rows);
+    }
+    cp_async_commit();  // always: one group a tile
+#pragma unroll
+    for (int h = 0; h < H; ++h) {
+#pragma unroll
+        for (int k = 0; k <= L; ++k) tq[k][h] = tq[k + 1][h];
+        pg[h] = wg_page(pt_m, tq[L][h], page_size);
+        tq[L + 1][h] = wg_tok<TILE>(sel_m, start, end, it + L + 2, h, lane);
+    }
+}
+
+// Thread-block cluster helpers (the same as kernels/dsa_indexer/topk_common.cuh's, copied: NVRTC
+// sees only this folder).
+__device__ __forceinline__ unsigned wg_cluster_nctarank() {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(r));
+    return r;
+}
+// Every thread of every CTA of the cluster; release / acquire: shared-memory writes before it are
+// visible to every CTA's reads after it (it is a CTA barrier too).
+__device__ __forceinline__ void wg_cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+// The float / float4 at the same shared-memory offset as `local` in CTA `rank` of this cluster.
+__device__ __forceinline__ float ld_rank_f32(const float* local, unsigned rank) {
+    unsigned ra;
+    float v;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(smem_addr(local)), "r"(rank));
+    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(ra) : "memory");
+    return v;
+}
+__device__ __forceinline__ float4 ld_rank_f4(const float* local, unsigned rank) {
+    unsigned ra;
+    float4 v;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(smem_addr(local)), "r"(rank));
+    asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(ra) : "memory");
+    return v;
+}
+
 #endif  // SPARSE_MLA_WGMMA_ENABLED
 
-extern "C" __global__ void __launch_bounds__(SPARSE_MLA_SPLIT_WGMMA_THREADS, 1)
-sparse_mla_split_wgmma(const bf16* __restrict__ q, const bf16* __restrict__ arena, const int* __restrict__ page_table,
-                       const int* __restrict__ selection, float* __restrict__ part_acc, float* __restrict__ part_ml,
-                       int M, int W, int pages_per_stream, int page_size, int splits, float scale) {
 #ifdef SPARSE_MLA_WGMMA_ENABLED
-    extern __shared__ __align__(1024) unsigned char smem_raw[];
-    if (dynamic_smem_bytes() < SPARSE_MLA_SPLIT_WGMMA_SMEM_BYTES) __trap();
+// CTA (s, m) of a (TILE, STAGES) instance (header): TILE = 64, STAGES = 2 is sparse_mla_split_wgmma,
+// TILE = 32, STAGES = 4 sparse_mla_split_wgmma_t32. With two stages the next tile is issued right
+// after the loop-top barrier (the stage it overwrites was freed by that barrier); with more, tile
+// it + STAGES - 1 is issued after tile it's S wgmmas are committed, so the copy issue runs under
+// the S wgmmas instead of delaying them (the stage it overwrites, tile it - 1's, was freed by the
+// same barrier: every thread passes it only after its wgmma.wait_group 0 of tile it - 1's PV).
+// CS = 0: the partial states out (the split-K contract); CS >= 2: the CTA is rank s of a cluster of
+// the stream's CS splits (splits = CS) and the cluster combines in shared memory (header).
+template <int TILE, int STAGES, int CS>
+__device__ __forceinline__ void wg_split(unsigned char* smem_raw, const bf16* __restrict__ q, const bf16* __restrict__ arena,
+                                         const int* __restrict__ page_table, const int* __restrict__ selection,
+                                         float* __restrict__ part_acc, float* __restrict__ part_ml, bf16* __restrict__ out,
+                                         float* __restrict__ lse, int M, int W, int pages_per_stream, int page_size,
+                                         int splits, float scale) {
+    static_assert(TILE == 32 || TILE == 64, "the S wgmma is m64n32 or m64n64");
+    static_assert(STAGES >= 2 && (STAGES & (STAGES - 1)) == 0, "a power-of-two ring");
+    constexpr int H = TILE / 32;   // token halves a lane carries (slots 32 h + lane)
+    constexpr int L = STAGES - 1;  // tiles in flight while one computes
+    constexpr int NSC = TILE / 2;  // S accumulators a thread (m64nTILE f32)
+    constexpr int KS = TILE / 16;  // PV k-steps
+    constexpr int NX = TILE / 8;   // float4s of S a thread exchanges
+    using Lay = WgLayout<TILE, STAGES>;
+    constexpr bool issue_after_s = STAGES > 2;
+
+    static_assert(CS == 0 || CS == 2 || CS == 4 || CS == 8, "a cluster's CTAs split the 512 columns");
+    if (dynamic_smem_bytes() < Lay::USED + 1024) __trap();
+    if (CS && (wg_cluster_nctarank() != (unsigned)CS || splits != CS)) __trap();  // launched without its cluster
     // The swizzle atoms need 1024-aligned addresses: place the layout at run time (nothing relies
     // on where the dynamic window starts).
     const unsigned raw_addr = smem_addr(smem_raw);
     const unsigned pad = (1024u - (raw_addr & 1023u)) & 1023u;
     unsigned char* smem = smem_raw + pad;
     const unsigned base = raw_addr + pad;
-    float4* xbuf = reinterpret_cast<float4*>(smem + WG_X_AT);
+    float4* xbuf = reinterpret_cast<float4*>(smem + Lay::X_AT);
 
     const int s = blockIdx.x, m = blockIdx.y;
     if (m >= M) return;  // whole block
@@ -241,11 +378,11 @@ sparse_mla_split_wgmma(const bf16* __restrict__ q, const bf16* __restrict__ aren
     const int w = tl >> 5, g = lane >> 2, t4 = lane & 3;
     const int start = (int)(((long long)s * W) / splits);
     const int end = (int)(((long long)(s + 1) * W) / splits);
-    const int ntiles = (end - start + WG_TILE - 1) / WG_TILE;
+    const int ntiles = (end - start + TILE - 1) / TILE;
     const int* sel_m = selection + (size_t)m * (size_t)W;
     const int* pt_m = page_table + (size_t)m * (size_t)pages_per_stream;
 
-    // ---- prologue: q[m] and tile 0 in group 0; the rows of tile 1 and the tokens of tile 2 -------
+    // ---- prologue: q[m] and tile 0 in group 0, tiles 1 .. L - 1 one group each; the chain -----------
     {
         const bf16* qm = q + (size_t)m * SMLA_HEADS * SMLA_DIM;
         const int c = tid & 63;
@@ -255,16 +392,30 @@ sparse_mla_split_wgmma(const bf16* __restrict__ q, const bf16* __restrict__ aren
             cp_async16_zfill(smem + WG_Q_AT + wg_swz(r, c), qm + r * SMLA_DIM + c * 8, 16u);
         }
     }
-    // The AHEAD chain (header): vt = tokens of tile it (validity), p1 / t1 = page and token of tile
-    // it + 1 (issued at it), t2 = tokens of tile it + 2 (its page loaded at it).
-    int vt_lo = wg_tok(sel_m, start, end, 0, 0, lane), vt_hi = wg_tok(sel_m, start, end, 0, 1, lane);
-    if (ntiles > 0)
-        wg_issue(smem + WG_RING_AT, arena, wg_row(wg_page(pt_m, vt_lo, page_size), vt_lo, page_size),
-                 wg_row(wg_page(pt_m, vt_hi, page_size), vt_hi, page_size));
-    cp_async_commit();
-    int t1_lo = wg_tok(sel_m, start, end, 1, 0, lane), t1_hi = wg_tok(sel_m, start, end, 1, 1, lane);
-    int p1_lo = wg_page(pt_m, t1_lo, page_size), p1_hi = wg_page(pt_m, t1_hi, page_size);
-    int t2_lo = wg_tok(sel_m, start, end, 2, 0, lane), t2_hi = wg_tok(sel_m, start, end, 2, 1, lane);
+    int tq[L + 2][H];  // tq[k][h]: token of slot 32 h + lane of tile it + k (the AHEAD chain, header)
+    int pg[H];         // page of tq[L][h]
+    // every token load first, then every page load, then the copies: one dependent round trip
+#pragma unroll
+    for (int k = 0; k < L + 2; ++k)
+#pragma unroll
+        for (int h = 0; h < H; ++h) tq[k][h] = wg_tok<TILE>(sel_m, start, end, k, h, lane);
+    {
+        int pk[L + 1][H];
+#pragma unroll
+        for (int k = 0; k <= L; ++k)
+#pragma unroll
+            for (int h = 0; h < H; ++h) pk[k][h] = wg_page(pt_m, tq[k][h], page_size);
+#pragma unroll
+        for (int k = 0; k < L; ++k) {
+            int rows[H];
+#pragma unroll
+            for (int h = 0; h < H; ++h) rows[h] = wg_row(pk[k][h], tq[k][h], page_size);
+            if (k < ntiles) wg_issue<TILE>(smem + WG_RING_AT + k * Lay::STAGE_BYTES, arena, rows);
+            cp_async_commit();  // group k: tile k (and q, k = 0); empty past the last tile
+        }
+#pragma unroll
+        for (int h = 0; h < H; ++h) pg[h] = pk[L][h];
+    }
 
     // Rows of this thread: head 16 w + g (index 0) and 16 w + g + 8 (index 1).
     float m_run[2] = {neg_inf(), neg_inf()};  // running max of the scaled scores
@@ -275,50 +426,49 @@ sparse_mla_split_wgmma(const bf16* __restrict__ q, const bf16* __restrict__ aren
 
 #pragma unroll 1
     for (int it = 0; it < ntiles; ++it) {
-        // validity of tile it's slots l and 32 + l (lane l), the same bit masks in every warp
-        const unsigned v_lo = __ballot_sync(FULL_MASK, vt_lo >= 0), v_hi = __ballot_sync(FULL_MASK, vt_hi >= 0);
-
-        cp_async_wait<0>();      // this thread's copies of tile it (and, at it = 0, of q) landed
-        wg_fence_async_shared(); // ... and visible to the async proxy
-        __syncthreads();         // every thread's copies; both warpgroups done with tile it - 1 and xbuf
-        if (it + 1 < ntiles)
-            wg_issue(smem + WG_RING_AT + ((it + 1) & 1) * WG_STAGE_BYTES, arena, wg_row(p1_lo, t1_lo, page_size),
-                     wg_row(p1_hi, t1_hi, page_size));
-        cp_async_commit();  // always: one group a tile
-        vt_lo = t1_lo;
-        vt_hi = t1_hi;
-        p1_lo = wg_page(pt_m, t2_lo, page_size);
-        p1_hi = wg_page(pt_m, t2_hi, page_size);
-        t1_lo = t2_lo;
-        t1_hi = t2_hi;
-        t2_lo = wg_tok(sel_m, start, end, it + 3, 0, lane);
-        t2_hi = wg_tok(sel_m, start, end, it + 3, 1, lane);
-
-        const unsigned stage = base + WG_RING_AT + (unsigned)((it & 1) * WG_STAGE_BYTES);
-
-        // ---- S_wg[64 x 64] = Q[:, half] . C[:, half]^T: 16 k-steps of 16 dims ----------------------
-        float sc[32];  // sc[4 j + 2 v1 + v0] = (row 16 w + g + 8 v1, slot 8 j + 2 t4 + v0)
+        // validity of tile it's slots 32 h + l (lane l), the same bit masks in every warp
+        unsigned vm[H];
 #pragma unroll
-        for (int i = 0; i < 32; ++i) sc[i] = 0.f;
+        for (int h = 0; h < H; ++h) vm[h] = __ballot_sync(FULL_MASK, tq[0][h] >= 0);
+
+        // Groups committed so far: L (prologue) + it (one an iteration) = tiles 0 .. it + L - 1;
+        // all but the newest L - 1 complete = tile it landed (and, at it = 0, q).
+        cp_async_wait<STAGES - 2>();
+        wg_fence_async_shared();  // this thread's copies visible to the async proxy
+        __syncthreads();          // every thread's copies; both warpgroups done with tile it - 1 and xbuf
+        if constexpr (!issue_after_s)
+            wg_ahead<TILE, STAGES>(smem + WG_RING_AT, arena, sel_m, pt_m, start, end, ntiles, it, page_size, lane, tq, pg);
+
+        const unsigned stage = base + WG_RING_AT + (unsigned)((it & (STAGES - 1)) * Lay::STAGE_BYTES);
+
+        // ---- S_wg[64 x TILE] = Q[:, half] . C[:, half]^T: 16 k-steps of 16 dims -------------------
+        float sc[NSC];  // sc[4 j + 2 v1 + v0] = (row 16 w + g + 8 v1, slot 8 j + 2 t4 + v0)
+#pragma unroll
+        for (int i = 0; i < NSC; ++i) sc[i] = 0.f;
         fence_regs(sc);
         wgmma_fence();
 #pragma unroll
         for (int k = 0; k < 16; ++k) {  // dims 256 wg + 16 k ..: segment 4 wg + k / 4, 32 B a step in it
             const unsigned off = (unsigned)(wg * 4 * 1024 + (k >> 2) * 1024 + (k & 3) * 32);
-            wgmma_m64n64k16_ss(sc, wg_desc(base + WG_Q_AT + off, 16, 8192), wg_desc(stage + off, 16, 8192), k > 0);
+            if constexpr (TILE == 64)
+                wgmma_m64n64k16_ss(sc, wg_desc(base + WG_Q_AT + off, 16, 8192), wg_desc(stage + off, 16, 8192), k > 0);
+            else
+                wgmma_m64n32k16_ss(sc, wg_desc(base + WG_Q_AT + off, 16, 8192), wg_desc(stage + off, 16, 8192), k > 0);
         }
         wgmma_commit();
+        if constexpr (issue_after_s)  // under the S wgmmas; touches no S register
+            wg_ahead<TILE, STAGES>(smem + WG_RING_AT, arena, sel_m, pt_m, start, end, ntiles, it, page_size, lane, tq, pg);
         wgmma_wait0();
         fence_regs(sc);
 
         // ---- S = S_0 + S_1 through shared memory ------------------------------------------------
 #pragma unroll
-        for (int k = 0; k < 8; ++k)
-            xbuf[(wg * 8 + k) * 128 + tl] = make_float4(sc[4 * k], sc[4 * k + 1], sc[4 * k + 2], sc[4 * k + 3]);
+        for (int k = 0; k < NX; ++k)
+            xbuf[(wg * NX + k) * 128 + tl] = make_float4(sc[4 * k], sc[4 * k + 1], sc[4 * k + 2], sc[4 * k + 3]);
         __syncthreads();  // both halves written (the next write is after the next loop-top barrier)
 #pragma unroll
-        for (int k = 0; k < 8; ++k) {
-            const float4 v = xbuf[((wg ^ 1) * 8 + k) * 128 + tl];
+        for (int k = 0; k < NX; ++k) {
+            const float4 v = xbuf[((wg ^ 1) * NX + k) * 128 + tl];
             sc[4 * k] += v.x;
             sc[4 * k + 1] += v.y;
             sc[4 * k + 2] += v.z;
@@ -326,16 +476,16 @@ sparse_mla_split_wgmma(const bf16* __restrict__ q, const bf16* __restrict__ aren
         }
 
         // ---- online softmax (a head row lives in one quad: lanes 4 g .. 4 g + 3) ------------------
-        unsigned pa[4][4];  // P as the A operand of PV k-step ks (header)
+        unsigned pa[KS][4];  // P as the A operand of PV k-step ks (header)
         {
             float mt[2] = {neg_inf(), neg_inf()};
 #pragma unroll
-            for (int j = 0; j < 8; ++j)
+            for (int j = 0; j < NSC / 4; ++j)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
                     const int bit = 8 * (j & 3) + 2 * t4 + (e & 1);  // slot 8 j + 2 t4 + (e & 1), mod 32
-                    const unsigned vm = j < 4 ? v_lo : v_hi;
-                    const float v = ((vm >> bit) & 1u) ? scale * sc[4 * j + e] : neg_inf();
+                    const unsigned vb = vm[j >> 2];                  // slots 32 (j / 4) ..
+                    const float v = ((vb >> bit) & 1u) ? scale * sc[4 * j + e] : neg_inf();
                     sc[4 * j + e] = v;
                     mt[e >> 1] = fmaxf(mt[e >> 1], v);
                 }
@@ -343,15 +493,15 @@ sparse_mla_split_wgmma(const bf16* __restrict__ q, const bf16* __restrict__ aren
             bool none[2];
             quad_row_max(mt, m_run, mn, none, alpha);  // sparse_mla_split_mma.cuh
 #pragma unroll
-            for (int i = 0; i < 32; ++i) sc[i] = none[(i >> 1) & 1] ? 0.f : __expf(sc[i] - mn[(i >> 1) & 1]);
+            for (int i = 0; i < NSC; ++i) sc[i] = none[(i >> 1) & 1] ? 0.f : __expf(sc[i] - mn[(i >> 1) & 1]);
 #pragma unroll
-            for (int ks = 0; ks < 4; ++ks)
+            for (int ks = 0; ks < KS; ++ks)
 #pragma unroll
                 for (int i = 0; i < 4; ++i) pa[ks][i] = pack_bf16x2(sc[8 * ks + 2 * i], sc[8 * ks + 2 * i + 1]);
             // the row sums add the bf16-rounded weights PV multiplies by (as split_mma)
             float ls[2] = {0.f, 0.f};
 #pragma unroll
-            for (int ks = 0; ks < 4; ++ks)
+            for (int ks = 0; ks < KS; ++ks)
 #pragma unroll
                 for (int i = 0; i < 4; ++i) ls[i & 1] += bf_lo(pa[ks][i]) + bf_hi(pa[ks][i]);  // a0, a2: row g
             quad_row_sum(ls, alpha, mn, l_run, m_run);
@@ -359,39 +509,162 @@ sparse_mla_split_wgmma(const bf16* __restrict__ q, const bf16* __restrict__ aren
             for (int i = 0; i < 128; ++i) o[i] *= alpha[(i >> 1) & 1];
         }
 
-        // ---- O_wg[64 x 256] += P[64 x 64] . C[:, half]: 4 k-steps of 16 slots ---------------------
+        // ---- O_wg[64 x 256] += P[64 x TILE] . C[:, half]: KS k-steps of 16 slots ------------------
         fence_regs(o);
 #pragma unroll
-        for (int ks = 0; ks < 4; ++ks) fence_regs(pa[ks]);
+        for (int ks = 0; ks < KS; ++ks) fence_regs(pa[ks]);
         wgmma_fence();
 #pragma unroll
-        for (int ks = 0; ks < 4; ++ks)
+        for (int ks = 0; ks < KS; ++ks)
             wgmma_m64n256k16_rs(o, pa[ks], wg_desc(stage + (unsigned)(ks * 2 * 8192 + wg * 4 * 1024), 1024, 8192));
         wgmma_commit();
         wgmma_wait0();
         fence_regs(o);
 #pragma unroll
-        for (int ks = 0; ks < 4; ++ks) fence_regs(pa[ks]);
+        for (int ks = 0; ks < KS; ++ks) fence_regs(pa[ks]);
     }
-    cp_async_wait<0>();  // nothing in flight at exit (the last group is empty; ntiles = 0: q's)
+    cp_async_wait<0>();  // nothing in flight at exit (the last groups are empty; ntiles = 0: q's)
 
-    // ---- partial state out ---------------------------------------------------------------------
-    const size_t ms = (size_t)m * (size_t)splits + (size_t)s;
     const int h0 = 16 * w + g;  // and h0 + 8
-    if (wg == 0 && t4 == 0) {   // both warpgroups hold the same m and l
-        part_ml[(ms * SMLA_HEADS + h0) * 2 + 0] = m_run[0];
-        part_ml[(ms * SMLA_HEADS + h0) * 2 + 1] = l_run[0];
-        part_ml[(ms * SMLA_HEADS + h0 + 8) * 2 + 0] = m_run[1];
-        part_ml[(ms * SMLA_HEADS + h0 + 8) * 2 + 1] = l_run[1];
-    }
-    float* row0 = part_acc + (ms * SMLA_HEADS + (size_t)h0) * SMLA_DIM + 256 * wg + 2 * t4;
-    float* row1 = row0 + 8 * SMLA_DIM;
+    if constexpr (CS == 0) {
+        // ---- partial state out ---------------------------------------------------------------------
+        const size_t ms = (size_t)m * (size_t)splits + (size_t)s;
+        if (wg == 0 && t4 == 0) {   // both warpgroups hold the same m and l
+            part_ml[(ms * SMLA_HEADS + h0) * 2 + 0] = m_run[0];
+            part_ml[(ms * SMLA_HEADS + h0) * 2 + 1] = l_run[0];
+            part_ml[(ms * SMLA_HEADS + h0 + 8) * 2 + 0] = m_run[1];
+            part_ml[(ms * SMLA_HEADS + h0 + 8) * 2 + 1] = l_run[1];
+        }
+        float* row0 = part_acc + (ms * SMLA_HEADS + (size_t)h0) * SMLA_DIM + 256 * wg + 2 * t4;
+        float* row1 = row0 + 8 * SMLA_DIM;
 #pragma unroll
-    for (int n = 0; n < 32; ++n) {
-        st_v2_f32(row0 + 8 * n, o[4 * n], o[4 * n + 1]);
-        st_v2_f32(row1 + 8 * n, o[4 * n + 2], o[4 * n + 3]);
+        for (int n = 0; n < 32; ++n) {
+            st_v2_f32(row0 + 8 * n, o[4 * n], o[4 * n + 1]);
+            st_v2_f32(row1 + 8 * n, o[4 * n + 2], o[4 * n + 3]);
+        }
+    } else {
+        // ---- the cluster's combine (header), sparse_mla_combine's contract -------------------------
+        // Shared memory is free: every copy landed (the wait above) and, past this barrier, every
+        // warpgroup is past its last wgmma.wait_group (ring, sQ) and its last xbuf read.
+        __syncthreads();
+        float* ml = reinterpret_cast<float*>(smem + Lay::X_AT);  // [64][2]: this CTA's (max, sum), published
+        float* gl = ml + 2 * SMLA_HEADS;                          // [64][2]: the cluster's (gmax, L), local
+        float* so = reinterpret_cast<float*>(smem);               // [64][WG_SO_STRIDE]: this CTA's scaled O
+        if (wg == 0 && t4 == 0) {
+            ml[2 * h0] = m_run[0];
+            ml[2 * h0 + 1] = l_run[0];
+            ml[2 * (h0 + 8)] = m_run[1];
+            ml[2 * (h0 + 8) + 1] = l_run[1];
+        }
+        wg_cluster_sync();  // (1) every CTA's ml visible
+        if (tid < SMLA_HEADS) {  // head tid: gmax = max_r max_r, L = sum_r sum_r exp(max_r - gmax)
+            float gmax = neg_inf(), L = 0.f;
+#pragma unroll
+            for (int r = 0; r < CS; ++r) gmax = fmaxf(gmax, ld_rank_f32(ml + 2 * tid, (unsigned)r));
+#pragma unroll
+            for (int r = 0; r < CS; ++r) {
+                const float mx = ld_rank_f32(ml + 2 * tid, (unsigned)r);
+                if (mx != neg_inf()) L = fmaf(ld_rank_f32(ml + 2 * tid + 1, (unsigned)r), __expf(mx - gmax), L);
+            }
+            gl[2 * tid] = gmax;
+            gl[2 * tid + 1] = L;
+        }
+        __syncthreads();  // gl complete
+        // O scaled by exp(max - gmax) (0 for an empty split: its O is 0 and its max -inf) into so;
+        // rows padded to WG_SO_STRIDE floats so a warp's 8 rows g fall in distinct bank groups
+        float f[2];
+#pragma unroll
+        for (int v = 0; v < 2; ++v) f[v] = m_run[v] == neg_inf() ? 0.f : __expf(m_run[v] - gl[2 * (h0 + 8 * v)]);
+        float* srow0 = so + h0 * WG_SO_STRIDE + 256 * wg + 2 * t4;
+        float* srow1 = srow0 + 8 * WG_SO_STRIDE;
+#pragma unroll
+        for (int n = 0; n < 32; ++n) {
+            *reinterpret_cast<float2*>(srow0 + 8 * n) = make_float2(o[4 * n] * f[0], o[4 * n + 1] * f[0]);
+            *reinterpret_cast<float2*>(srow1 + 8 * n) = make_float2(o[4 * n + 2] * f[1], o[4 * n + 3] * f[1]);
+        }
+        wg_cluster_sync();  // (2) every CTA's scaled O visible
+        // CTA s writes columns [s 512 / CS, (s + 1) 512 / CS) of all 64 heads: float4 e = tid + 256 i
+        // is head e / (COLS / 4), columns s COLS + 4 (e % (COLS / 4)) ..
+        constexpr int COLS = SMLA_DIM / (CS ? CS : 1), Q4 = COLS / 4;
+        constexpr int PER = SMLA_HEADS * Q4 / SPARSE_MLA_SPLIT_WGMMA_THREADS;
+        static_assert(SMLA_HEADS * Q4 == PER * SPARSE_MLA_SPLIT_WGMMA_THREADS, "whole float4s a thread");
+#pragma unroll
+        for (int i = 0; i < PER; ++i) {
+            const int e = tid + SPARSE_MLA_SPLIT_WGMMA_THREADS * i;
+            const int h = e / Q4, d = s * COLS + 4 * (e % Q4);
+            const float gmax = gl[2 * h], L = gl[2 * h + 1];
+            bf16* op = out + ((size_t)m * SMLA_HEADS + h) * SMLA_DIM + d;
+            if (gmax == neg_inf()) {  // no valid slot in the whole row
+                st_v2_b32(op, 0u, 0u);
+                continue;
+            }
+            float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
+#pragma unroll
+            for (int r = 0; r < CS; ++r) {
+                const float4 v = ld_rank_f4(so + h * WG_SO_STRIDE + d, (unsigned)r);
+                a0 += v.x;
+                a1 += v.y;
+                a2 += v.z;
+                a3 += v.w;
+            }
+            // L >= 1: the split holding gmax contributes exp(0) = 1 for its maximal slot.
+            st_v2_b32(op, pack_bf16x2(a0 / L, a1 / L), pack_bf16x2(a2 / L, a3 / L));
+        }
+        if (s == 0 && tid < SMLA_HEADS) {
+            const float gmax = gl[2 * tid];
+            lse[(size_t)m * SMLA_HEADS + tid] = gmax == neg_inf() ? neg_inf() : gmax + __logf(gl[2 * tid + 1]);
+        }
+        wg_cluster_sync();  // (3) no CTA leaves while another may still read its shared memory
     }
+}
+#endif  // SPARSE_MLA_WGMMA_ENABLED
+
+extern "C" __global__ void __launch_bounds__(SPARSE_MLA_SPLIT_WGMMA_THREADS, 1)
+sparse_mla_split_wgmma(const bf16* __restrict__ q, const bf16* __restrict__ arena, const int* __restrict__ page_table,
+                       const int* __restrict__ selection, float* __restrict__ part_acc, float* __restrict__ part_ml,
+                       int M, int W, int pages_per_stream, int page_size, int splits, float scale) {
+#ifdef SPARSE_MLA_WGMMA_ENABLED
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    wg_split<WG_TILE, 2, 0>(smem_raw, q, arena, page_table, selection, part_acc, part_ml, nullptr, nullptr, M, W,
+                            pages_per_stream, page_size, splits, scale);
 #else
     __trap();  // compiled without sm_90a: no wgmma (the launcher passes -arch=sm_90a)
 #endif
 }
+
+// 32-slot tiles in a 4-stage ring (3 tiles = 96 KiB in flight while one computes), S by m64n32k16.
+extern "C" __global__ void __launch_bounds__(SPARSE_MLA_SPLIT_WGMMA_THREADS, 1)
+sparse_mla_split_wgmma_t32(const bf16* __restrict__ q, const bf16* __restrict__ arena, const int* __restrict__ page_table,
+                           const int* __restrict__ selection, float* __restrict__ part_acc, float* __restrict__ part_ml,
+                           int M, int W, int pages_per_stream, int page_size, int splits, float scale) {
+#ifdef SPARSE_MLA_WGMMA_ENABLED
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    wg_split<32, 4, 0>(smem_raw, q, arena, page_table, selection, part_acc, part_ml, nullptr, nullptr, M, W,
+                       pages_per_stream, page_size, splits, scale);
+#else
+    __trap();  // compiled without sm_90a: no wgmma (the launcher passes -arch=sm_90a)
+#endif
+}
+
+// The 32-slot form with the combine in the cluster (no second launch, no partials): grid (CS, M),
+// one cluster of CS CTAs a stream (compile-time __cluster_dims__, so a plain launch makes the
+// clusters; one kernel per CS as topk_radix.cu's), splits = CS; out [M][64][512] bf16, lse [M][64].
+#ifdef SPARSE_MLA_WGMMA_ENABLED
+#define WG_CLUSTER_BODY(CS)                                                                                    \
+    extern __shared__ __align__(1024) unsigned char smem_raw[];                                                \
+    wg_split<32, 4, CS>(smem_raw, q, arena, page_table, selection, nullptr, nullptr, out, lse, M, W,           \
+                        pages_per_stream, page_size, splits, scale);
+#else
+#define WG_CLUSTER_BODY(CS) __trap();
+#endif
+#define WG_CLUSTER_KERNEL(CS)                                                                                  \
+    extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(SPARSE_MLA_SPLIT_WGMMA_THREADS, 1) \
+    sparse_mla_split_wgmma_t32_c##CS(const bf16* __restrict__ q, const bf16* __restrict__ arena,                \
+                                     const int* __restrict__ page_table, const int* __restrict__ selection,     \
+                                     bf16* __restrict__ out, float* __restrict__ lse, int M, int W,             \
+                                     int pages_per_stream, int page_size, int splits, float scale) {            \
+        WG_CLUSTER_BODY(CS)                                                                                    \
+    }
+WG_CLUSTER_KERNEL(2)
+WG_CLUSTER_KERNEL(4)
+WG_CLUSTER_KERNEL(8)

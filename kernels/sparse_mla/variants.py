@@ -140,9 +140,11 @@ SPLIT_DESIGNS = {
                             "SPARSE_MLA_SPLIT_MMA_FP8_AHEAD_SMEM_BYTES", "SPARSE_MLA_SPLIT_MMA_FP8_AHEAD_THREADS", "fp8"),
     "split_wgmma": ("split_wgmma.cu", "sparse_mla_split_wgmma", "SPARSE_MLA_SPLIT_WGMMA_SMEM_BYTES",
                     "SPARSE_MLA_SPLIT_WGMMA_THREADS", "bf16"),
+    "split_wgmma_t32": ("split_wgmma.cu", "sparse_mla_split_wgmma_t32", "SPARSE_MLA_SPLIT_WGMMA_T32_SMEM_BYTES",
+                        "SPARSE_MLA_SPLIT_WGMMA_THREADS", "bf16"),
 }
 # The designs that compile with extra NVRTC options (the rest with none).
-SPLIT_OPTIONS = {"split_wgmma": WGMMA_OPTIONS}
+SPLIT_OPTIONS = {"split_wgmma": WGMMA_OPTIONS, "split_wgmma_t32": WGMMA_OPTIONS}
 
 
 def _supports_split(name: str):
@@ -195,6 +197,82 @@ def _make_split_build(name: str, one_wave: bool = False):
 
     build.__name__ = f"build_{name}{'_1wave' if one_wave else ''}"
     return build
+
+
+# split_wgmma.cu's cluster kernels (sparse_mla_split_wgmma_t32_c<CS>): a cluster's CTAs split the
+# 512 output columns, so CS divides 512; 8 is the portable cluster limit.
+CLUSTER_SIZES = (2, 4, 8)
+CLUSTER_MIN_M = 4   # below, the two-kernel forms (split_wgmma_t32_1wave): the lead's task, issue 13
+
+
+def cluster_splits(M: int, W: int, sms: int) -> int | None:
+    """Splits (= CTAs of one cluster) of a stream for the cluster form: the largest of CLUSTER_SIZES
+    not above one_wave_splits (one wave of CTAs, no split shorter than 64 slots); None where not
+    even 2 fit (M > sms / 2) or M < CLUSTER_MIN_M."""
+    if M < CLUSTER_MIN_M:
+        return None
+    fit = [cs for cs in CLUSTER_SIZES if cs <= one_wave_splits(M, W, sms)]
+    return fit[-1] if fit else None
+
+
+CLUSTER_SOURCE, CLUSTER_SMEM = "split_wgmma.cu", "SPARSE_MLA_SPLIT_WGMMA_T32_SMEM_BYTES"
+
+
+def _supports_cluster(geometry, point) -> str | None:
+    reason = _supports_split("split_wgmma_t32")(geometry, point)
+    if reason:
+        return reason
+    M = int(point["M"])
+    if M < CLUSTER_MIN_M:
+        return (f"split_wgmma_t32_cluster runs M >= {CLUSTER_MIN_M}; M = {M} runs in split_wgmma_t32_1wave "
+                f"(split + combine kernels)")
+    sms = _device_sms()
+    if cluster_splits(M, spec.width(geometry, point), sms) is None:
+        return f"split_wgmma_t32_cluster needs 2 CTAs a stream in one wave (M <= {sms // 2} on {sms} SMs); M = {M}"
+    return None
+
+
+def _device_sms(default: int = 132) -> int:
+    """The current device's SM count; the H200's 132 where no device can be asked (CPU tests)."""
+    try:
+        import cupy
+
+        return int(cupy.cuda.runtime.getDeviceProperties(cupy.cuda.runtime.getDevice())["multiProcessorCount"])
+    except Exception:
+        return default
+
+
+def build_wgmma_cluster(geometry, point, inputs, backend) -> KernelStep:
+    """split_wgmma_t32 with the combine done by the stream's cluster through distributed shared
+    memory: one launch, out and lse written by the split kernel."""
+    reason = _supports_cluster(geometry, point)
+    if reason:
+        raise ValueError(f"split_wgmma_t32_cluster: {reason}")
+    if backend.arch() != "sm_90":
+        raise ValueError(f"split_wgmma_t32_cluster: wgmma needs an sm_90 device (compiled for {WGMMA_ARCH}); "
+                         f"this one is {backend.arch()}")
+    cp = backend.cp
+    H, D, scale = spec.dims(geometry)
+    Mn, W = int(point["M"]), spec.width(geometry, point)
+    sms = int(backend.props["multiProcessorCount"])
+    cs = cluster_splits(Mn, W, sms)
+    if cs is None:
+        raise ValueError(f"split_wgmma_t32_cluster: M = {Mn} leaves fewer than 2 CTAs a stream on {sms} SMs")
+    d = _Device(backend, inputs, point)
+    smem = source_define(CLUSTER_SOURCE, CLUSTER_SMEM)
+    fn = get_kernel(backend, HERE / CLUSTER_SOURCE, f"sparse_mla_split_wgmma_t32_c{cs}", smem, options=WGMMA_OPTIONS)
+    with backend.stream:
+        buffers = {"out": cp.empty((Mn, H, D), cp.uint16), "lse": cp.empty((Mn, H), cp.float32)}
+    pps, ps = np.int32(spec.pages_per_stream(point)), np.int32(point["page_size"])
+    threads = source_define(CLUSTER_SOURCE, "SPARSE_MLA_SPLIT_WGMMA_THREADS")
+    kernels = [KernelCall(fn, (cs, Mn), threads, smem, lambda b: (
+        d.q, *d.arena_args, d.page_table, d.selection, b["out"], b["lse"], np.int32(Mn), np.int32(W), pps, ps,
+        np.int32(cs), np.float32(scale)))]
+    step = KernelStep(backend, kernels, buffers, {}, {"out": 0xFFFF, "lse": np.float32(np.nan)}, lambda b: {
+        "out": _bf16(backend.to_host(b["out"])), "lse": backend.to_host(b["lse"]).astype(np.float64)},
+        dependent=False)
+    step.note = f"{cs} splits per stream, one cluster of {cs} CTAs"
+    return step.ready()
 
 
 def _bf16(bits: np.ndarray) -> np.ndarray:
@@ -390,6 +468,24 @@ MLA_VARIANTS = (
     Variant("split_wgmma_1wave", "cuda", _make_split_build("split_wgmma", one_wave=True),
             why="split_wgmma with split_mma_1wave's splits (one wave of CTAs, ragged chunks)",
             supports=_supports_split("split_wgmma"), sources=("split_wgmma.cu",)),
+    # Issue 13, split_wgmma tuning (1): more bytes in flight an SM, the copy issue off S's path.
+    Variant("split_wgmma_t32", "cuda", _make_split_build("split_wgmma_t32"),
+            why="split_wgmma (same template) with 32-slot tiles in a 4-stage ring: 3 tiles (96 KiB) in "
+                "flight while one computes instead of one 64 KiB tile, tile it + 3 issued under tile it's "
+                "S wgmmas (m64n32k16 SS, bound by the shared-memory port: 1.5x its MMA time), PV in 2 "
+                "k-steps of m64n256k16 RS",
+            supports=_supports_split("split_wgmma_t32"), sources=("split_wgmma.cu",)),
+    Variant("split_wgmma_t32_1wave", "cuda", _make_split_build("split_wgmma_t32", one_wave=True),
+            why="split_wgmma_t32 with split_mma_1wave's splits (one wave of CTAs, ragged chunks)",
+            supports=_supports_split("split_wgmma_t32"), sources=("split_wgmma.cu",)),
+    # Issue 13, split_wgmma tuning (2): no second launch, no partials round trip.
+    Variant("split_wgmma_t32_cluster", "cuda", build_wgmma_cluster,
+            why="split_wgmma_t32 (one wave) with each stream's splits one thread-block cluster (2, 4 or 8 "
+                "CTAs: the most of those within one_wave_splits, M >= 4): the (max, sum) exchanged and "
+                "each CTA's O scaled by exp(max - gmax) in its own shared memory, then CTA r reduces "
+                "columns [r 512 / CS, (r + 1) 512 / CS) over the cluster through distributed shared "
+                "memory and writes out and lse: no combine kernel, no 16 MiB of partials",
+            supports=_supports_cluster, sources=("split_wgmma.cu",)),
     *FLASHINFER_VARIANTS,
     Variant("torch_gather_bmm", "cuda", lambda g, p, i, b: _TorchGatherBmm(g, p, i, b),
             why="torch: gather the rows into a [M, W, 512] copy, bmm, masked softmax, bmm",
