@@ -470,16 +470,21 @@ def test_cluster_splits_is_the_largest_cluster_within_one_wave():
             assert cs == max(fit) and M * cs <= sms and 512 % cs == 0, (M, sms, cs)
     assert [variants.cluster_splits(M, 2112, 132) for M in (8, 32, 64)] == [8, 4, 2]
     text = (variants.HERE / "split_wgmma.cu").read_text()
-    for cs in variants.CLUSTER_SIZES:   # the kernels the launcher may ask for exist
-        assert f"WG_CLUSTER_KERNEL({cs})" in text, cs
+    for cs in variants.CLUSTER_SIZES:   # the kernels the launcher may ask for exist, in both tile forms
+        assert f"WG_CLUSTER_KERNEL(_t32, 32, 4, {cs})" in text and f"WG_CLUSTER_KERNEL(, WG_TILE, 2, {cs})" in text, cs
+    assert "sparse_mla_split_wgmma##FORM##_c##CS(" in text
+    assert {p for p, _, _ in variants.CLUSTER_FORMS.values()} == {"sparse_mla_split_wgmma_t32_c", "sparse_mla_split_wgmma_c"}
+    for _, smem, _ in variants.CLUSTER_FORMS.values():
+        assert variants.source_define(str(variants.HERE / "split_wgmma.cu"), smem) > 0
 
 
-def test_the_cluster_variant_supports_m_4_to_66_in_one_line(geometry):
-    v = next(v for v in registry.get("sparse_mla").variants if v.name == "split_wgmma_t32_cluster")
+@pytest.mark.parametrize("name", sorted(variants.CLUSTER_FORMS))
+def test_the_cluster_variant_supports_m_4_to_66_in_one_line(geometry, name):
+    v = next(v for v in registry.get("sparse_mla").variants if v.name == name)
     point = {"M": 8, "context": 8192, "selection": "grouped", "page_size": 64, "arena_scale": 1, "latent_dtype": "bf16"}
     top = variants._device_sms() // 2            # 66 on the H200 (and where no device answers)
     assert v.supports(geometry, point) is None and v.supports(geometry, {**point, "M": top}) is None
-    for bad, words in (({"M": 3}, "split_wgmma_t32_1wave"), ({"M": top + 1}, f"M <= {top}"),
+    for bad, words in (({"M": 3}, variants.CLUSTER_FORMS[name][2]), ({"M": top + 1}, f"M <= {top}"),
                        ({"latent_dtype": "fp8"}, "bf16")):
         reason = v.supports(geometry, {**point, **bad})
         assert reason and "\n" not in reason and words in reason, (bad, reason)

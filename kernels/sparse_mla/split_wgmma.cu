@@ -650,21 +650,28 @@ sparse_mla_split_wgmma_t32(const bf16* __restrict__ q, const bf16* __restrict__ 
 // one cluster of CS CTAs a stream (compile-time __cluster_dims__, so a plain launch makes the
 // clusters; one kernel per CS as topk_radix.cu's), splits = CS; out [M][64][512] bf16, lse [M][64].
 #ifdef SPARSE_MLA_WGMMA_ENABLED
-#define WG_CLUSTER_BODY(CS)                                                                                    \
+#define WG_CLUSTER_BODY(TILE, STAGES, CS)                                                                      \
     extern __shared__ __align__(1024) unsigned char smem_raw[];                                                \
-    wg_split<32, 4, CS>(smem_raw, q, arena, page_table, selection, nullptr, nullptr, out, lse, M, W,           \
-                        pages_per_stream, page_size, splits, scale);
+    wg_split<TILE, STAGES, CS>(smem_raw, q, arena, page_table, selection, nullptr, nullptr, out, lse, M, W,    \
+                               pages_per_stream, page_size, splits, scale);
 #else
-#define WG_CLUSTER_BODY(CS) __trap();
+#define WG_CLUSTER_BODY(TILE, STAGES, CS) __trap();
 #endif
-#define WG_CLUSTER_KERNEL(CS)                                                                                  \
+// FORM: the kernel name's tile tag (_t32, or empty for the 64-slot form)
+#define WG_CLUSTER_KERNEL(FORM, TILE, STAGES, CS)                                                              \
     extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(SPARSE_MLA_SPLIT_WGMMA_THREADS, 1) \
-    sparse_mla_split_wgmma_t32_c##CS(const bf16* __restrict__ q, const bf16* __restrict__ arena,                \
-                                     const int* __restrict__ page_table, const int* __restrict__ selection,     \
-                                     bf16* __restrict__ out, float* __restrict__ lse, int M, int W,             \
-                                     int pages_per_stream, int page_size, int splits, float scale) {            \
-        WG_CLUSTER_BODY(CS)                                                                                    \
+    sparse_mla_split_wgmma##FORM##_c##CS(const bf16* __restrict__ q, const bf16* __restrict__ arena,            \
+                                         const int* __restrict__ page_table, const int* __restrict__ selection, \
+                                         bf16* __restrict__ out, float* __restrict__ lse, int M, int W,         \
+                                         int pages_per_stream, int page_size, int splits, float scale) {        \
+        WG_CLUSTER_BODY(TILE, STAGES, CS)                                                                      \
     }
-WG_CLUSTER_KERNEL(2)
-WG_CLUSTER_KERNEL(4)
-WG_CLUSTER_KERNEL(8)
+WG_CLUSTER_KERNEL(_t32, 32, 4, 2)
+WG_CLUSTER_KERNEL(_t32, 32, 4, 4)
+WG_CLUSTER_KERNEL(_t32, 32, 4, 8)
+// The 64-slot, 2-stage form (split_wgmma's) with the same cluster combine: the 32-slot form was
+// slower per tile on the H200 (reports/2026-12-01-sparse_mla-h200-174414), while its cluster combine
+// saved ~10 us at M = 64 against its own two-kernel form; this pairs the faster tile with it.
+WG_CLUSTER_KERNEL(, WG_TILE, 2, 2)
+WG_CLUSTER_KERNEL(, WG_TILE, 2, 4)
+WG_CLUSTER_KERNEL(, WG_TILE, 2, 8)

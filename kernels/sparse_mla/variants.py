@@ -215,21 +215,30 @@ def cluster_splits(M: int, W: int, sms: int) -> int | None:
     return fit[-1] if fit else None
 
 
-CLUSTER_SOURCE, CLUSTER_SMEM = "split_wgmma.cu", "SPARSE_MLA_SPLIT_WGMMA_T32_SMEM_BYTES"
+CLUSTER_SOURCE = "split_wgmma.cu"
+# The cluster forms: (kernel prefix, the #define of their dynamic shared memory, the two-kernel
+# variant of the same tile that runs M below CLUSTER_MIN_M).
+CLUSTER_FORMS = {
+    "split_wgmma_t32_cluster": ("sparse_mla_split_wgmma_t32_c", "SPARSE_MLA_SPLIT_WGMMA_T32_SMEM_BYTES",
+                                "split_wgmma_t32_1wave"),
+    "split_wgmma_cluster": ("sparse_mla_split_wgmma_c", "SPARSE_MLA_SPLIT_WGMMA_SMEM_BYTES", "split_wgmma_1wave"),
+}
 
 
-def _supports_cluster(geometry, point) -> str | None:
-    reason = _supports_split("split_wgmma_t32")(geometry, point)
-    if reason:
-        return reason
-    M = int(point["M"])
-    if M < CLUSTER_MIN_M:
-        return (f"split_wgmma_t32_cluster runs M >= {CLUSTER_MIN_M}; M = {M} runs in split_wgmma_t32_1wave "
-                f"(split + combine kernels)")
-    sms = _device_sms()
-    if cluster_splits(M, spec.width(geometry, point), sms) is None:
-        return f"split_wgmma_t32_cluster needs 2 CTAs a stream in one wave (M <= {sms // 2} on {sms} SMs); M = {M}"
-    return None
+def _supports_cluster(name: str):
+    def supports(geometry, point) -> str | None:
+        reason = _supports_split("split_wgmma")(geometry, point)
+        if reason:
+            return reason.replace("split_wgmma reads", f"{name} reads")
+        M = int(point["M"])
+        if M < CLUSTER_MIN_M:
+            return (f"{name} runs M >= {CLUSTER_MIN_M}; M = {M} runs in {CLUSTER_FORMS[name][2]} "
+                    f"(split + combine kernels)")
+        sms = _device_sms()
+        if cluster_splits(M, spec.width(geometry, point), sms) is None:
+            return f"{name} needs 2 CTAs a stream in one wave (M <= {sms // 2} on {sms} SMs); M = {M}"
+        return None
+    return supports
 
 
 def _device_sms(default: int = 132) -> int:
@@ -242,37 +251,44 @@ def _device_sms(default: int = 132) -> int:
         return default
 
 
-def build_wgmma_cluster(geometry, point, inputs, backend) -> KernelStep:
-    """split_wgmma_t32 with the combine done by the stream's cluster through distributed shared
-    memory: one launch, out and lse written by the split kernel."""
-    reason = _supports_cluster(geometry, point)
-    if reason:
-        raise ValueError(f"split_wgmma_t32_cluster: {reason}")
-    if backend.arch() != "sm_90":
-        raise ValueError(f"split_wgmma_t32_cluster: wgmma needs an sm_90 device (compiled for {WGMMA_ARCH}); "
-                         f"this one is {backend.arch()}")
-    cp = backend.cp
-    H, D, scale = spec.dims(geometry)
-    Mn, W = int(point["M"]), spec.width(geometry, point)
-    sms = int(backend.props["multiProcessorCount"])
-    cs = cluster_splits(Mn, W, sms)
-    if cs is None:
-        raise ValueError(f"split_wgmma_t32_cluster: M = {Mn} leaves fewer than 2 CTAs a stream on {sms} SMs")
-    d = _Device(backend, inputs, point)
-    smem = source_define(CLUSTER_SOURCE, CLUSTER_SMEM)
-    fn = get_kernel(backend, HERE / CLUSTER_SOURCE, f"sparse_mla_split_wgmma_t32_c{cs}", smem, options=WGMMA_OPTIONS)
-    with backend.stream:
-        buffers = {"out": cp.empty((Mn, H, D), cp.uint16), "lse": cp.empty((Mn, H), cp.float32)}
-    pps, ps = np.int32(spec.pages_per_stream(point)), np.int32(point["page_size"])
-    threads = source_define(CLUSTER_SOURCE, "SPARSE_MLA_SPLIT_WGMMA_THREADS")
-    kernels = [KernelCall(fn, (cs, Mn), threads, smem, lambda b: (
-        d.q, *d.arena_args, d.page_table, d.selection, b["out"], b["lse"], np.int32(Mn), np.int32(W), pps, ps,
-        np.int32(cs), np.float32(scale)))]
-    step = KernelStep(backend, kernels, buffers, {}, {"out": 0xFFFF, "lse": np.float32(np.nan)}, lambda b: {
-        "out": _bf16(backend.to_host(b["out"])), "lse": backend.to_host(b["lse"]).astype(np.float64)},
-        dependent=False)
-    step.note = f"{cs} splits per stream, one cluster of {cs} CTAs"
-    return step.ready()
+def _make_cluster_build(name: str):
+    """A cluster form's launcher: the split kernel with the combine done by the stream's cluster
+    through distributed shared memory; one launch, out and lse written by the split kernel."""
+    prefix, smem_define, _ = CLUSTER_FORMS[name]
+    supports = _supports_cluster(name)
+
+    def build(geometry, point, inputs, backend) -> KernelStep:
+        reason = supports(geometry, point)
+        if reason:
+            raise ValueError(f"{name}: {reason}")
+        if backend.arch() != "sm_90":
+            raise ValueError(f"{name}: wgmma needs an sm_90 device (compiled for {WGMMA_ARCH}); "
+                             f"this one is {backend.arch()}")
+        cp = backend.cp
+        H, D, scale = spec.dims(geometry)
+        Mn, W = int(point["M"]), spec.width(geometry, point)
+        sms = int(backend.props["multiProcessorCount"])
+        cs = cluster_splits(Mn, W, sms)
+        if cs is None:
+            raise ValueError(f"{name}: M = {Mn} leaves fewer than 2 CTAs a stream on {sms} SMs")
+        d = _Device(backend, inputs, point)
+        smem = source_define(CLUSTER_SOURCE, smem_define)
+        fn = get_kernel(backend, HERE / CLUSTER_SOURCE, f"{prefix}{cs}", smem, options=WGMMA_OPTIONS)
+        with backend.stream:
+            buffers = {"out": cp.empty((Mn, H, D), cp.uint16), "lse": cp.empty((Mn, H), cp.float32)}
+        pps, ps = np.int32(spec.pages_per_stream(point)), np.int32(point["page_size"])
+        threads = source_define(CLUSTER_SOURCE, "SPARSE_MLA_SPLIT_WGMMA_THREADS")
+        kernels = [KernelCall(fn, (cs, Mn), threads, smem, lambda b: (
+            d.q, *d.arena_args, d.page_table, d.selection, b["out"], b["lse"], np.int32(Mn), np.int32(W), pps, ps,
+            np.int32(cs), np.float32(scale)))]
+        step = KernelStep(backend, kernels, buffers, {}, {"out": 0xFFFF, "lse": np.float32(np.nan)}, lambda b: {
+            "out": _bf16(backend.to_host(b["out"])), "lse": backend.to_host(b["lse"]).astype(np.float64)},
+            dependent=False)
+        step.note = f"{cs} splits per stream, one cluster of {cs} CTAs"
+        return step.ready()
+
+    build.__name__ = f"build_{name}"
+    return build
 
 
 def _bf16(bits: np.ndarray) -> np.ndarray:
@@ -479,13 +495,17 @@ MLA_VARIANTS = (
             why="split_wgmma_t32 with split_mma_1wave's splits (one wave of CTAs, ragged chunks)",
             supports=_supports_split("split_wgmma_t32"), sources=("split_wgmma.cu",)),
     # Issue 13, split_wgmma tuning (2): no second launch, no partials round trip.
-    Variant("split_wgmma_t32_cluster", "cuda", build_wgmma_cluster,
+    Variant("split_wgmma_t32_cluster", "cuda", _make_cluster_build("split_wgmma_t32_cluster"),
             why="split_wgmma_t32 (one wave) with each stream's splits one thread-block cluster (2, 4 or 8 "
                 "CTAs: the most of those within one_wave_splits, M >= 4): the (max, sum) exchanged and "
                 "each CTA's O scaled by exp(max - gmax) in its own shared memory, then CTA r reduces "
                 "columns [r 512 / CS, (r + 1) 512 / CS) over the cluster through distributed shared "
                 "memory and writes out and lse: no combine kernel, no 16 MiB of partials",
-            supports=_supports_cluster, sources=("split_wgmma.cu",)),
+            supports=_supports_cluster("split_wgmma_t32_cluster"), sources=("split_wgmma.cu",)),
+    Variant("split_wgmma_cluster", "cuda", _make_cluster_build("split_wgmma_cluster"),
+            why="split_wgmma (64-slot tiles, 2 stages: faster per tile than the 32-slot form on the H200) "
+                "with split_wgmma_t32_cluster's combine in the stream's cluster: one launch, no partials",
+            supports=_supports_cluster("split_wgmma_cluster"), sources=("split_wgmma.cu",)),
     *FLASHINFER_VARIANTS,
     Variant("torch_gather_bmm", "cuda", lambda g, p, i, b: _TorchGatherBmm(g, p, i, b),
             why="torch: gather the rows into a [M, W, 512] copy, bmm, masked softmax, bmm",
