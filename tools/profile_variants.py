@@ -13,7 +13,7 @@ import argparse
 
 import numpy as np
 
-from harness import registry
+from harness import registry, runner
 from harness.backends import CudaBackend
 from harness.fuel import load_fuel
 
@@ -33,7 +33,11 @@ def main() -> None:
         raise SystemExit(str(exc))
     geometry = load_fuel()
     backend = CudaBackend()
-    inputs = comp.make_inputs(geometry, point, np.random.default_rng(0))
+    # the inputs as a sweep's job builds them (host arrays and, for components with resident inputs
+    # such as sparse_mla's arena, the device-built ones), without the float64 reference
+    host = comp.make_inputs(geometry, point, np.random.default_rng(0))
+    resident = runner.build_resident(comp, geometry, point, backend, 0) if comp.resident else {}
+    inputs = registry.Inputs(host, resident, backend if resident else None)
     by_name = {v.name: v for v in comp.variants if v.backend == "cuda"}
     for name in args.variants:
         if name not in by_name:
