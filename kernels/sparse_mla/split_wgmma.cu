@@ -670,7 +670,7 @@ WG_CLUSTER_KERNEL(_t32, 32, 4, 2)
 WG_CLUSTER_KERNEL(_t32, 32, 4, 4)
 WG_CLUSTER_KERNEL(_t32, 32, 4, 8)
 // The 64-slot, 2-stage form (split_wgmma's) with the same cluster combine: the 32-slot form was
-// slower per tile on the H200 (reports/2026-12-01-sparse_mla-h200-174414), while its cluster combine
+// slower per tile on the H200 (reports/2026-12-01-sparse_mla-h200-174506), while its cluster combine
 // saved ~10 us at M = 64 against its own two-kernel form; this pairs the faster tile with it.
 WG_CLUSTER_KERNEL(, WG_TILE, 2, 2)
 WG_CLUSTER_KERNEL(, WG_TILE, 2, 4)
