@@ -22,8 +22,12 @@ ROWS = [row("bulk32k_early_pdl", 0.034, 0.035, 0.036), row("bulk32k_early", 0.03
 
 @pytest.fixture
 def fuel(tmp_path):
+    """The repository's fuel without its measured section (the facts only), so every test starts
+    from a fuel that no update has written into."""
     path = tmp_path / "attention.yaml"
-    path.write_text(DEFAULT_FUEL.read_text())
+    text = DEFAULT_FUEL.read_text()
+    marker = text.find("\n# Measured figures, written by")
+    path.write_text(text if marker < 0 else text[:marker + 1])
     return path
 
 
