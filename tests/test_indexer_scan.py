@@ -810,7 +810,7 @@ def test_the_wgmma_variant_runs_fp8_keys_and_queries_on_cand_dim_only(geometry):
         reason = v.supports(geometry, point)
         assert reason and word in reason and "\n" not in reason, reason
     assert v.sources == ("scan_wgmma.cu",)
-    from kernels.dsa_indexer.scan_variants import WGMMA_ARCH
+    from kernels.wgmma import WGMMA_ARCH
     assert WGMMA_ARCH == "sm_90a"
 
 

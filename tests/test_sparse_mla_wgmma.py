@@ -564,3 +564,21 @@ def test_the_cluster_combine_is_the_combine(cs, empty):
         rule = spec.checks({})[name]
         err = np.linalg.norm(got - want) / np.linalg.norm(want)
         assert err <= rule.tolerance, (name, err)
+
+
+def test_the_wgmma_device_check_and_options_shared_by_the_families():
+    from kernels import wgmma
+
+    class _Device:
+        def __init__(self, arch):
+            self._arch = arch
+
+        def arch(self):
+            return self._arch
+
+    wgmma.require_wgmma_device("split_wgmma", _Device("sm_90"))          # Hopper: no refusal
+    with pytest.raises(ValueError) as err:
+        wgmma.require_wgmma_device("split_wgmma", _Device("sm_100"))
+    assert "\n" not in str(err.value) and str(err.value).startswith("split_wgmma:") and "sm_100" in str(err.value)
+    assert variants.WGMMA_OPTIONS == ("-arch=sm_90a", "-DSPARSE_MLA_WGMMA_SM90A")
+    assert all(o in (variants.HERE / "split_wgmma.cu").read_text() for o in ("SPARSE_MLA_WGMMA_SM90A",))

@@ -30,6 +30,7 @@ from harness.cuda import KernelCall, KernelStep, ctas_per_sm, get_kernel
 from harness.registry import Launch, Variant
 from kernels import fp8 as fp8_rows
 from kernels.sparse_mla.variants import source_define
+from kernels.wgmma import require_wgmma_device, wgmma_options
 
 from . import scan_spec as spec
 
@@ -193,10 +194,8 @@ def _supports_wgmma(geometry, point) -> str | None:
     return _supports_cuda(geometry, point)
 
 
-# wgmma exists only on sm_90a (the arch-specific Hopper target): NVRTC must be asked for it by name;
-# the define switches the kernel's wgmma body on (scan_wgmma.cu: without it the body is a trap).
-WGMMA_ARCH = "sm_90a"
-WGMMA_OPTIONS = (f"-arch={WGMMA_ARCH}", "-DSCAN_WGMMA_SM90A")
+# scan_wgmma.cu's NVRTC options: sm_90a and the define that switches its wgmma body on (kernels/wgmma.py)
+WGMMA_OPTIONS = wgmma_options("SCAN_WGMMA_SM90A")
 
 
 def wgmma_launch(backend, fn, M: int, C: int) -> tuple[int, int, int]:
@@ -215,9 +214,7 @@ def wgmma_kernel(backend):
     shared-memory carveout: 5 CTAs of 38 KiB static shared memory an SM (the persistent grid counts
     them), so the driver's choice cannot leave fewer CTAs resident than the grid assumes (a CuPy
     Function without the attribute leaves it to the driver). The DSA layer's step calls it too."""
-    if backend.arch() != "sm_90":
-        raise ValueError(f"scan_wgmma_e4m3: wgmma needs an sm_90 device (compiled for {WGMMA_ARCH}); "
-                         f"this one is {backend.arch()}")
+    require_wgmma_device("scan_wgmma_e4m3", backend)
     fn = get_kernel(backend, HERE / "scan_wgmma.cu", "scan_wgmma_e4m3", options=WGMMA_OPTIONS)
     if hasattr(type(fn), "preferred_shared_memory_carveout"):
         fn.preferred_shared_memory_carveout = 100

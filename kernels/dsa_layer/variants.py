@@ -27,6 +27,7 @@ from kernels.dsa_indexer.kpool_variants import INDEX_POISON
 from kernels.kda_decode.reference import bf16_to_float
 from kernels.sparse_mla import spec as mla
 from kernels.sparse_mla import variants as mla_variants
+from kernels.wgmma import require_wgmma_device
 
 from . import spec
 
@@ -98,8 +99,8 @@ def build_chained(geometry, point, inputs, backend) -> KernelStep:
     topk_fn = get_kernel(backend, SOURCES["topk"], f"dsa_topk_{TOPK_KERNEL}_c{cs}")
     splits = mla_variants.one_wave_splits(Mn, W, sms)
     split_smem = mla_variants.source_define(SPLIT_SOURCE, SPLIT_SMEM)
-    if SPLIT_OPTIONS and backend.arch() != "sm_90":
-        raise ValueError(f"chained: {SPLIT_DESIGN} needs an sm_90 device (wgmma); this one is {backend.arch()}")
+    if SPLIT_OPTIONS == mla_variants.WGMMA_OPTIONS:
+        require_wgmma_device(f"chained ({SPLIT_DESIGN})", backend)
     split_fn = get_kernel(backend, SOURCES["split"], SPLIT_SYMBOL, split_smem, options=SPLIT_OPTIONS)
     combine_fn = get_kernel(backend, SOURCES["split"], "sparse_mla_combine", options=SPLIT_OPTIONS)
 

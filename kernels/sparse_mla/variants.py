@@ -28,6 +28,7 @@ import numpy as np
 from harness.cuda import KernelCall, KernelStep, get_kernel
 from harness.registry import Launch, Variant
 from kernels.kda_decode.reference import bf16_to_float
+from kernels.wgmma import require_wgmma_device, wgmma_options
 
 from . import spec
 from .flashinfer_peer import FLASHINFER_VARIANTS
@@ -121,11 +122,8 @@ class _Device:
             self.arena_args = (arena,)
 
 
-# wgmma exists only on sm_90a (the arch-specific Hopper target): NVRTC must be asked for it by name;
-# the define switches split_wgmma.cu's wgmma body on (without it the body is a trap), as
-# kernels/dsa_indexer/scan_variants.py does for scan_wgmma.cu.
-WGMMA_ARCH = "sm_90a"
-WGMMA_OPTIONS = (f"-arch={WGMMA_ARCH}", "-DSPARSE_MLA_WGMMA_SM90A")
+# split_wgmma.cu's NVRTC options: sm_90a and the define that switches its wgmma body on (kernels/wgmma.py)
+WGMMA_OPTIONS = wgmma_options("SPARSE_MLA_WGMMA_SM90A")
 
 # A split design: its file, its kernel, the #defines that size its launch, the latent it reads.
 SPLIT_DESIGNS = {
@@ -162,9 +160,8 @@ def _make_split_build(name: str, one_wave: bool = False):
         reason = supports(geometry, point)
         if reason:
             raise ValueError(f"{name}: {reason}")
-        if options == WGMMA_OPTIONS and backend.arch() != "sm_90":
-            raise ValueError(f"{name}: wgmma needs an sm_90 device (compiled for {WGMMA_ARCH}); "
-                             f"this one is {backend.arch()}")
+        if options == WGMMA_OPTIONS:
+            require_wgmma_device(name, backend)
         cp = backend.cp
         H, D, scale = spec.dims(geometry)
         Mn, W = int(point["M"]), spec.width(geometry, point)
@@ -261,9 +258,7 @@ def _make_cluster_build(name: str):
         reason = supports(geometry, point)
         if reason:
             raise ValueError(f"{name}: {reason}")
-        if backend.arch() != "sm_90":
-            raise ValueError(f"{name}: wgmma needs an sm_90 device (compiled for {WGMMA_ARCH}); "
-                             f"this one is {backend.arch()}")
+        require_wgmma_device(name, backend)
         cp = backend.cp
         H, D, scale = spec.dims(geometry)
         Mn, W = int(point["M"]), spec.width(geometry, point)
