@@ -158,13 +158,21 @@ def _supports_fp8x2(geometry, point) -> str | None:
     return _supports_mma(geometry, point)
 
 
-def _supports_e4m3(geometry, point) -> str | None:
-    if point["key_dtype"] != "fp8" or spec.query_dtype(point) != "fp8":
-        return ("scan_mma_e4m3 multiplies e4m3 keys by e4m3 queries (key_dtype fp8 and query_dtype fp8); "
-                f"got key_dtype {point['key_dtype']}, query_dtype {spec.query_dtype(point)}")
-    if point["key_layout"] == "dim_cand":
-        return "scan_mma_e4m3 reads keys straight into A fragments (a key's codes contiguous): cand_dim only"
-    return _supports_cuda(geometry, point)
+def _supports_e4m3_queries(name: str, how: str, why_cand_dim: str):
+    """supports of a design that multiplies e4m3 keys by e4m3 queries (``how``: on which MMA) and reads
+    whole key rows (``why_cand_dim``: why that needs the cand_dim layout)."""
+    def supports(geometry, point) -> str | None:
+        if point["key_dtype"] != "fp8" or spec.query_dtype(point) != "fp8":
+            return (f"{name} multiplies e4m3 keys by e4m3 queries{how} (key_dtype fp8 and query_dtype fp8); "
+                    f"got key_dtype {point['key_dtype']}, query_dtype {spec.query_dtype(point)}")
+        if point["key_layout"] == "dim_cand":
+            return f"{name} {why_cand_dim}: cand_dim only"
+        return _supports_cuda(geometry, point)
+    return supports
+
+
+_supports_e4m3 = _supports_e4m3_queries("scan_mma_e4m3", "", "reads keys straight into A fragments (a key's codes "
+                                        "contiguous)")
 
 
 def build_e4m3(geometry, point, inputs, backend) -> KernelStep:
@@ -184,14 +192,8 @@ def build_e4m3(geometry, point, inputs, backend) -> KernelStep:
     return step.ready()
 
 
-def _supports_wgmma(geometry, point) -> str | None:
-    if point["key_dtype"] != "fp8" or spec.query_dtype(point) != "fp8":
-        return ("scan_wgmma_e4m3 multiplies e4m3 keys by e4m3 queries on wgmma (key_dtype fp8 and query_dtype "
-                f"fp8); got key_dtype {point['key_dtype']}, query_dtype {spec.query_dtype(point)}")
-    if point["key_layout"] == "dim_cand":
-        return ("scan_wgmma_e4m3 copies whole key rows (a key's 128 codes contiguous) into K-major shared "
-                "tiles: cand_dim only")
-    return _supports_cuda(geometry, point)
+_supports_wgmma = _supports_e4m3_queries("scan_wgmma_e4m3", " on wgmma", "copies whole key rows (a key's 128 "
+                                         "codes contiguous) into K-major shared tiles")
 
 
 # scan_wgmma.cu's NVRTC options: sm_90a and the define that switches its wgmma body on (kernels/wgmma.py)
