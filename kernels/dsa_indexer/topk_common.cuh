@@ -15,6 +15,19 @@ __device__ __forceinline__ unsigned topk_key(float x) {
     return low ? 0u : key;
 }
 
+// ---- warp and block helpers --------------------------------------------------------------------
+
+// Inclusive prefix sum of x over the warp's lanes in lane order (every lane active).
+__device__ __forceinline__ unsigned topk_warp_inclusive_sum(unsigned x) {
+    const unsigned lane = threadIdx.x & 31u;
+#pragma unroll
+    for (unsigned o = 1; o < 32; o <<= 1) {
+        const unsigned y = __shfl_up_sync(FULL_MASK, x, o);
+        if (lane >= o) x += y;
+    }
+    return x;
+}
+
 // ---- block helpers ---------------------------------------------------------------------------
 
 // Exclusive prefix sum of v over a block of WARPS warps in thread order; *total gets the block's sum.
@@ -22,21 +35,11 @@ __device__ __forceinline__ unsigned topk_key(float x) {
 template <unsigned WARPS>
 __device__ __forceinline__ unsigned topk_block_scan(unsigned v, unsigned* scratch, unsigned* total) {
     const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
-    unsigned x = v;
-#pragma unroll
-    for (unsigned o = 1; o < 32; o <<= 1) {
-        const unsigned y = __shfl_up_sync(FULL_MASK, x, o);
-        if (lane >= o) x += y;
-    }
+    const unsigned x = topk_warp_inclusive_sum(v);
     if (lane == 31) scratch[warp] = x;
     __syncthreads();
     if (warp == 0) {
-        unsigned w = lane < WARPS ? scratch[lane] : 0u;
-#pragma unroll
-        for (unsigned o = 1; o < 32; o <<= 1) {
-            const unsigned y = __shfl_up_sync(FULL_MASK, w, o);
-            if (lane >= o) w += y;
-        }
+        const unsigned w = topk_warp_inclusive_sum(lane < WARPS ? scratch[lane] : 0u);
         if (lane < WARPS) scratch[lane] = w;
     }
     __syncthreads();

@@ -201,12 +201,7 @@ __device__ __forceinline__ void onecta_body(const float* __restrict__ row, int* 
         }
         const unsigned packed = nm | (nb << 16);       // a warp's counts are <= 1024 each: no carry
         if (__any_sync(FULL_MASK, packed != 0u)) {
-            unsigned incl = packed;
-#pragma unroll
-            for (unsigned o = 1; o < 32; o <<= 1) {
-                const unsigned y = __shfl_up_sync(FULL_MASK, incl, o);
-                if (lane >= o) incl += y;
-            }
+            unsigned incl = topk_warp_inclusive_sum(packed);
             unsigned wm = 0u, wb = 0u;
             if (lane == 31u) {                         // incl of lane 31: the warp's totals
                 wm = atomicAdd(&s.cnt, incl & 0xffffu);

@@ -343,12 +343,7 @@ __device__ __forceinline__ unsigned lean_pass2(const float* __restrict__ row, un
 #pragma unroll
         for (unsigned j = 0; j < DSA_TOPK_BATCH; ++j) n += lean_take(key[j], thr, BOUND) ? 1u : 0u;
         if (__any_sync(FULL_MASK, n != 0u)) {
-            unsigned incl = n;
-#pragma unroll
-            for (unsigned o = 1; o < 32; o <<= 1) {
-                const unsigned y = __shfl_up_sync(FULL_MASK, incl, o);
-                if (lane >= o) incl += y;
-            }
+            unsigned incl = topk_warp_inclusive_sum(n);
             unsigned wbase = 0u;
             if (lane == 31u) wbase = atomicAdd(n_buf, incl);  // incl of lane 31: the warp's total
             unsigned pos = __shfl_sync(FULL_MASK, wbase, 31) + incl - n;

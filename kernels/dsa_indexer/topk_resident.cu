@@ -114,11 +114,7 @@ __device__ __forceinline__ void res_block_scan(unsigned (&x)[N], unsigned* scrat
 #pragma unroll
     for (int i = 0; i < N; ++i) {
         const unsigned v = x[i];
-#pragma unroll
-        for (unsigned o = 1; o < 32; o <<= 1) {
-            const unsigned y = __shfl_up_sync(FULL_MASK, x[i], o);
-            if (lane >= o) x[i] += y;
-        }
+        x[i] = topk_warp_inclusive_sum(x[i]);
         if (lane == 31) scratch[warp * N + i] = x[i];
         x[i] -= v;                                     // exclusive within the warp
     }
@@ -126,12 +122,7 @@ __device__ __forceinline__ void res_block_scan(unsigned (&x)[N], unsigned* scrat
     if (warp == 0) {
 #pragma unroll
         for (int i = 0; i < N; ++i) {
-            unsigned w = scratch[lane * N + i];
-#pragma unroll
-            for (unsigned o = 1; o < 32; o <<= 1) {
-                const unsigned y = __shfl_up_sync(FULL_MASK, w, o);
-                if (lane >= o) w += y;
-            }
+            unsigned w = topk_warp_inclusive_sum(scratch[lane * N + i]);
             scratch[lane * N + i] = w;                 // inclusive over warps
         }
     }
