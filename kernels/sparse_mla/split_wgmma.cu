@@ -104,6 +104,20 @@ ranks' scaled O (float4 DSMEM loads), divides by L and writes bf16 out; rank 0 w
 log L; a row with no valid slot (gmax = -inf) gets zeros and -inf, sparse_mla_combine's contract;
 barrier.cluster (3) so that no CTA exits while another reads its shared memory.
 
+The L2 look-ahead (wg_split<.., PF>, sparse_mla_split_wgmma_pf{2,4} and _pf4_c{2,4,8}; issue 13's
+tuning, 3): the measured slope of the 64-slot form (3.44 us a tile a CTA, 2.4 TB/s over 128 CTAs)
+is one 64 KiB tile in flight an SM, and shared memory holds no second one (sQ + 2 stages + the
+exchange = 224 KiB). HBM needs no shared memory to be busy, though: warp 0 also prefetches into L2
+the rows of the tile PF past the ring's newest (cp.async.bulk.prefetch.L2.global, one instruction a
+1024-byte row, fire and forget), so when the ring copies that tile PF iterations later its cp.asyncs
+read L2. It carries its own chain, three registers a (lane, half): lt / lp the token and page of
+tile f = it + L + PF, ln the token of f + 1, each load consumed one iteration after it is issued
+(wg_lookahead, right after the S wgmmas are committed); the prologue prefetches tiles L .. L + PF - 1
+from one more token -> page round trip. A prefetch is a hint: it changes no value the kernel reads,
+so correctness rests on the unchanged ring (tests/test_sparse_mla_wgmma.py lookahead_model checks
+that every tile past the prologue's is prefetched once, PF iterations before its copy, with the rows
+the ring then copies). L2 holds PF x 64 KiB x 132 CTAs = 16.5 MiB (PF 2) or 33 MiB (PF 4) of the 60.
+
 The wgmma code exists only where the build targets sm_90a (the launcher passes -arch=sm_90a
 -DSPARSE_MLA_WGMMA_SM90A; nvcc -arch=sm_90a defines __CUDA_ARCH_FEAT_SM90_ALL); for plain sm_90 (the
 repository's compile test) the kernel body is a trap, as scan_wgmma.cu's.
@@ -304,6 +318,30 @@ __device__ __forceinline__ void wg_ahead(unsigned char* ring, const bf16* __rest
     }
 }
 
+// The L2 look-ahead (PF > 0, header): warp 0 carries a second, register-light chain PF tiles past
+// the ring's newest, tile f = it + L + PF at iteration it: pt[h] its token, pn[h] the next tile's
+// token, pp[h] its page; the rows are only prefetched into L2 (cp.async.bulk.prefetch.L2: one
+// instruction a 1024-byte row, no shared memory, no completion to wait for), so the ring's copies
+// of that tile, PF iterations later, read L2 instead of HBM.
+__device__ __forceinline__ void wg_prefetch_row(const bf16* __restrict__ arena, int row) {
+    if (row >= 0)
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(arena + (size_t)row * SMLA_DIM),
+                     "r"(SMLA_DIM * 2) : "memory");
+}
+template <int TILE>
+__device__ __forceinline__ void wg_lookahead(const bf16* __restrict__ arena, const int* __restrict__ sel_m,
+                                             const int* __restrict__ pt_m, int start, int end, int f, int page_size,
+                                             int lane, int (&pt)[TILE / 32], int (&pn)[TILE / 32],
+                                             int (&pp)[TILE / 32]) {
+#pragma unroll
+    for (int h = 0; h < TILE / 32; ++h) {
+        wg_prefetch_row(arena, wg_row(pp[h], pt[h], page_size));  // tile f
+        pt[h] = pn[h];
+        pp[h] = wg_page(pt_m, pt[h], page_size);                   // tile f + 1, used next iteration
+        pn[h] = wg_tok<TILE>(sel_m, start, end, f + 2, h, lane);  // tile f + 2, paged next iteration
+    }
+}
+
 // Thread-block cluster helpers (the same as kernels/dsa_indexer/topk_common.cuh's, copied: NVRTC
 // sees only this folder).
 __device__ __forceinline__ unsigned wg_cluster_nctarank() {
@@ -344,7 +382,7 @@ __device__ __forceinline__ float4 ld_rank_f4(const float* local, unsigned rank) 
 // same barrier: every thread passes it only after its wgmma.wait_group 0 of tile it - 1's PV).
 // CS = 0: the partial states out (the split-K contract); CS >= 2: the CTA is rank s of a cluster of
 // the stream's CS splits (splits = CS) and the cluster combines in shared memory (header).
-template <int TILE, int STAGES, int CS>
+template <int TILE, int STAGES, int CS, int PF = 0>
 __device__ __forceinline__ void wg_split(unsigned char* smem_raw, const bf16* __restrict__ q, const bf16* __restrict__ arena,
                                          const int* __restrict__ page_table, const int* __restrict__ selection,
                                          float* __restrict__ part_acc, float* __restrict__ part_ml, bf16* __restrict__ out,
@@ -416,6 +454,34 @@ __device__ __forceinline__ void wg_split(unsigned char* smem_raw, const bf16* __
 #pragma unroll
         for (int h = 0; h < H; ++h) pg[h] = pk[L][h];
     }
+    // The L2 look-ahead's prologue (warp 0): tiles L .. L + PF - 1 prefetched now (their tokens, then
+    // their pages: one more dependent round trip, under q's and the first tiles' copies), the chain
+    // left at tile L + PF (token and page) and L + PF + 1 (token).
+    int lt[H], ln[H], lp[H];
+    if constexpr (PF > 0) {
+        if (tid < 32) {
+            int tk[PF + 2][H];
+#pragma unroll
+            for (int k = 0; k < PF + 2; ++k)
+#pragma unroll
+                for (int h = 0; h < H; ++h) tk[k][h] = wg_tok<TILE>(sel_m, start, end, L + k, h, lane);
+            int pk[PF + 1][H];
+#pragma unroll
+            for (int k = 0; k <= PF; ++k)
+#pragma unroll
+                for (int h = 0; h < H; ++h) pk[k][h] = wg_page(pt_m, tk[k][h], page_size);
+#pragma unroll
+            for (int k = 0; k < PF; ++k)
+#pragma unroll
+                for (int h = 0; h < H; ++h) wg_prefetch_row(arena, wg_row(pk[k][h], tk[k][h], page_size));
+#pragma unroll
+            for (int h = 0; h < H; ++h) {
+                lt[h] = tk[PF][h];
+                lp[h] = pk[PF][h];
+                ln[h] = tk[PF + 1][h];
+            }
+        }
+    }
 
     // Rows of this thread: head 16 w + g (index 0) and 16 w + g + 8 (index 1).
     float m_run[2] = {neg_inf(), neg_inf()};  // running max of the scaled scores
@@ -458,6 +524,8 @@ __device__ __forceinline__ void wg_split(unsigned char* smem_raw, const bf16* __
         wgmma_commit();
         if constexpr (issue_after_s)  // under the S wgmmas; touches no S register
             wg_ahead<TILE, STAGES>(smem + WG_RING_AT, arena, sel_m, pt_m, start, end, ntiles, it, page_size, lane, tq, pg);
+        if constexpr (PF > 0)  // under the S wgmmas too: tile it + L + PF into L2
+            if (tid < 32) wg_lookahead<TILE>(arena, sel_m, pt_m, start, end, it + L + PF, page_size, lane, lt, ln, lp);
         wgmma_wait0();
         fence_regs(sc);
 
@@ -619,59 +687,62 @@ __device__ __forceinline__ void wg_split(unsigned char* smem_raw, const bf16* __
 }
 #endif  // SPARSE_MLA_WGMMA_ENABLED
 
-extern "C" __global__ void __launch_bounds__(SPARSE_MLA_SPLIT_WGMMA_THREADS, 1)
-sparse_mla_split_wgmma(const bf16* __restrict__ q, const bf16* __restrict__ arena, const int* __restrict__ page_table,
-                       const int* __restrict__ selection, float* __restrict__ part_acc, float* __restrict__ part_ml,
-                       int M, int W, int pages_per_stream, int page_size, int splits, float scale) {
+// The two-kernel forms (split, then sparse_mla_combine): sparse_mla_split_wgmma<FORM> is
+// wg_split<TILE, STAGES, 0, PF> writing the partial states.
 #ifdef SPARSE_MLA_WGMMA_ENABLED
-    extern __shared__ __align__(1024) unsigned char smem_raw[];
-    wg_split<WG_TILE, 2, 0>(smem_raw, q, arena, page_table, selection, part_acc, part_ml, nullptr, nullptr, M, W,
-                            pages_per_stream, page_size, splits, scale);
+#define WG_SPLIT_BODY(TILE, STAGES, PF)                                                                        \
+    extern __shared__ __align__(1024) unsigned char smem_raw[];                                                \
+    wg_split<TILE, STAGES, 0, PF>(smem_raw, q, arena, page_table, selection, part_acc, part_ml, nullptr,       \
+                                  nullptr, M, W, pages_per_stream, page_size, splits, scale);
 #else
-    __trap();  // compiled without sm_90a: no wgmma (the launcher passes -arch=sm_90a)
+#define WG_SPLIT_BODY(TILE, STAGES, PF) __trap();  // compiled without sm_90a: no wgmma (the launcher passes -arch=sm_90a)
 #endif
-}
-
+#define WG_SPLIT_KERNEL(FORM, TILE, STAGES, PF)                                                                \
+    extern "C" __global__ void __launch_bounds__(SPARSE_MLA_SPLIT_WGMMA_THREADS, 1)                            \
+    sparse_mla_split_wgmma##FORM(const bf16* __restrict__ q, const bf16* __restrict__ arena,                    \
+                                 const int* __restrict__ page_table, const int* __restrict__ selection,         \
+                                 float* __restrict__ part_acc, float* __restrict__ part_ml, int M, int W,       \
+                                 int pages_per_stream, int page_size, int splits, float scale) {                \
+        WG_SPLIT_BODY(TILE, STAGES, PF)                                                                        \
+    }
+WG_SPLIT_KERNEL(, WG_TILE, 2, 0)
 // 32-slot tiles in a 4-stage ring (3 tiles = 96 KiB in flight while one computes), S by m64n32k16.
-extern "C" __global__ void __launch_bounds__(SPARSE_MLA_SPLIT_WGMMA_THREADS, 1)
-sparse_mla_split_wgmma_t32(const bf16* __restrict__ q, const bf16* __restrict__ arena, const int* __restrict__ page_table,
-                           const int* __restrict__ selection, float* __restrict__ part_acc, float* __restrict__ part_ml,
-                           int M, int W, int pages_per_stream, int page_size, int splits, float scale) {
-#ifdef SPARSE_MLA_WGMMA_ENABLED
-    extern __shared__ __align__(1024) unsigned char smem_raw[];
-    wg_split<32, 4, 0>(smem_raw, q, arena, page_table, selection, part_acc, part_ml, nullptr, nullptr, M, W,
-                       pages_per_stream, page_size, splits, scale);
-#else
-    __trap();  // compiled without sm_90a: no wgmma (the launcher passes -arch=sm_90a)
-#endif
-}
+WG_SPLIT_KERNEL(_t32, 32, 4, 0)
+// The 64-slot form with the L2 look-ahead (header): tiles 2 and 4 past the ring's newest prefetched
+// into L2, so HBM has PF x 64 KiB more in flight an SM than the ring's one tile.
+WG_SPLIT_KERNEL(_pf2, WG_TILE, 2, 2)
+WG_SPLIT_KERNEL(_pf4, WG_TILE, 2, 4)
 
 // The 32-slot form with the combine in the cluster (no second launch, no partials): grid (CS, M),
 // one cluster of CS CTAs a stream (compile-time __cluster_dims__, so a plain launch makes the
 // clusters; one kernel per CS as topk_radix.cu's), splits = CS; out [M][64][512] bf16, lse [M][64].
 #ifdef SPARSE_MLA_WGMMA_ENABLED
-#define WG_CLUSTER_BODY(TILE, STAGES, CS)                                                                      \
+#define WG_CLUSTER_BODY(TILE, STAGES, CS, PF)                                                                  \
     extern __shared__ __align__(1024) unsigned char smem_raw[];                                                \
-    wg_split<TILE, STAGES, CS>(smem_raw, q, arena, page_table, selection, nullptr, nullptr, out, lse, M, W,    \
+    wg_split<TILE, STAGES, CS, PF>(smem_raw, q, arena, page_table, selection, nullptr, nullptr, out, lse, M, W,    \
                                pages_per_stream, page_size, splits, scale);
 #else
-#define WG_CLUSTER_BODY(TILE, STAGES, CS) __trap();
+#define WG_CLUSTER_BODY(TILE, STAGES, CS, PF) __trap();
 #endif
 // FORM: the kernel name's tile tag (_t32, or empty for the 64-slot form)
-#define WG_CLUSTER_KERNEL(FORM, TILE, STAGES, CS)                                                              \
+#define WG_CLUSTER_KERNEL(FORM, TILE, STAGES, CS, PF)                                                            \
     extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(SPARSE_MLA_SPLIT_WGMMA_THREADS, 1) \
     sparse_mla_split_wgmma##FORM##_c##CS(const bf16* __restrict__ q, const bf16* __restrict__ arena,            \
                                          const int* __restrict__ page_table, const int* __restrict__ selection, \
                                          bf16* __restrict__ out, float* __restrict__ lse, int M, int W,         \
                                          int pages_per_stream, int page_size, int splits, float scale) {        \
-        WG_CLUSTER_BODY(TILE, STAGES, CS)                                                                      \
+        WG_CLUSTER_BODY(TILE, STAGES, CS, PF)                                                                  \
     }
-WG_CLUSTER_KERNEL(_t32, 32, 4, 2)
-WG_CLUSTER_KERNEL(_t32, 32, 4, 4)
-WG_CLUSTER_KERNEL(_t32, 32, 4, 8)
+WG_CLUSTER_KERNEL(_t32, 32, 4, 2, 0)
+WG_CLUSTER_KERNEL(_t32, 32, 4, 4, 0)
+WG_CLUSTER_KERNEL(_t32, 32, 4, 8, 0)
 // The 64-slot, 2-stage form (split_wgmma's) with the same cluster combine: the 32-slot form was
 // slower per tile on the H200 (reports/2026-12-01-sparse_mla-h200-174506), while its cluster combine
 // saved ~10 us at M = 64 against its own two-kernel form; this pairs the faster tile with it.
-WG_CLUSTER_KERNEL(, WG_TILE, 2, 2)
-WG_CLUSTER_KERNEL(, WG_TILE, 2, 4)
-WG_CLUSTER_KERNEL(, WG_TILE, 2, 8)
+WG_CLUSTER_KERNEL(, WG_TILE, 2, 2, 0)
+WG_CLUSTER_KERNEL(, WG_TILE, 2, 4, 0)
+WG_CLUSTER_KERNEL(, WG_TILE, 2, 8, 0)
+// The 64-slot cluster form with the L2 look-ahead of 4 tiles (sparse_mla_split_wgmma_pf4_c<CS>).
+WG_CLUSTER_KERNEL(_pf4, WG_TILE, 2, 2, 4)
+WG_CLUSTER_KERNEL(_pf4, WG_TILE, 2, 4, 4)
+WG_CLUSTER_KERNEL(_pf4, WG_TILE, 2, 8, 4)

@@ -140,9 +140,12 @@ SPLIT_DESIGNS = {
                     "SPARSE_MLA_SPLIT_WGMMA_THREADS", "bf16"),
     "split_wgmma_t32": ("split_wgmma.cu", "sparse_mla_split_wgmma_t32", "SPARSE_MLA_SPLIT_WGMMA_T32_SMEM_BYTES",
                         "SPARSE_MLA_SPLIT_WGMMA_THREADS", "bf16"),
+    # the 64-slot form with the L2 look-ahead of 2 or 4 tiles (split_wgmma.cu's header)
+    **{f"split_wgmma_pf{pf}": ("split_wgmma.cu", f"sparse_mla_split_wgmma_pf{pf}", "SPARSE_MLA_SPLIT_WGMMA_SMEM_BYTES",
+                               "SPARSE_MLA_SPLIT_WGMMA_THREADS", "bf16") for pf in (2, 4)},
 }
 # The designs that compile with extra NVRTC options (the rest with none).
-SPLIT_OPTIONS = {"split_wgmma": WGMMA_OPTIONS, "split_wgmma_t32": WGMMA_OPTIONS}
+SPLIT_OPTIONS = {name: WGMMA_OPTIONS for name, design in SPLIT_DESIGNS.items() if design[0] == "split_wgmma.cu"}
 
 
 def _supports_split(name: str):
@@ -219,6 +222,8 @@ CLUSTER_FORMS = {
     "split_wgmma_t32_cluster": ("sparse_mla_split_wgmma_t32_c", "SPARSE_MLA_SPLIT_WGMMA_T32_SMEM_BYTES",
                                 "split_wgmma_t32_1wave"),
     "split_wgmma_cluster": ("sparse_mla_split_wgmma_c", "SPARSE_MLA_SPLIT_WGMMA_SMEM_BYTES", "split_wgmma_1wave"),
+    "split_wgmma_pf4_cluster": ("sparse_mla_split_wgmma_pf4_c", "SPARSE_MLA_SPLIT_WGMMA_SMEM_BYTES",
+                                "split_wgmma_pf4_1wave"),
 }
 
 
@@ -501,6 +506,16 @@ MLA_VARIANTS = (
             why="split_wgmma (64-slot tiles, 2 stages: faster per tile than the 32-slot form on the H200) "
                 "with split_wgmma_t32_cluster's combine in the stream's cluster: one launch, no partials",
             supports=_supports_cluster("split_wgmma_cluster"), sources=("split_wgmma.cu",)),
+    # Issue 13, split_wgmma tuning (3): HBM bytes in flight beyond the shared-memory ring.
+    *(Variant(f"split_wgmma_pf{pf}_1wave", "cuda", _make_split_build(f"split_wgmma_pf{pf}", one_wave=True),
+              why=f"split_wgmma_1wave with an L2 look-ahead: warp 0 resolves the rows of the tile {pf} past "
+                  "the ring's newest (a second token -> page chain, 3 registers a lane-slot) and prefetches "
+                  "them into L2 (cp.async.bulk.prefetch.L2, one instruction a 1 KiB row), so "
+                  f"{pf} x 64 KiB more an SM are in flight from HBM than the ring's one tile",
+              supports=_supports_split(f"split_wgmma_pf{pf}"), sources=("split_wgmma.cu",)) for pf in (2, 4)),
+    Variant("split_wgmma_pf4_cluster", "cuda", _make_cluster_build("split_wgmma_pf4_cluster"),
+            why="split_wgmma_cluster with split_wgmma_pf4_1wave's L2 look-ahead of 4 tiles",
+            supports=_supports_cluster("split_wgmma_pf4_cluster"), sources=("split_wgmma.cu",)),
     *FLASHINFER_VARIANTS,
     Variant("torch_gather_bmm", "cuda", lambda g, p, i, b: _TorchGatherBmm(g, p, i, b),
             why="torch: gather the rows into a [M, W, 512] copy, bmm, masked softmax, bmm",
