@@ -35,7 +35,12 @@ RING_AT = 65536        # WG_RING_AT (sQ at 0)
 # The kernel's instances (tile slots, ring stages): sparse_mla_split_wgmma and _t32.
 # the two-kernel instances: kernel -> (tile, stages, L2 look-ahead tiles)
 INSTANCES = {"sparse_mla_split_wgmma": (64, 2, 0), "sparse_mla_split_wgmma_t32": (32, 4, 0),
+             "sparse_mla_split_wgmma_sfirst": (64, 2, 0), "sparse_mla_split_wgmma_lazy": (64, 2, 0),
+             "sparse_mla_split_wgmma_lazy_pf2": (64, 2, 2),
              "sparse_mla_split_wgmma_pf2": (64, 2, 2), "sparse_mla_split_wgmma_pf4": (64, 2, 4)}
+# the tuning forms' two switches: (the copy issue under S, the lazy reference)
+SWITCHES = {"": ("false", "false"), "_t32": ("true", "false"), "_pf2": ("false", "false"), "_pf4": ("false", "false"),
+            "_sfirst": ("true", "false"), "_lazy": ("true", "true"), "_lazy_pf2": ("true", "true")}
 
 
 def layout_used(tile: int, stages: int) -> int:
@@ -53,10 +58,13 @@ def test_the_model_constants_are_the_kernels():
     assert "wg_desc(stage + off, 16, 8192)" in text
     assert "(unsigned)(wg * 4 * 1024 + (k >> 2) * 1024 + (k & 3) * 32)" in text
     # each instance and the dynamic shared memory its launcher gives (read by variants.source_define)
-    assert "wg_split<TILE, STAGES, 0, PF>" in text
+    assert "wg_split<TILE, STAGES, 0, PF, S_FIRST, LAZY>" in text
+    assert set(INSTANCES) == {d[1] for d in variants.SPLIT_DESIGNS.values() if d[0] == "split_wgmma.cu"}
     for symbol, (tile, stages, pf) in INSTANCES.items():
         form = symbol.removeprefix("sparse_mla_split_wgmma")
-        assert f"WG_SPLIT_KERNEL({form}, {'WG_TILE' if tile == 64 else tile}, {stages}, {pf})" in text, symbol
+        s_first, lazy = SWITCHES[form]
+        assert (f"WG_SPLIT_KERNEL({form}, {'WG_TILE' if tile == 64 else tile}, {stages}, {pf}, {s_first}, {lazy})"
+                in text), symbol
         assert variants.SPLIT_DESIGNS["split_wgmma" + form][1] == symbol
     assert variants.source_define("split_wgmma.cu", "SPARSE_MLA_SPLIT_WGMMA_SMEM_BYTES") == layout_used(64, 2) + 1024
     assert variants.source_define("split_wgmma.cu", "SPARSE_MLA_SPLIT_WGMMA_T32_SMEM_BYTES") == layout_used(32, 4) + 1024
@@ -438,9 +446,11 @@ def bf16(x: np.ndarray) -> np.ndarray:
 
 
 def split_model(q: np.ndarray, c: np.ndarray, valid: np.ndarray, scale: float, start: int, end: int,
-                tile: int = TILE):
+                tile: int = TILE, lazy: float | None = None, seen: dict | None = None):
     """split_wgmma's CTA in float32: `tile`-slot tiles of [start, end), invalid slots -inf (their rows
-    zero), the -inf guard, P rounded to bf16 for both the sum and PV. -> (acc [64, 512], m [64], l [64])."""
+    zero), the -inf guard, P rounded to bf16 for both the sum and PV. -> (acc [64, 512], m [64], l [64]).
+    ``lazy`` (the LAZY forms' WG_LAZY_LOG): a row keeps its reference while the tile's max stays within
+    that of it; ``seen`` counts the (tile, row)s that kept / moved it and the largest weight."""
     H, D = q.shape
     m_run, l_run, o = np.full(H, -np.inf, np.float32), np.zeros(H, np.float32), np.zeros((H, D), np.float32)
     for j0 in range(start, end, tile):
@@ -450,11 +460,20 @@ def split_model(q: np.ndarray, c: np.ndarray, valid: np.ndarray, scale: float, s
         s = (q[:, :256] @ rows[:, :256].T) + (q[:, 256:] @ rows[:, 256:].T)   # S_0 + S_1
         s = np.where(ok[None, :], scale * s, -np.inf)
         mn = np.maximum(m_run, s.max(axis=1))
+        keep = np.zeros(H, bool)
+        if lazy is not None:
+            keep = (m_run != -np.inf) & (mn <= m_run + np.float32(lazy))
+            mn = np.where(keep, m_run, mn)
         none = mn == -np.inf
         with np.errstate(invalid="ignore"):
             alpha = np.where(none, 1.0, np.exp(m_run - mn)).astype(np.float32)
             p = np.where(none[:, None], 0.0, np.exp(s - mn[:, None]))
+        alpha = np.where(keep, np.float32(1), alpha)
         p = bf16(p)
+        if seen is not None:
+            seen["kept"] = seen.get("kept", 0) + int(keep.sum())
+            seen["moved"] = seen.get("moved", 0) + int((~keep & ~none & (m_run != -np.inf)).sum())
+            seen["max_weight"] = max(seen.get("max_weight", 0.0), float(p.max()))
         l_run = l_run * alpha + p.sum(axis=1)
         m_run = mn
         o = o * alpha[:, None] + p @ rows
@@ -476,27 +495,35 @@ def combine(parts):
     return out, lse
 
 
-def split_case(seed: int, W: int, splits: int, empty: bool, tile: int):
+def split_case(seed: int, W: int, splits: int, empty: bool, tile: int, lazy: float | None = None,
+               seen: dict | None = None):
     """Random bf16 q and rows, ~70% of the slots valid, split 1 with none (empty: no slot at all);
-    -> (q, c, valid, scale, the splits' split_model states)."""
+    -> (q, c, valid, scale, the splits' split_model states). The rows grow 1x to 4x along the
+    selection, so a row's max climbs across tiles (the lazy reference both kept and moved)."""
     rng = np.random.default_rng(seed)
     H, D, scale = 64, 512, 1 / 16
     q = bf16(rng.standard_normal((H, D)))
-    c = bf16(rng.standard_normal((W, D)))
+    c = bf16(rng.standard_normal((W, D)) * np.linspace(1, 4, W)[:, None])
     valid = rng.random(W) < 0.7
     valid[W // splits:2 * W // splits] = False           # split 1 sees nothing
     if empty:
         valid[:] = False
-    parts = [split_model(q, c, valid, scale, s * W // splits, (s + 1) * W // splits, tile) for s in range(splits)]
+    parts = [split_model(q, c, valid, scale, s * W // splits, (s + 1) * W // splits, tile, lazy, seen)
+             for s in range(splits)]
     return q, c, valid, scale, parts
 
 
-@pytest.mark.parametrize("tile", [64, 32])
+@pytest.mark.parametrize("tile,lazy", [(64, None), (32, None), (64, 5.5)])
 @pytest.mark.parametrize("splits,empty", [(4, False), (3, False), (5, True)])
-def test_the_split_algorithm_matches_the_reference(splits, empty, tile):
+def test_the_split_algorithm_matches_the_reference(splits, empty, tile, lazy):
     """Ragged chunks (W / splits not a multiple of 64), a split with no valid slot, and (empty) a
-    stream with none at all: zeros and -inf."""
-    q, c, valid, scale, parts = split_case(splits, 576, splits, empty, tile)
+    stream with none at all: zeros and -inf. lazy: the combine takes any reference a split kept
+    (exp(m - gmax) rescales it), and every weight stays <= e^lazy."""
+    seen = {}
+    q, c, valid, scale, parts = split_case(splits, 576, splits, empty, tile, lazy, seen)
+    if lazy is not None and not empty:
+        assert seen["kept"] > 0 and seen["moved"] > 0, seen            # both branches ran
+        assert 1.0 < seen["max_weight"] <= np.exp(lazy) * 1.01, seen   # bf16 rounding of e^lazy
     assert parts[1][1].max() == -np.inf and not parts[1][0].any() and not parts[1][2].any()
     out, lse = combine(parts)
     want_out, want_lse = spec.attend(q.astype(np.float64), c[valid].astype(np.float64), scale)
@@ -537,10 +564,11 @@ def test_cluster_splits_is_the_largest_cluster_within_one_wave():
     text = (variants.HERE / "split_wgmma.cu").read_text()
     # the kernels the launcher may ask for exist, in every form: (tile tag, tile, stages, look-ahead)
     forms = {"sparse_mla_split_wgmma_t32_c": ("_t32", "32", 4, 0), "sparse_mla_split_wgmma_c": ("", "WG_TILE", 2, 0),
-             "sparse_mla_split_wgmma_pf4_c": ("_pf4", "WG_TILE", 2, 4)}
+             "sparse_mla_split_wgmma_lazy_pf2_c": ("_lazy_pf2", "WG_TILE", 2, 2)}
     for cs in variants.CLUSTER_SIZES:
         for tag, tile, stages, pf in forms.values():
-            assert f"WG_CLUSTER_KERNEL({tag}, {tile}, {stages}, {cs}, {pf})" in text, (tag, cs)
+            s_first, lazy = SWITCHES[tag]
+            assert f"WG_CLUSTER_KERNEL({tag}, {tile}, {stages}, {cs}, {pf}, {s_first}, {lazy})" in text, (tag, cs)
     assert "sparse_mla_split_wgmma##FORM##_c##CS(" in text
     assert {p for p, _, _ in variants.CLUSTER_FORMS.values()} == set(forms)
     for _, smem, _ in variants.CLUSTER_FORMS.values():
