@@ -33,14 +33,7 @@ TILE = 64
 STAGE = 65536          # split_wgmma.cu WG_STAGE_BYTES: one [64][512] bf16 tile
 RING_AT = 65536        # WG_RING_AT (sQ at 0)
 # The kernel's instances (tile slots, ring stages): sparse_mla_split_wgmma and _t32.
-# the two-kernel instances: kernel -> (tile, stages, L2 look-ahead tiles)
-INSTANCES = {"sparse_mla_split_wgmma": (64, 2, 0), "sparse_mla_split_wgmma_t32": (32, 4, 0),
-             "sparse_mla_split_wgmma_sfirst": (64, 2, 0), "sparse_mla_split_wgmma_lazy": (64, 2, 0),
-             "sparse_mla_split_wgmma_lazy_pf2": (64, 2, 2),
-             "sparse_mla_split_wgmma_pf2": (64, 2, 2), "sparse_mla_split_wgmma_pf4": (64, 2, 4)}
-# the tuning forms' two switches: (the copy issue under S, the lazy reference)
-SWITCHES = {"": ("false", "false"), "_t32": ("true", "false"), "_pf2": ("false", "false"), "_pf4": ("false", "false"),
-            "_sfirst": ("true", "false"), "_lazy": ("true", "true"), "_lazy_pf2": ("true", "true")}
+INSTANCES = {"sparse_mla_split_wgmma": (64, 2), "sparse_mla_split_wgmma_t32": (32, 4)}
 
 
 def layout_used(tile: int, stages: int) -> int:
@@ -58,14 +51,8 @@ def test_the_model_constants_are_the_kernels():
     assert "wg_desc(stage + off, 16, 8192)" in text
     assert "(unsigned)(wg * 4 * 1024 + (k >> 2) * 1024 + (k & 3) * 32)" in text
     # each instance and the dynamic shared memory its launcher gives (read by variants.source_define)
-    assert "wg_split<TILE, STAGES, 0, PF, S_FIRST, LAZY>" in text
-    assert set(INSTANCES) == {d[1] for d in variants.SPLIT_DESIGNS.values() if d[0] == "split_wgmma.cu"}
-    for symbol, (tile, stages, pf) in INSTANCES.items():
-        form = symbol.removeprefix("sparse_mla_split_wgmma")
-        s_first, lazy = SWITCHES[form]
-        assert (f"WG_SPLIT_KERNEL({form}, {'WG_TILE' if tile == 64 else tile}, {stages}, {pf}, {s_first}, {lazy})"
-                in text), symbol
-        assert variants.SPLIT_DESIGNS["split_wgmma" + form][1] == symbol
+    for symbol, (tile, stages) in INSTANCES.items():
+        assert f"wg_split<{'WG_TILE' if tile == 64 else tile}, {stages}, 0>" in text, symbol
     assert variants.source_define("split_wgmma.cu", "SPARSE_MLA_SPLIT_WGMMA_SMEM_BYTES") == layout_used(64, 2) + 1024
     assert variants.source_define("split_wgmma.cu", "SPARSE_MLA_SPLIT_WGMMA_T32_SMEM_BYTES") == layout_used(32, 4) + 1024
     assert layout_used(32, 4) == 64 * 1024 + 4 * 32 * 1024 + 16 * 1024 <= 227 * 1024   # 208 KiB, the task's sum
@@ -298,9 +285,16 @@ def test_the_exchange_partners_hold_the_same_positions():
 
 # ---- the AHEAD chain ------------------------------------------------------------------------------
 
-def chain_loads(sel: np.ndarray, page_table: np.ndarray, start: int, end: int, page_size: int, tile: int):
-    """The kernel's wg_tok, wg_page and wg_row over a whole tile (lanes x halves = its slots): the
-    tokens of tile t of the chunk [start, end) (-1 past its end), a token's page, a slot's arena row."""
+def chain_model(sel: np.ndarray, page_table: np.ndarray, start: int, end: int, page_size: int,
+                tile: int = TILE, stages: int = 2, wait: int | None = None, ahead: int | None = None):
+    """The kernel's registers (wg_split's prologue and wg_ahead), lane by lane (lanes 0..31 x halves
+    = slots 0..tile - 1 of a tile), and its cp.async groups and stages: returns ntiles, per iteration
+    the validity it masks with, and the rows each tile was issued with; asserts on the way that every
+    iteration's wait_group leaves its tile complete and that no copy targets a stage a tile in
+    flight or not yet consumed (tiles it .. it + L - 1) occupies. ``wait`` / ``ahead`` (default:
+    the kernel's STAGES - 2 and STAGES - 1) exist to show the checks catch a wrong pipeline."""
+    L = stages - 1 if ahead is None else ahead
+    wait = stages - 2 if wait is None else wait
     lanes = np.arange(tile)
 
     def tok(t):
@@ -312,21 +306,6 @@ def chain_loads(sel: np.ndarray, page_table: np.ndarray, start: int, end: int, p
 
     def row(p, t):
         return np.where(p >= 0, p * page_size + np.maximum(t, 0) % page_size, -1)
-
-    return tok, page, row
-
-
-def chain_model(sel: np.ndarray, page_table: np.ndarray, start: int, end: int, page_size: int,
-                tile: int = TILE, stages: int = 2, wait: int | None = None, ahead: int | None = None):
-    """The kernel's registers (wg_split's prologue and wg_ahead), lane by lane (lanes 0..31 x halves
-    = slots 0..tile - 1 of a tile), and its cp.async groups and stages: returns ntiles, per iteration
-    the validity it masks with, and the rows each tile was issued with; asserts on the way that every
-    iteration's wait_group leaves its tile complete and that no copy targets a stage a tile in
-    flight or not yet consumed (tiles it .. it + L - 1) occupies. ``wait`` / ``ahead`` (default:
-    the kernel's STAGES - 2 and STAGES - 1) exist to show the checks catch a wrong pipeline."""
-    L = stages - 1 if ahead is None else ahead
-    wait = stages - 2 if wait is None else wait
-    tok, page, row = chain_loads(sel, page_table, start, end, page_size, tile)
 
     ntiles = (end - start + tile - 1) // tile
     groups = []                       # committed cp.async groups: the tile each holds (None: empty)
@@ -387,58 +366,6 @@ def test_the_chain_model_tells_a_wrong_pipeline(wait, ahead):
         chain_model(sel, pages, 0, 528, 64, 32, 4, wait=wait, ahead=ahead)
 
 
-def lookahead_model(sel: np.ndarray, page_table: np.ndarray, start: int, end: int, page_size: int,
-                    tile: int, stages: int, pf: int, lag: int = 1):
-    """wg_split's L2 look-ahead (PF > 0): the prologue's tokens and pages of tiles L .. L + PF, the
-    prefetches of tiles L .. L + PF - 1, then wg_lookahead each iteration. Returns {tile: (the
-    iteration it was prefetched at, -1 for the prologue; its rows, -1 where nothing is fetched)}.
-    ``lag`` (the kernel: 1) exists to show the test catches a chain that pages the wrong token."""
-    L = stages - 1
-    tok, page, row = chain_loads(sel, page_table, start, end, page_size, tile)
-
-    fetched = {}
-    tk = [tok(L + k) for k in range(pf + 2)]
-    pk = [page(tk[k]) for k in range(pf + 1)]
-    for k in range(pf):
-        fetched[L + k] = (-1, row(pk[k], tk[k]))
-    lt, lp, ln = tk[pf], pk[pf], tk[pf + lag]
-    ntiles = (end - start + tile - 1) // tile
-    for it in range(ntiles):
-        f = it + L + pf
-        assert f not in fetched
-        fetched[f] = (it, row(lp, lt))
-        lt = ln
-        lp = page(lt)
-        ln = tok(f + 2)
-    return fetched
-
-
-@pytest.mark.parametrize("pf", [2, 4])
-@pytest.mark.parametrize("start,end", [(0, 528), (528, 1056), (0, 64), (64, 100), (200, 200), (0, 117), (0, 2112)])
-def test_the_l2_lookahead_prefetches_every_later_tile_once_pf_iterations_before_its_copy(start, end, pf):
-    rng = np.random.default_rng(start + 11 * end + pf)
-    W, page_size, tile, stages = 2112, 64, 64, 2
-    pages = rng.permutation(64)
-    sel = np.where(rng.random(W) < 0.8, rng.integers(0, 64 * page_size, W), -1)
-    L = stages - 1
-    ntiles, _, issued = chain_model(sel, pages, start, end, page_size, tile, stages)
-    fetched = lookahead_model(sel, pages, start, end, page_size, tile, stages, pf)
-    for t in range(L, ntiles):   # the ring copies tile t at iteration t - L: the prefetch came pf earlier
-        at, rows = fetched[t]
-        assert at == max(t - L - pf, -1), (t, at)
-        assert np.array_equal(rows, issued[t]), t
-    for t, (_, rows) in fetched.items():   # nothing past the chunk is read
-        if t >= ntiles:
-            assert (rows == -1).all(), t
-
-
-def test_the_lookahead_test_tells_a_chain_one_tile_off():
-    sel, pages = np.arange(2112) % 4096, np.random.default_rng(0).permutation(64)
-    _, _, issued = chain_model(sel, pages, 0, 2112, 64, 64, 2)
-    fetched = lookahead_model(sel, pages, 0, 2112, 64, 64, 2, 2, lag=0)
-    assert not all(np.array_equal(fetched[t][1], issued[t]) for t in range(1, 33))
-
-
 # ---- the algorithm ------------------------------------------------------------------------------
 
 def bf16(x: np.ndarray) -> np.ndarray:
@@ -446,11 +373,9 @@ def bf16(x: np.ndarray) -> np.ndarray:
 
 
 def split_model(q: np.ndarray, c: np.ndarray, valid: np.ndarray, scale: float, start: int, end: int,
-                tile: int = TILE, lazy: float | None = None, seen: dict | None = None):
+                tile: int = TILE):
     """split_wgmma's CTA in float32: `tile`-slot tiles of [start, end), invalid slots -inf (their rows
-    zero), the -inf guard, P rounded to bf16 for both the sum and PV. -> (acc [64, 512], m [64], l [64]).
-    ``lazy`` (the LAZY forms' WG_LAZY_LOG): a row keeps its reference while the tile's max stays within
-    that of it; ``seen`` counts the (tile, row)s that kept / moved it and the largest weight."""
+    zero), the -inf guard, P rounded to bf16 for both the sum and PV. -> (acc [64, 512], m [64], l [64])."""
     H, D = q.shape
     m_run, l_run, o = np.full(H, -np.inf, np.float32), np.zeros(H, np.float32), np.zeros((H, D), np.float32)
     for j0 in range(start, end, tile):
@@ -460,20 +385,11 @@ def split_model(q: np.ndarray, c: np.ndarray, valid: np.ndarray, scale: float, s
         s = (q[:, :256] @ rows[:, :256].T) + (q[:, 256:] @ rows[:, 256:].T)   # S_0 + S_1
         s = np.where(ok[None, :], scale * s, -np.inf)
         mn = np.maximum(m_run, s.max(axis=1))
-        keep = np.zeros(H, bool)
-        if lazy is not None:
-            keep = (m_run != -np.inf) & (mn <= m_run + np.float32(lazy))
-            mn = np.where(keep, m_run, mn)
         none = mn == -np.inf
         with np.errstate(invalid="ignore"):
             alpha = np.where(none, 1.0, np.exp(m_run - mn)).astype(np.float32)
             p = np.where(none[:, None], 0.0, np.exp(s - mn[:, None]))
-        alpha = np.where(keep, np.float32(1), alpha)
         p = bf16(p)
-        if seen is not None:
-            seen["kept"] = seen.get("kept", 0) + int(keep.sum())
-            seen["moved"] = seen.get("moved", 0) + int((~keep & ~none & (m_run != -np.inf)).sum())
-            seen["max_weight"] = max(seen.get("max_weight", 0.0), float(p.max()))
         l_run = l_run * alpha + p.sum(axis=1)
         m_run = mn
         o = o * alpha[:, None] + p @ rows
@@ -495,35 +411,27 @@ def combine(parts):
     return out, lse
 
 
-def split_case(seed: int, W: int, splits: int, empty: bool, tile: int, lazy: float | None = None,
-               seen: dict | None = None):
+def split_case(seed: int, W: int, splits: int, empty: bool, tile: int):
     """Random bf16 q and rows, ~70% of the slots valid, split 1 with none (empty: no slot at all);
-    -> (q, c, valid, scale, the splits' split_model states). The rows grow 1x to 4x along the
-    selection, so a row's max climbs across tiles (the lazy reference both kept and moved)."""
+    -> (q, c, valid, scale, the splits' split_model states)."""
     rng = np.random.default_rng(seed)
     H, D, scale = 64, 512, 1 / 16
     q = bf16(rng.standard_normal((H, D)))
-    c = bf16(rng.standard_normal((W, D)) * np.linspace(1, 4, W)[:, None])
+    c = bf16(rng.standard_normal((W, D)))
     valid = rng.random(W) < 0.7
     valid[W // splits:2 * W // splits] = False           # split 1 sees nothing
     if empty:
         valid[:] = False
-    parts = [split_model(q, c, valid, scale, s * W // splits, (s + 1) * W // splits, tile, lazy, seen)
-             for s in range(splits)]
+    parts = [split_model(q, c, valid, scale, s * W // splits, (s + 1) * W // splits, tile) for s in range(splits)]
     return q, c, valid, scale, parts
 
 
-@pytest.mark.parametrize("tile,lazy", [(64, None), (32, None), (64, 5.5)])
+@pytest.mark.parametrize("tile", [64, 32])
 @pytest.mark.parametrize("splits,empty", [(4, False), (3, False), (5, True)])
-def test_the_split_algorithm_matches_the_reference(splits, empty, tile, lazy):
+def test_the_split_algorithm_matches_the_reference(splits, empty, tile):
     """Ragged chunks (W / splits not a multiple of 64), a split with no valid slot, and (empty) a
-    stream with none at all: zeros and -inf. lazy: the combine takes any reference a split kept
-    (exp(m - gmax) rescales it), and every weight stays <= e^lazy."""
-    seen = {}
-    q, c, valid, scale, parts = split_case(splits, 576, splits, empty, tile, lazy, seen)
-    if lazy is not None and not empty:
-        assert seen["kept"] > 0 and seen["moved"] > 0, seen            # both branches ran
-        assert 1.0 < seen["max_weight"] <= np.exp(lazy) * 1.01, seen   # bf16 rounding of e^lazy
+    stream with none at all: zeros and -inf."""
+    q, c, valid, scale, parts = split_case(splits, 576, splits, empty, tile)
     assert parts[1][1].max() == -np.inf and not parts[1][0].any() and not parts[1][2].any()
     out, lse = combine(parts)
     want_out, want_lse = spec.attend(q.astype(np.float64), c[valid].astype(np.float64), scale)
@@ -562,15 +470,10 @@ def test_cluster_splits_is_the_largest_cluster_within_one_wave():
             assert cs == max(fit) and M * cs <= sms and 512 % cs == 0, (M, sms, cs)
     assert [variants.cluster_splits(M, 2112, 132) for M in (8, 32, 64)] == [8, 4, 2]
     text = (variants.HERE / "split_wgmma.cu").read_text()
-    # the kernels the launcher may ask for exist, in every form: (tile tag, tile, stages, look-ahead)
-    forms = {"sparse_mla_split_wgmma_t32_c": ("_t32", "32", 4, 0), "sparse_mla_split_wgmma_c": ("", "WG_TILE", 2, 0),
-             "sparse_mla_split_wgmma_lazy_pf2_c": ("_lazy_pf2", "WG_TILE", 2, 2)}
-    for cs in variants.CLUSTER_SIZES:
-        for tag, tile, stages, pf in forms.values():
-            s_first, lazy = SWITCHES[tag]
-            assert f"WG_CLUSTER_KERNEL({tag}, {tile}, {stages}, {cs}, {pf}, {s_first}, {lazy})" in text, (tag, cs)
+    for cs in variants.CLUSTER_SIZES:   # the kernels the launcher may ask for exist, in both tile forms
+        assert f"WG_CLUSTER_KERNEL(_t32, 32, 4, {cs})" in text and f"WG_CLUSTER_KERNEL(, WG_TILE, 2, {cs})" in text, cs
     assert "sparse_mla_split_wgmma##FORM##_c##CS(" in text
-    assert {p for p, _, _ in variants.CLUSTER_FORMS.values()} == set(forms)
+    assert {p for p, _, _ in variants.CLUSTER_FORMS.values()} == {"sparse_mla_split_wgmma_t32_c", "sparse_mla_split_wgmma_c"}
     for _, smem, _ in variants.CLUSTER_FORMS.values():
         assert variants.source_define(str(variants.HERE / "split_wgmma.cu"), smem) > 0
 

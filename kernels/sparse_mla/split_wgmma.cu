@@ -2,8 +2,7 @@
 Sparse MLA decode, design split_wgmma (BF16 latent, sm_90a): the split-K contract of split_mma
 (sparse_mla_split_mma.cuh: grid (splits, M); CTA (s, m) takes slots [s W / splits, (s + 1) W / splits)
 of row m, any length, a ragged last tile masked; it writes every element of
-    part_ml [((m splits + s) 64 + h) 2 + 0] = max of its scaled scores (natural log units; -inf if none valid;
-                                               the LAZY forms: a reference within 5.5 below it, below)
+    part_ml [((m splits + s) 64 + h) 2 + 0] = max of its scaled scores (natural log units; -inf if none valid)
     part_ml [((m splits + s) 64 + h) 2 + 1] = sum over its valid slots of exp(score - max)
     part_acc[((m splits + s) 64 + h) 512 + d] = sum of exp(score - max) c_j[d]   (unnormalised)
 then the shared sparse_mla_combine), with both products on Hopper's warpgroup MMA. The op and the
@@ -105,28 +104,6 @@ ranks' scaled O (float4 DSMEM loads), divides by L and writes bf16 out; rank 0 w
 log L; a row with no valid slot (gmax = -inf) gets zeros and -inf, sparse_mla_combine's contract;
 barrier.cluster (3) so that no CTA exits while another reads its shared memory.
 
-The tuning forms of the 64-slot kernel (wg_split<64, 2, CS, PF, S_FIRST, LAZY>; issue 13's tuning,
-3; NOTES.md "The 64-slot chain"), one cost at a time:
-  * PF > 0, the L2 look-ahead (_pf2, _pf4): warp 0 also prefetches into L2 the rows of the tile PF
-    past the ring's newest (prefetch.global.L2, eight a 1024-byte row, fire and forget), so HBM has
-    (1 + PF) x 64 KiB an SM requested, not the ring's one tile. It carries its own chain, three
-    registers a (lane, half): lt / lp the token and page of tile f = it + L + PF, ln the token of
-    f + 1, each load consumed one iteration after it is issued (wg_lookahead, right after the S
-    wgmmas are committed); the prologue prefetches tiles L .. L + PF - 1 from one more token -> page
-    round trip. A prefetch is a hint: it changes no value the kernel reads (tests/
-    test_sparse_mla_wgmma.py lookahead_model: every tile past the prologue's prefetched once, PF
-    iterations before its copy, with the rows the ring then copies).
-  * S_FIRST (_sfirst; the 32-slot form always): the next tile's copy issue after the S wgmmas are
-    committed instead of between the loop-top barrier and them. With two stages it still writes
-    tile it - 1's stage, freed by that barrier, and the loop-top wait_group 0 still finds tile it
-    complete (it was committed in iteration it - 1 either way).
-  * LAZY (_lazy, _lazy_pf2, and _sfirst's switch with it): a head row keeps its softmax reference m
-    while the tile's max stays within WG_LAZY_LOG of it (then alpha = 1 and every weight exp(s - m)
-    <= e^5.5), and a warp multiplies its 128 O accumulators only when one of its rows moved m
-    (__any_sync). The partial state's part_ml[.., 0] is then that reference (the true max or up to
-    5.5 below it): the combine's exp(m - gmax) takes any reference, and l and acc are sums over the
-    same reference, so out and lse are the same sums (tests/test_sparse_mla_wgmma.py split_model).
-
 The wgmma code exists only where the build targets sm_90a (the launcher passes -arch=sm_90a
 -DSPARSE_MLA_WGMMA_SM90A; nvcc -arch=sm_90a defines __CUDA_ARCH_FEAT_SM90_ALL); for plain sm_90 (the
 repository's compile test) the kernel body is a trap, as scan_wgmma.cu's.
@@ -141,8 +118,6 @@ repository's compile test) the kernel body is a trap, as scan_wgmma.cu's.
 #define WG_Q_AT 0
 #define WG_RING_AT 65536
 #define WG_STAGE_BYTES 65536
-// The lazy reference (LAZY forms, header): weights exp(score - m) stay <= e^5.5 (~245)
-#define WG_LAZY_LOG 5.5f
 
 // The shared layout of a (TILE, STAGES) instance: sQ 64 KiB, the ring of STAGES [TILE][512] bf16
 // tiles, the S exchange [2 wg][TILE / 8 float4][128 threads].
@@ -329,36 +304,6 @@ __device__ __forceinline__ void wg_ahead(unsigned char* ring, const bf16* __rest
     }
 }
 
-// The L2 look-ahead (PF > 0, header): warp 0 carries a second, register-light chain PF tiles past
-// the ring's newest, tile f = it + L + PF at iteration it: pt[h] its token, pn[h] the next tile's
-// token, pp[h] its page; the rows are only prefetched into L2 (prefetch.global.L2, eight
-// instructions a 1024-byte row, no shared memory, no completion to wait for), so the ring's copies
-// of that tile, PF iterations later, read L2 instead of HBM.
-// A row is eight 128-byte lines, one prefetch.global.L2 each: a per-thread instruction. (The bulk
-// form, cp.async.bulk.prefetch.L2 of 1024 bytes, is a uniform-datapath instruction, UBLKPF: with a
-// different row in every lane ptxas wraps it in a loop that issues one lane at a time, 32 turns a
-// warp; at 5f502b2 that made warp 0 ~1.7 us a tile late, reports/2026-12-01-sparse_mla-h200-193825.)
-__device__ __forceinline__ void wg_prefetch_row(const bf16* __restrict__ arena, int row) {
-    if (row >= 0) {
-        const char* p = reinterpret_cast<const char*>(arena + (size_t)row * SMLA_DIM);
-#pragma unroll
-        for (int i = 0; i < SMLA_DIM * 2 / 128; ++i) asm volatile("prefetch.global.L2 [%0];" ::"l"(p + 128 * i));
-    }
-}
-template <int TILE>
-__device__ __forceinline__ void wg_lookahead(const bf16* __restrict__ arena, const int* __restrict__ sel_m,
-                                             const int* __restrict__ pt_m, int start, int end, int f, int page_size,
-                                             int lane, int (&pt)[TILE / 32], int (&pn)[TILE / 32],
-                                             int (&pp)[TILE / 32]) {
-#pragma unroll
-    for (int h = 0; h < TILE / 32; ++h) {
-        wg_prefetch_row(arena, wg_row(pp[h], pt[h], page_size));  // tile f
-        pt[h] = pn[h];
-        pp[h] = wg_page(pt_m, pt[h], page_size);                   // tile f + 1, used next iteration
-        pn[h] = wg_tok<TILE>(sel_m, start, end, f + 2, h, lane);  // tile f + 2, paged next iteration
-    }
-}
-
 // Thread-block cluster helpers (the same as kernels/dsa_indexer/topk_common.cuh's, copied: NVRTC
 // sees only this folder).
 __device__ __forceinline__ unsigned wg_cluster_nctarank() {
@@ -399,7 +344,7 @@ __device__ __forceinline__ float4 ld_rank_f4(const float* local, unsigned rank) 
 // same barrier: every thread passes it only after its wgmma.wait_group 0 of tile it - 1's PV).
 // CS = 0: the partial states out (the split-K contract); CS >= 2: the CTA is rank s of a cluster of
 // the stream's CS splits (splits = CS) and the cluster combines in shared memory (header).
-template <int TILE, int STAGES, int CS, int PF = 0, bool S_FIRST = (STAGES > 2), bool LAZY = false>
+template <int TILE, int STAGES, int CS>
 __device__ __forceinline__ void wg_split(unsigned char* smem_raw, const bf16* __restrict__ q, const bf16* __restrict__ arena,
                                          const int* __restrict__ page_table, const int* __restrict__ selection,
                                          float* __restrict__ part_acc, float* __restrict__ part_ml, bf16* __restrict__ out,
@@ -413,7 +358,7 @@ __device__ __forceinline__ void wg_split(unsigned char* smem_raw, const bf16* __
     constexpr int KS = TILE / 16;  // PV k-steps
     constexpr int NX = TILE / 8;   // float4s of S a thread exchanges
     using Lay = WgLayout<TILE, STAGES>;
-    constexpr bool issue_after_s = S_FIRST;  // the copy issue under the S wgmmas (header)
+    constexpr bool issue_after_s = STAGES > 2;
 
     static_assert(CS == 0 || CS == 2 || CS == 4 || CS == 8, "a cluster's CTAs split the 512 columns");
     if (dynamic_smem_bytes() < Lay::USED + 1024) __trap();
@@ -471,34 +416,6 @@ __device__ __forceinline__ void wg_split(unsigned char* smem_raw, const bf16* __
 #pragma unroll
         for (int h = 0; h < H; ++h) pg[h] = pk[L][h];
     }
-    // The L2 look-ahead's prologue (warp 0): tiles L .. L + PF - 1 prefetched now (their tokens, then
-    // their pages: one more dependent round trip, under q's and the first tiles' copies), the chain
-    // left at tile L + PF (token and page) and L + PF + 1 (token).
-    int lt[H], ln[H], lp[H];
-    if constexpr (PF > 0) {
-        if (tid < 32) {
-            int tk[PF + 2][H];
-#pragma unroll
-            for (int k = 0; k < PF + 2; ++k)
-#pragma unroll
-                for (int h = 0; h < H; ++h) tk[k][h] = wg_tok<TILE>(sel_m, start, end, L + k, h, lane);
-            int pk[PF + 1][H];
-#pragma unroll
-            for (int k = 0; k <= PF; ++k)
-#pragma unroll
-                for (int h = 0; h < H; ++h) pk[k][h] = wg_page(pt_m, tk[k][h], page_size);
-#pragma unroll
-            for (int k = 0; k < PF; ++k)
-#pragma unroll
-                for (int h = 0; h < H; ++h) wg_prefetch_row(arena, wg_row(pk[k][h], tk[k][h], page_size));
-#pragma unroll
-            for (int h = 0; h < H; ++h) {
-                lt[h] = tk[PF][h];
-                lp[h] = pk[PF][h];
-                ln[h] = tk[PF + 1][h];
-            }
-        }
-    }
 
     // Rows of this thread: head 16 w + g (index 0) and 16 w + g + 8 (index 1).
     float m_run[2] = {neg_inf(), neg_inf()};  // running max of the scaled scores
@@ -541,8 +458,6 @@ __device__ __forceinline__ void wg_split(unsigned char* smem_raw, const bf16* __
         wgmma_commit();
         if constexpr (issue_after_s)  // under the S wgmmas; touches no S register
             wg_ahead<TILE, STAGES>(smem + WG_RING_AT, arena, sel_m, pt_m, start, end, ntiles, it, page_size, lane, tq, pg);
-        if constexpr (PF > 0)  // under the S wgmmas too: tile it + L + PF into L2
-            if (tid < 32) wg_lookahead<TILE>(arena, sel_m, pt_m, start, end, it + L + PF, page_size, lane, lt, ln, lp);
         wgmma_wait0();
         fence_regs(sc);
 
@@ -577,14 +492,6 @@ __device__ __forceinline__ void wg_split(unsigned char* smem_raw, const bf16* __
             float alpha[2], mn[2];
             bool none[2];
             quad_row_max(mt, m_run, mn, none, alpha);  // sparse_mla_split_mma.cuh
-            if constexpr (LAZY) {  // keep the reference while this tile's max stays within WG_LAZY_LOG of it
-#pragma unroll
-                for (int r = 0; r < 2; ++r)
-                    if (m_run[r] != neg_inf() && mn[r] <= m_run[r] + WG_LAZY_LOG) {
-                        mn[r] = m_run[r];
-                        alpha[r] = 1.f;
-                    }
-            }
 #pragma unroll
             for (int i = 0; i < NSC; ++i) sc[i] = none[(i >> 1) & 1] ? 0.f : __expf(sc[i] - mn[(i >> 1) & 1]);
 #pragma unroll
@@ -598,11 +505,8 @@ __device__ __forceinline__ void wg_split(unsigned char* smem_raw, const bf16* __
 #pragma unroll
                 for (int i = 0; i < 4; ++i) ls[i & 1] += bf_lo(pa[ks][i]) + bf_hi(pa[ks][i]);  // a0, a2: row g
             quad_row_sum(ls, alpha, mn, l_run, m_run);
-            // LAZY: the warp skips the 128 multiplies when none of its 16 rows moved its reference
-            if (!LAZY || __any_sync(FULL_MASK, alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll
-                for (int i = 0; i < 128; ++i) o[i] *= alpha[(i >> 1) & 1];
-            }
+            for (int i = 0; i < 128; ++i) o[i] *= alpha[(i >> 1) & 1];
         }
 
         // ---- O_wg[64 x 256] += P[64 x TILE] . C[:, half]: KS k-steps of 16 slots ------------------
@@ -715,66 +619,59 @@ __device__ __forceinline__ void wg_split(unsigned char* smem_raw, const bf16* __
 }
 #endif  // SPARSE_MLA_WGMMA_ENABLED
 
-// The two-kernel forms (split, then sparse_mla_combine): sparse_mla_split_wgmma<FORM> is
-// wg_split<TILE, STAGES, 0, PF> writing the partial states.
+extern "C" __global__ void __launch_bounds__(SPARSE_MLA_SPLIT_WGMMA_THREADS, 1)
+sparse_mla_split_wgmma(const bf16* __restrict__ q, const bf16* __restrict__ arena, const int* __restrict__ page_table,
+                       const int* __restrict__ selection, float* __restrict__ part_acc, float* __restrict__ part_ml,
+                       int M, int W, int pages_per_stream, int page_size, int splits, float scale) {
 #ifdef SPARSE_MLA_WGMMA_ENABLED
-#define WG_SPLIT_BODY(TILE, STAGES, PF, S_FIRST, LAZY)                                                         \
-    extern __shared__ __align__(1024) unsigned char smem_raw[];                                                \
-    wg_split<TILE, STAGES, 0, PF, S_FIRST, LAZY>(smem_raw, q, arena, page_table, selection, part_acc, part_ml, \
-                                                 nullptr, nullptr, M, W, pages_per_stream, page_size, splits,  \
-                                                 scale);
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    wg_split<WG_TILE, 2, 0>(smem_raw, q, arena, page_table, selection, part_acc, part_ml, nullptr, nullptr, M, W,
+                            pages_per_stream, page_size, splits, scale);
 #else
-#define WG_SPLIT_BODY(TILE, STAGES, PF, S_FIRST, LAZY) __trap();  // compiled without sm_90a: no wgmma (the launcher passes -arch=sm_90a)
+    __trap();  // compiled without sm_90a: no wgmma (the launcher passes -arch=sm_90a)
 #endif
-#define WG_SPLIT_KERNEL(FORM, TILE, STAGES, PF, S_FIRST, LAZY)                                                 \
-    extern "C" __global__ void __launch_bounds__(SPARSE_MLA_SPLIT_WGMMA_THREADS, 1)                            \
-    sparse_mla_split_wgmma##FORM(const bf16* __restrict__ q, const bf16* __restrict__ arena,                    \
-                                 const int* __restrict__ page_table, const int* __restrict__ selection,         \
-                                 float* __restrict__ part_acc, float* __restrict__ part_ml, int M, int W,       \
-                                 int pages_per_stream, int page_size, int splits, float scale) {                \
-        WG_SPLIT_BODY(TILE, STAGES, PF, S_FIRST, LAZY)                                                         \
-    }
-WG_SPLIT_KERNEL(, WG_TILE, 2, 0, false, false)
+}
+
 // 32-slot tiles in a 4-stage ring (3 tiles = 96 KiB in flight while one computes), S by m64n32k16.
-WG_SPLIT_KERNEL(_t32, 32, 4, 0, true, false)
-// The 64-slot form, one cost at a time (header, "tuning, 3"): the L2 look-ahead of 2 or 4 tiles; the
-// copy issue under the S wgmmas; that and the lazy reference; all three.
-WG_SPLIT_KERNEL(_pf2, WG_TILE, 2, 2, false, false)
-WG_SPLIT_KERNEL(_pf4, WG_TILE, 2, 4, false, false)
-WG_SPLIT_KERNEL(_sfirst, WG_TILE, 2, 0, true, false)
-WG_SPLIT_KERNEL(_lazy, WG_TILE, 2, 0, true, true)
-WG_SPLIT_KERNEL(_lazy_pf2, WG_TILE, 2, 2, true, true)
+extern "C" __global__ void __launch_bounds__(SPARSE_MLA_SPLIT_WGMMA_THREADS, 1)
+sparse_mla_split_wgmma_t32(const bf16* __restrict__ q, const bf16* __restrict__ arena, const int* __restrict__ page_table,
+                           const int* __restrict__ selection, float* __restrict__ part_acc, float* __restrict__ part_ml,
+                           int M, int W, int pages_per_stream, int page_size, int splits, float scale) {
+#ifdef SPARSE_MLA_WGMMA_ENABLED
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    wg_split<32, 4, 0>(smem_raw, q, arena, page_table, selection, part_acc, part_ml, nullptr, nullptr, M, W,
+                       pages_per_stream, page_size, splits, scale);
+#else
+    __trap();  // compiled without sm_90a: no wgmma (the launcher passes -arch=sm_90a)
+#endif
+}
 
 // The 32-slot form with the combine in the cluster (no second launch, no partials): grid (CS, M),
 // one cluster of CS CTAs a stream (compile-time __cluster_dims__, so a plain launch makes the
 // clusters; one kernel per CS as topk_radix.cu's), splits = CS; out [M][64][512] bf16, lse [M][64].
 #ifdef SPARSE_MLA_WGMMA_ENABLED
-#define WG_CLUSTER_BODY(TILE, STAGES, CS, PF, S_FIRST, LAZY)                                                   \
+#define WG_CLUSTER_BODY(TILE, STAGES, CS)                                                                      \
     extern __shared__ __align__(1024) unsigned char smem_raw[];                                                \
-    wg_split<TILE, STAGES, CS, PF, S_FIRST, LAZY>(smem_raw, q, arena, page_table, selection, nullptr, nullptr, out, lse, M, W,    \
+    wg_split<TILE, STAGES, CS>(smem_raw, q, arena, page_table, selection, nullptr, nullptr, out, lse, M, W,    \
                                pages_per_stream, page_size, splits, scale);
 #else
-#define WG_CLUSTER_BODY(TILE, STAGES, CS, PF, S_FIRST, LAZY) __trap();
+#define WG_CLUSTER_BODY(TILE, STAGES, CS) __trap();
 #endif
 // FORM: the kernel name's tile tag (_t32, or empty for the 64-slot form)
-#define WG_CLUSTER_KERNEL(FORM, TILE, STAGES, CS, PF, S_FIRST, LAZY)                                                            \
+#define WG_CLUSTER_KERNEL(FORM, TILE, STAGES, CS)                                                              \
     extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(SPARSE_MLA_SPLIT_WGMMA_THREADS, 1) \
     sparse_mla_split_wgmma##FORM##_c##CS(const bf16* __restrict__ q, const bf16* __restrict__ arena,            \
                                          const int* __restrict__ page_table, const int* __restrict__ selection, \
                                          bf16* __restrict__ out, float* __restrict__ lse, int M, int W,         \
                                          int pages_per_stream, int page_size, int splits, float scale) {        \
-        WG_CLUSTER_BODY(TILE, STAGES, CS, PF, S_FIRST, LAZY)                                                   \
+        WG_CLUSTER_BODY(TILE, STAGES, CS)                                                                      \
     }
-WG_CLUSTER_KERNEL(_t32, 32, 4, 2, 0, true, false)
-WG_CLUSTER_KERNEL(_t32, 32, 4, 4, 0, true, false)
-WG_CLUSTER_KERNEL(_t32, 32, 4, 8, 0, true, false)
+WG_CLUSTER_KERNEL(_t32, 32, 4, 2)
+WG_CLUSTER_KERNEL(_t32, 32, 4, 4)
+WG_CLUSTER_KERNEL(_t32, 32, 4, 8)
 // The 64-slot, 2-stage form (split_wgmma's) with the same cluster combine: the 32-slot form was
 // slower per tile on the H200 (reports/2026-12-01-sparse_mla-h200-174506), while its cluster combine
 // saved ~10 us at M = 64 against its own two-kernel form; this pairs the faster tile with it.
-WG_CLUSTER_KERNEL(, WG_TILE, 2, 2, 0, false, false)
-WG_CLUSTER_KERNEL(, WG_TILE, 2, 4, 0, false, false)
-WG_CLUSTER_KERNEL(, WG_TILE, 2, 8, 0, false, false)
-// The 64-slot cluster form with all three of the tuning's changes (sparse_mla_split_wgmma_lazy_pf2_c<CS>).
-WG_CLUSTER_KERNEL(_lazy_pf2, WG_TILE, 2, 2, 2, true, true)
-WG_CLUSTER_KERNEL(_lazy_pf2, WG_TILE, 2, 4, 2, true, true)
-WG_CLUSTER_KERNEL(_lazy_pf2, WG_TILE, 2, 8, 2, true, true)
+WG_CLUSTER_KERNEL(, WG_TILE, 2, 2)
+WG_CLUSTER_KERNEL(, WG_TILE, 2, 4)
+WG_CLUSTER_KERNEL(, WG_TILE, 2, 8)

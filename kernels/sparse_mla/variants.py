@@ -125,21 +125,6 @@ class _Device:
 # split_wgmma.cu's NVRTC options: sm_90a and the define that switches its wgmma body on (kernels/wgmma.py)
 WGMMA_OPTIONS = wgmma_options("SPARSE_MLA_WGMMA_SM90A")
 
-# split_wgmma.cu's 64-slot tuning forms (its header, "tuning, 3") and what each changes against
-# split_wgmma: the L2 look-ahead of 2 or 4 tiles (pf), the copy issue under the S wgmmas (sfirst),
-# that and the lazy softmax reference (lazy), all three (lazy_pf2).
-WG_TUNING_FORMS = {
-    "pf2": "warp 0 resolves the rows of the tile 2 past the ring's newest (a second token -> page chain, 3 "
-           "registers a lane-slot) and prefetches them into L2 (prefetch.global.L2, eight 128-byte lines a "
-           "1 KiB row), so 2 x 64 KiB more an SM are in flight from HBM than the ring's one tile",
-    "pf4": "the L2 look-ahead of pf2 four tiles past the ring's newest (33 MiB of L2 at M = 32)",
-    "sfirst": "the next tile's copy issue (~500 instructions a thread: row resolution, 16 cp.async) moved from "
-              "between the loop-top barrier and the S wgmmas to under them, as split_wgmma_t32 does",
-    "lazy": "sfirst, and the softmax reference kept while a tile's max stays within 5.5 of it (weights "
-            "<= e^5.5), so a warp skips O's 128 rescaling multiplies unless one of its rows moved",
-    "lazy_pf2": "sfirst, lazy and pf2 together",
-}
-
 # A split design: its file, its kernel, the #defines that size its launch, the latent it reads.
 SPLIT_DESIGNS = {
     "split_cc": ("split_cc.cu", "sparse_mla_split_cc", "SPARSE_MLA_SPLIT_SMEM_BYTES", None, "bf16"),
@@ -155,12 +140,9 @@ SPLIT_DESIGNS = {
                     "SPARSE_MLA_SPLIT_WGMMA_THREADS", "bf16"),
     "split_wgmma_t32": ("split_wgmma.cu", "sparse_mla_split_wgmma_t32", "SPARSE_MLA_SPLIT_WGMMA_T32_SMEM_BYTES",
                         "SPARSE_MLA_SPLIT_WGMMA_THREADS", "bf16"),
-    # the 64-slot form's tuning, one cost at a time (split_wgmma.cu's header, "tuning, 3")
-    **{f"split_wgmma_{form}": ("split_wgmma.cu", f"sparse_mla_split_wgmma_{form}", "SPARSE_MLA_SPLIT_WGMMA_SMEM_BYTES",
-                               "SPARSE_MLA_SPLIT_WGMMA_THREADS", "bf16") for form in WG_TUNING_FORMS},
 }
 # The designs that compile with extra NVRTC options (the rest with none).
-SPLIT_OPTIONS = {name: WGMMA_OPTIONS for name, design in SPLIT_DESIGNS.items() if design[0] == "split_wgmma.cu"}
+SPLIT_OPTIONS = {"split_wgmma": WGMMA_OPTIONS, "split_wgmma_t32": WGMMA_OPTIONS}
 
 
 def _supports_split(name: str):
@@ -237,8 +219,6 @@ CLUSTER_FORMS = {
     "split_wgmma_t32_cluster": ("sparse_mla_split_wgmma_t32_c", "SPARSE_MLA_SPLIT_WGMMA_T32_SMEM_BYTES",
                                 "split_wgmma_t32_1wave"),
     "split_wgmma_cluster": ("sparse_mla_split_wgmma_c", "SPARSE_MLA_SPLIT_WGMMA_SMEM_BYTES", "split_wgmma_1wave"),
-    "split_wgmma_lazy_pf2_cluster": ("sparse_mla_split_wgmma_lazy_pf2_c", "SPARSE_MLA_SPLIT_WGMMA_SMEM_BYTES",
-                                     "split_wgmma_lazy_pf2_1wave"),
 }
 
 
@@ -521,13 +501,6 @@ MLA_VARIANTS = (
             why="split_wgmma (64-slot tiles, 2 stages: faster per tile than the 32-slot form on the H200) "
                 "with split_wgmma_t32_cluster's combine in the stream's cluster: one launch, no partials",
             supports=_supports_cluster("split_wgmma_cluster"), sources=("split_wgmma.cu",)),
-    # Issue 13, split_wgmma tuning (3): the 64-slot form's per-tile chain, one cost at a time.
-    *(Variant(f"split_wgmma_{form}_1wave", "cuda", _make_split_build(f"split_wgmma_{form}", one_wave=True),
-              why=f"split_wgmma_1wave with {why}", supports=_supports_split(f"split_wgmma_{form}"),
-              sources=("split_wgmma.cu",)) for form, why in WG_TUNING_FORMS.items()),
-    Variant("split_wgmma_lazy_pf2_cluster", "cuda", _make_cluster_build("split_wgmma_lazy_pf2_cluster"),
-            why="split_wgmma_cluster with split_wgmma_lazy_pf2_1wave's three changes",
-            supports=_supports_cluster("split_wgmma_lazy_pf2_cluster"), sources=("split_wgmma.cu",)),
     *FLASHINFER_VARIANTS,
     Variant("torch_gather_bmm", "cuda", lambda g, p, i, b: _TorchGatherBmm(g, p, i, b),
             why="torch: gather the rows into a [M, W, 512] copy, bmm, masked softmax, bmm",
