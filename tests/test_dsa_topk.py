@@ -584,14 +584,15 @@ def test_the_split_threshold_bins_fit_the_buffer_at_the_model_points(C, k, P):
     assert _strict_ok(out, row, k).ok
 
 
-def _ring_pass(ring, n4, T, vecs, pass1):
+def _ring_pass(ring, n4, T, vecs, rb, pass1):
     """One SplitSrc::batches pass of every thread over n4 float4, re-done in NumPy from the kernel's
-    formulas: ring[slot, tid] holds the float4 index a cp.async put there (-1: none); returns, per
-    batch, the [vecs, T] float4 indices the pass read (-1 past the source) and the groups each wait
-    left pending at most."""
+    formulas (rb batches of vecs float4 a thread in the ring): ring[slot, tid] holds the float4
+    index a cp.async put there (-1: none); returns, per batch, the [vecs, T] float4 indices the
+    pass read (-1 past the source), checking each read slot holds that batch's float4 and that
+    wait_group(rb - 1) leaves only later batches pending."""
     step = vecs * T
     nb = -(-n4 // step)
-    held = not pass1 and nb <= 2
+    held = not pass1 and nb <= rb
     tid = np.arange(T)
     committed, reads = 0, []
 
@@ -600,39 +601,42 @@ def _ring_pass(ring, n4, T, vecs, pass1):
         for u in range(vecs):
             i = b * step + u * T + tid
             ok = i < n4
-            ring[((b & 1) * vecs + u), tid[ok]] = i[ok]
+            ring[(b % rb) * vecs + u, tid[ok]] = i[ok]
         committed += 1
     if not held:
-        issue(0), issue(1)
+        for b in range(rb):
+            issue(b)
     for b in range(nb):
         if not held:
-            assert committed - 1 == b + 1, "wait_group 1 leaves exactly batch b + 1 pending"
+            assert committed - (rb - 1) == b + 1, "wait_group(rb - 1) completes groups 0 .. b"
         got = np.full((vecs, T), -1)
         for u in range(vecs):
             i = b * step + u * T + tid
-            got[u] = np.where(i < n4, ring[(b & 1) * vecs + u], -1)
+            got[u] = np.where(i < n4, ring[(b % rb) * vecs + u], -1)
             assert (got[u][i < n4] == i[i < n4]).all(), (b, u)   # the slot holds this batch's float4
         reads.append(got)
         if not held:
-            issue(b + 2)
+            issue(b + rb)
     return reads
 
 
 @pytest.mark.parametrize("n", [4, 4100, 16384, 32768, 32772, 65536, 70000])
 def test_the_split_ring_reads_every_float4_once_in_each_pass(n):
-    """The ring (2 batches of ONE_VECS float4 a thread): pass 1 and two later passes (pass 2 and an
-    overflow re-read) each read every float4 of the source exactly once, from the slot its copy
-    went to; a source of at most 2 batches is read from the ring again without a copy."""
-    d = topk_variants.onecta_define
-    T, vecs = d("ONE_THREADS"), d("ONE_VECS")
-    assert topk_variants.split_define("SPLIT_RING_BYTES") == topk_variants.split_define("SPLIT_RING_BATCHES") * vecs * T * 16
+    """The ring (SPLIT_RING_BATCHES batches of SPLIT_VECS float4 a thread): pass 1 and two later
+    passes (pass 2 and an overflow re-read) each read every float4 of the source exactly once, from
+    the slot its copy went to; a source of at most that many batches is read from the ring again
+    without a copy (32768 keys: the slices of 512 of 65536 at M = 32)."""
+    T = topk_variants.onecta_define("ONE_THREADS")
+    vecs, rb = topk_variants.split_define("SPLIT_VECS"), topk_variants.split_define("SPLIT_RING_BATCHES")
+    assert topk_variants.split_define("SPLIT_RING_BYTES") == rb * vecs * T * 16
     n4 = n // 4
-    ring = np.full((2 * vecs, T), -1)
+    ring = np.full((rb * vecs, T), -1)
     for pass1 in (True, False, False):
-        reads = _ring_pass(ring, n4, T, vecs, pass1)
+        reads = _ring_pass(ring, n4, T, vecs, rb, pass1)
         seen = np.concatenate([r.ravel() for r in reads])
         seen = seen[seen >= 0]
         assert np.array_equal(np.sort(seen), np.arange(n4))
+    assert (-(-(32768 // 4) // (vecs * T)) <= rb) and (-(-(32772 // 4) // (vecs * T)) > rb)
 
 
 def test_the_split_launcher_reads_the_kernel_declarations():

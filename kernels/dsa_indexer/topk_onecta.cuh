@@ -4,7 +4,8 @@
 // over the row's candidates (the final top-k). topk_model._one_select is the NumPy emulation.
 //
 // A source Src gives, for the whole block together (block-uniform trip counts):
-//   src.batches<PASS1>(f)  f(base, key[ONE_KEYS]) for every batch; key 0 past its end (never
+//   Src::KEYS              keys a thread a batch (onecta: ONE_KEYS)
+//   src.batches<PASS1>(f)  f(base, key[KEYS]) for every batch; key 0 past its end (never
 //                          counted); PASS1: the first pass (onecta prefetches the row into L2 ahead)
 //   src.index(base, j)     the position (0 .. n - 1 in the source) of key j of the batch at base
 // A sink Out gives:
@@ -159,6 +160,7 @@ __device__ __forceinline__ void one_reset(OneShared& s) {
 
 // dsa_topk_onecta's source: the row of C scores itself, C % 4 == 0: float4 loads (vec).
 struct OneRowSrc {
+    static constexpr unsigned KEYS = ONE_KEYS;
     const float* __restrict__ row;
     unsigned C;
     bool vec;
@@ -187,19 +189,20 @@ struct OneRowOut {
 // phases (off where a kernel runs it a second time, so as not to overwrite the first run's marks).
 template <bool DROP, bool MARKS, class Src, class Out>
 __device__ __forceinline__ void one_select(const Src& src, const Out& out, unsigned k, OneShared& s) {
+    constexpr unsigned NK = Src::KEYS;                 // keys a thread a batch
     const unsigned tid = threadIdx.x, lane = tid & 31u;
 
     // pass 1: digit 0 of every nonzero key
-    src.template batches<true>([&](unsigned, const unsigned (&key)[ONE_KEYS]) {
+    src.template batches<true>([&](unsigned, const unsigned (&key)[NK]) {
         const unsigned lead = __shfl_sync(FULL_MASK, key[0] >> 20, 0);
         bool same = true;
 #pragma unroll
-        for (unsigned j = 0; j < ONE_KEYS; ++j) same = same && key[j] != 0u && (key[j] >> 20) == lead;
+        for (unsigned j = 0; j < NK; ++j) same = same && key[j] != 0u && (key[j] >> 20) == lead;
         if (__all_sync(FULL_MASK, same)) {
-            if (lane == 0) atomicAdd(&s.h0[lead], 32u * ONE_KEYS);
+            if (lane == 0) atomicAdd(&s.h0[lead], 32u * NK);
         } else {
 #pragma unroll
-            for (unsigned j = 0; j < ONE_KEYS; ++j)
+            for (unsigned j = 0; j < NK; ++j)
                 if (key[j] != 0u) atomicAdd(&s.h0[key[j] >> 20], 1u);
         }
     });
@@ -211,10 +214,10 @@ __device__ __forceinline__ void one_select(const Src& src, const Out& out, unsig
     const unsigned P = DROP ? s.h0[ONE_BIN_POSINF] : 0u;   // +inf keys (bin 4088 holds them alone)
 
     // pass 2: bins above b0 written out (their digit 0 > b0 >= 0 makes them nonzero); bin b0 buffered
-    src.template batches<false>([&](unsigned base, const unsigned (&key)[ONE_KEYS]) {
+    src.template batches<false>([&](unsigned base, const unsigned (&key)[NK]) {
         unsigned nm = 0u, nb = 0u;
 #pragma unroll
-        for (unsigned j = 0; j < ONE_KEYS; ++j) {
+        for (unsigned j = 0; j < NK; ++j) {
             const unsigned bin = key[j] >> 20;
             nm += (bin > b0 && (!DROP || key[j] != DSA_TOPK_KEY_POSINF)) ? 1u : 0u;
             nb += (key[j] != 0u && bin == b0) ? 1u : 0u;
@@ -231,7 +234,7 @@ __device__ __forceinline__ void one_select(const Src& src, const Out& out, unsig
             unsigned pm = __shfl_sync(FULL_MASK, wm, 31) + (excl & 0xffffu);
             unsigned pb = __shfl_sync(FULL_MASK, wb, 31) + (excl >> 16);
 #pragma unroll
-            for (unsigned j = 0; j < ONE_KEYS; ++j) {
+            for (unsigned j = 0; j < NK; ++j) {
                 const unsigned bin = key[j] >> 20;
                 if (bin > b0 && (!DROP || key[j] != DSA_TOPK_KEY_POSINF)) {
                     const unsigned e = src.index(base, j);   // before pm++, as onecta's orow[pm++] = e
@@ -258,9 +261,9 @@ __device__ __forceinline__ void one_select(const Src& src, const Out& out, unsig
         if (!overflow) {
             for (unsigned j = tid; j < nbuf; j += ONE_THREADS) f(s.buf_idx[j], s.buf_key[j]);
         } else {
-            src.template batches<false>([&](unsigned base, const unsigned (&key)[ONE_KEYS]) {
+            src.template batches<false>([&](unsigned base, const unsigned (&key)[NK]) {
 #pragma unroll
-                for (unsigned j = 0; j < ONE_KEYS; ++j)
+                for (unsigned j = 0; j < NK; ++j)
                     if (key[j] != 0u && (key[j] >> 20) == b0) f(src.index(base, j), key[j]);
             });
         }

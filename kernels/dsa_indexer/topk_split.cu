@@ -38,15 +38,18 @@ SMs, P near sqrt(C / k)), 1024 threads a CTA, one CTA an SM. Two stages in one k
     - 0 < Q < E: the row is re-read in index order from the scores (topk_take_ties over [0, C), as
       onecta) and its first Q keys == T taken: the row's own rule, whatever the candidates' order.
       Tie rows only (the sweep's N(0, 1) rows have E = Q = 1).
-Loads (SplitSrc): 16-B cp.async.cg into a per-thread ring in dynamic shared memory of 2 batches x
-  4 float4 a thread (SPLIT_RING_BYTES = 128 KiB a CTA): batches b and b + 1 are in flight while
-  batch b is waited for, and batch b + 2 is issued into b's slots as soon as b's keys are counted,
-  so 64-128 KiB a CTA (4-8 16-B loads a thread) are in flight through the whole pass (onecta keeps
-  at most 64 KiB in flight and none while it counts). Each thread reads back only the slots it
-  copied itself, so cp.async.wait_group is the only synchronisation. A source of at most 2 batches
-  (32768 keys: the slice at 512 of 65536 and at M <= 8, and stage 2's candidates at the model points)
-  stays in the ring after pass 1, and every later pass reads it from shared memory, not L2.
-  C % 4 != 0 (the scalar path): onecta's loads (one_batches) over the slice instead. Stage 2 reads
+Loads (SplitSrc): 16-B cp.async.cg into a per-thread ring in dynamic shared memory of 4 batches x
+  2 float4 a thread (SPLIT_RING_BYTES = 128 KiB a CTA; a batch is 8 keys a thread, one_select's
+  batch width for this source): batches b .. b + 3 are in flight while batch b is waited for, and
+  batch b + 4 is issued into b's slots as soon as b's keys are counted, so 96-128 KiB a CTA (6-8
+  16-B loads a thread) are in flight through the whole pass, and counting one batch overlaps the
+  landing of the next three (onecta keeps at most 64 KiB in flight and none while it counts). Each
+  thread reads back only the slots it copied itself, so cp.async.wait_group is the only
+  synchronisation. A source of at most 4 batches (32768 keys: the slice at 512 of 65536 at every
+  M and at 2048 of 262144 for M <= 8, and stage 2's candidates at the model points) stays in the
+  ring after pass 1, and every later pass reads it from shared memory, not L2.
+  C % 4 != 0 (the scalar path): onecta's loads (one_batches) over the slice instead, each of its
+  16-key batches given to one_select as two of 8. Stage 2 reads
   the candidates through the same ring: cp.async.cg reads L2, where the other CTAs' fenced writes
   are (never ld.global.nc: the workspace is written in this launch); their indices by ld.global.cg.
 Shared memory: 45,216 B static (OneShared, onecta's 45,200, + the last-CTA flag) + the 131,072 B dynamic
@@ -57,17 +60,22 @@ Timeline probes (-DDSA_TOPK_TIMELINE, topk_timeline.cuh): entry (rank = r), stag
 
 #include "topk_onecta.cuh"
 
-#define SPLIT_RING_BATCHES 2            // batches of ONE_VECS float4 a thread held in the ring
-#define SPLIT_RING_BYTES 131072         // SPLIT_RING_BATCHES x ONE_VECS x ONE_THREADS x 16 B, dynamic
+#define SPLIT_VECS 2                    // float4 a thread a batch (32 KiB of copies a CTA)
+#define SPLIT_KEYS (4 * SPLIT_VECS)     // keys a thread a batch
+#define SPLIT_RING_BATCHES 4            // batches in the ring: 3-4 in flight (96-128 KiB a CTA)
+#define SPLIT_RING_BYTES 131072         // SPLIT_RING_BATCHES x SPLIT_VECS x ONE_THREADS x 16 B, dynamic
 
-static_assert(SPLIT_RING_BYTES == SPLIT_RING_BATCHES * ONE_VECS * ONE_THREADS * 16, "the ring's bytes");
+static_assert(SPLIT_RING_BYTES == SPLIT_RING_BATCHES * SPLIT_VECS * ONE_THREADS * 16, "the ring's bytes");
+static_assert(ONE_KEYS == 2 * SPLIT_KEYS, "the scalar path halves onecta's batches");
 
 // A source of n 4-byte keys at p (scores: RAW false, keyed by topk_key; candidate keys: RAW true)
 // through the ring (vec: n % 4 == 0 and p 16-B aligned), or onecta's loads (scalar path, scores
-// only). Batch b holds float4 index b step + u T + tid (u < ONE_VECS) of the thread in ring slot
-// ((b % 2) ONE_VECS + u) T + tid: one_index's mapping, so positions are the same either way.
+// only). Batch b (8 keys a thread) holds float4 index b step + u T + tid (u < SPLIT_VECS) of the
+// thread, in ring slot ((b % 4) SPLIT_VECS + u) T + tid: one_index's mapping (key j of the batch at
+// base is element 4 (base + (j / 4) T + tid) + j % 4), so positions are the same on every path.
 template <bool RAW>
 struct SplitSrc {
+    static constexpr unsigned KEYS = SPLIT_KEYS;
     const void* p;
     unsigned n;
     bool vec;
@@ -79,11 +87,12 @@ struct SplitSrc {
     // (empty past the end, so that every thread's group count stays in step with b).
     __device__ __forceinline__ void issue(unsigned b, unsigned n4) const {
         const float4* g = reinterpret_cast<const float4*>(p);
-        const unsigned step = ONE_VECS * ONE_THREADS;
+        const unsigned step = SPLIT_VECS * ONE_THREADS;
 #pragma unroll
-        for (unsigned u = 0; u < ONE_VECS; ++u) {
+        for (unsigned u = 0; u < SPLIT_VECS; ++u) {
             const unsigned i = b * step + u * ONE_THREADS + threadIdx.x;
-            if (i < n4) cp_async16(ring + ((b & 1u) * ONE_VECS + u) * ONE_THREADS + threadIdx.x, g + i);
+            if (i < n4)
+                cp_async16(ring + ((b % SPLIT_RING_BATCHES) * SPLIT_VECS + u) * ONE_THREADS + threadIdx.x, g + i);
         }
         cp_async_commit();
     }
@@ -91,34 +100,48 @@ struct SplitSrc {
     template <bool PASS1, class F>
     __device__ __forceinline__ void batches(F&& f) const {
         if (!vec) {
-            if constexpr (!RAW) one_batches<PASS1>(static_cast<const float*>(p), n, false, f);
+            // onecta's scalar batches (key j at base + j T + tid), each split in two halves of 8:
+            // the second half is the batch at base + 8 T in that mapping
+            if constexpr (!RAW)
+                one_batches<PASS1>(static_cast<const float*>(p), n, false,
+                                   [&](unsigned base, const unsigned (&key)[ONE_KEYS]) {
+                                       unsigned lo[SPLIT_KEYS], hi[SPLIT_KEYS];
+#pragma unroll
+                                       for (unsigned j = 0; j < SPLIT_KEYS; ++j) {
+                                           lo[j] = key[j];
+                                           hi[j] = key[SPLIT_KEYS + j];
+                                       }
+                                       f(base, lo);
+                                       f(base + SPLIT_KEYS * ONE_THREADS, hi);
+                                   });
             return;
         }
-        const unsigned n4 = n >> 2, step = ONE_VECS * ONE_THREADS;
+        const unsigned n4 = n >> 2, step = SPLIT_VECS * ONE_THREADS;
         const unsigned nb = (n4 + step - 1u) / step;
-        // a source of at most 2 batches is still in this thread's ring after pass 1 (one_select
-        // runs exactly one PASS1 pass, first; pass 1 issues nothing past batch 1 then)
+        // a source of at most 4 batches is still in this thread's ring after pass 1 (one_select
+        // runs exactly one PASS1 pass, first; pass 1 issues nothing past batch 3 then)
         const bool held = !PASS1 && nb <= SPLIT_RING_BATCHES;
         if (!held) {
-            issue(0u, n4);
-            issue(1u, n4);
+#pragma unroll
+            for (unsigned b = 0; b < SPLIT_RING_BATCHES; ++b) issue(b, n4);
         }
         for (unsigned b = 0; b < nb; ++b) {
-            if (!held) cp_async_wait_group<1>();   // groups 0 .. b complete (b + 1 may be pending)
-            unsigned key[ONE_KEYS];
+            // groups 0 .. b complete (b + 1 .. b + 3 may be pending)
+            if (!held) cp_async_wait_group<SPLIT_RING_BATCHES - 1>();
+            unsigned key[SPLIT_KEYS];
 #pragma unroll
-            for (unsigned u = 0; u < ONE_VECS; ++u) {
+            for (unsigned u = 0; u < SPLIT_VECS; ++u) {
                 const unsigned i = b * step + u * ONE_THREADS + threadIdx.x;
-                const float4 x = ring[((b & 1u) * ONE_VECS + u) * ONE_THREADS + threadIdx.x];
+                const float4 x = ring[((b % SPLIT_RING_BATCHES) * SPLIT_VECS + u) * ONE_THREADS + threadIdx.x];
                 const float v[4] = {x.x, x.y, x.z, x.w};
 #pragma unroll
                 for (unsigned s = 0; s < 4; ++s)
                     key[4 * u + s] = i >= n4 ? 0u : RAW ? __float_as_uint(v[s]) : topk_key(v[s]);
             }
             f(b * step, key);
-            // batch b + 2 into b's slots: f has used every key of them (its atomics and compares
+            // batch b + 4 into b's slots: f has used every key of them (its atomics and compares
             // depend on the loaded values), and only this thread reads them
-            if (!held) issue(b + 2u, n4);
+            if (!held) issue(b + SPLIT_RING_BATCHES, n4);
         }
         if (!held) cp_async_wait_all();
     }

@@ -444,7 +444,7 @@ TOPK_VARIANTS = (
     Variant("radix_split", "cuda", make_split_build(),
             why="P CTAs a row (M x P <= the SMs: one wave; P near sqrt(C / k)) in one launch with no cluster "
                 "and no grid-wide wait: each CTA runs radix_onecta's select over its slice (16-B cp.async "
-                "into a 128 KiB ring, 64-128 KiB in flight, slices up to 32768 keys held there for pass 2) "
+                "into a 128 KiB ring, 96-128 KiB in flight, slices up to 32768 keys held there for pass 2) "
                 "and writes its top k as (key, index) candidates; the row's last CTA (a counter) selects "
                 "the final k from the P k candidates; deadlock-free in any number of waves",
             supports=_supports_radix, sources=(SPLIT_SOURCE,)),
