@@ -166,13 +166,21 @@ struct CandOut {
     }
 };
 
+// A word written earlier in this launch by another CTA (fenced before its counter add): ld.global.cg
+// reads it from L2, never from a stale L1 line, and is not the read-only (nc) path.
+__device__ __forceinline__ int ld_cg_s32(const int* p) {
+    int v;
+    asm volatile("ld.global.cg.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
 // Stage 2's sink: the row's output; a member at candidate position pos is row index ws_idx[pos].
 struct FinalOut {
     const float* __restrict__ row;
     unsigned C;
     int* __restrict__ orow;
     const int* idx;                     // ws_idx + m P kp (written in this launch: read through L2)
-    __device__ __forceinline__ void put(unsigned slot, unsigned pos, unsigned) const { orow[slot] = __ldcg(idx + pos); }
+    __device__ __forceinline__ void put(unsigned slot, unsigned pos, unsigned) const { orow[slot] = ld_cg_s32(idx + pos); }
     __device__ __forceinline__ void take_ties(unsigned T, unsigned Q, unsigned at, unsigned* scan) const {
         topk_take_ties<ONE_WARPS>(row, 0u, C, T, Q, orow, at, scan);
     }
