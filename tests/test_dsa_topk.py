@@ -639,6 +639,26 @@ def test_the_split_ring_reads_every_float4_once_in_each_pass(n):
     assert (-(-(32768 // 4) // (vecs * T)) <= rb) and (-(-(32772 // 4) // (vecs * T)) > rb)
 
 
+@pytest.mark.parametrize("n", [1, 4097, 16385, 70001])
+def test_the_split_scalar_path_halves_cover_the_slice_once(n):
+    """C % 4 != 0: SplitSrc gives one_select onecta's scalar batches (key j at base + j T + tid, 16
+    keys) as two batches of 8 at base and base + 8 T: every element of the slice is some (half,
+    thread, j) exactly once, and one_index of the half's base gives that element."""
+    d = topk_variants.onecta_define
+    # ONE_KEYS = 4 ONE_VECS and SPLIT_KEYS = 4 SPLIT_VECS (expressions: read their factors)
+    T, keys16, keys8 = d("ONE_THREADS"), 4 * d("ONE_VECS"), 4 * topk_variants.split_define("SPLIT_VECS")
+    assert keys16 == 2 * keys8 == 16
+    tid = np.arange(T)[:, None]
+    j = np.arange(keys8)[None, :]
+    seen = []
+    for base in range(0, n, keys16 * T):                       # one_batches' scalar step
+        for half in (base, base + keys8 * T):
+            e = half + j * T + tid                              # one_index(false, half, j)
+            seen.append(e[e < n])
+    allseen = np.concatenate(seen)
+    assert len(allseen) == n and np.array_equal(np.sort(allseen), np.arange(n))
+
+
 def test_the_split_launcher_reads_the_kernel_declarations():
     ring = topk_variants.split_define("SPLIT_RING_BYTES")
     # one CTA an SM: the ring, onecta's 45,200 B of static shared memory and a word, under the
