@@ -3,7 +3,9 @@ sort, the NumPy emulation of topk_radix.cu's multi-CTA logic (histogram digits, 
 equal-key quota split, the index-order take, buffer overflow) against reference.topk on random,
 tied, few-eligible, all -inf and non-finite rows, the counts, the CPU variants through the runner,
 the resident design's emulation (topk_resident.cu: the (j, t, s) element mapping, the packed tie
-scan, the counter claims in any order) likewise, and the IndexSet check failing a wrong member and a
+scan, the counter claims in any order) likewise, the one-CTA and split designs' emulations
+(topk_onecta.cuh's select; topk_split.cu's slices, candidates, final select and ring), and the
+IndexSet check failing a wrong member and a
 tie resolved the other way."""
 
 from __future__ import annotations
@@ -54,6 +56,8 @@ def _rows(kind: str, C: int, k: int, rng) -> np.ndarray:
         return rng.choice(vals, C)
     if kind == "sorted":
         return np.sort(rng.standard_normal(C).astype(np.float32))
+    if kind == "one_level":         # every score equal: the lowest k indices
+        return np.full(C, 0.5, np.float32)
     raise ValueError(kind)
 
 
@@ -177,7 +181,8 @@ def test_reference_samples_streams_only_for_large_rows(geometry):
     assert np.array_equal(ref["indices"][1], _sorted_rule(inputs["scores"][1], 2048))
 
 
-@pytest.mark.parametrize("variant", ["ref_topk", "model_radix", "model_bound", "model_resident", "model_onecta"])
+@pytest.mark.parametrize("variant", ["ref_topk", "model_radix", "model_bound", "model_resident", "model_onecta",
+                                     "model_split"])
 @pytest.mark.parametrize("kind", spec.SCORE_ROW_KINDS)
 def test_cpu_variants_pass_through_the_runner(geometry, variant, kind):
     comp = registry.get("dsa_topk")
@@ -484,3 +489,180 @@ def test_the_onecta_batches_visit_every_element_once_and_prefetch_ahead(C):
     assert len(allseen) == C and np.array_equal(np.sort(allseen), np.arange(C))
     for bi in range(1, len(lines_of)):
         assert lines_of[bi] <= fetched, bi
+
+
+# ---- topk_split.cu: P CTAs a row, candidates, the row's last CTA selects ------------------------
+
+
+@pytest.mark.parametrize("cap", [4, 2560], ids=["cap4-overflow", "cap2560"])
+@pytest.mark.parametrize("P", [1, 2, 3, 4, 8])
+@pytest.mark.parametrize("kind", (*KINDS, "one_level"))
+def test_the_split_emulation_gives_the_reference_set(kind, P, cap):
+    """Every row kind (one level, ties with -0 / +0 at the k-th, few eligible, all -inf, NaN / +inf
+    / extremes, sorted), irregular lengths (C % 4 != 0, empty slices when C < 4 P), slices shorter
+    than k (k up to past C), the buffers overflowing (cap 4) or not, the counters' claims in a
+    random order: the row is the reference's exactly, members first, then -1, no slot unwritten."""
+    rng = np.random.default_rng(zlib.crc32(repr(("split", kind, P, cap)).encode()))
+    for C, k in ((1, 1), (7, 3), (2049, 512), (3001, 2048), (999, 999), (5000, 6000), (20000, 64), (30001, 700)):
+        row = _rows(kind, C, min(k, C), rng)
+        out, _ = topk_model.select_row_split(row, k, P, cap, rng)
+        res = _strict_ok(out, row, k)
+        assert res.ok, (kind, C, k, P, cap, res.describe())
+
+
+def test_the_split_paths_are_exercised():
+    """Each path on a row built for it: random (no overflow, one key at the final threshold); a tie
+    level cut inside every slice and again in stage 2 (the row re-read in index order: the lowest
+    indices, all of slice 0); a slice whose threshold is +inf (kept as a key in stage 1, -1 in the
+    end); fewer nonzero keys than k in every slice (b0 = 0); one level over the whole row (every
+    slice's bin overflows its buffer)."""
+    rng = np.random.default_rng(13)
+    row = rng.standard_normal(65536).astype(np.float32)
+    out, t = topk_model.select_row_split(row, 512, 4, 2560, rng)
+    assert not any(s.overflow for s in t.slices) and not t.final.overflow and t.final.E == t.final.Q == 1
+    assert _strict_ok(out, row, 512).ok
+    row = rng.integers(0, 2, 40000).astype(np.float32)       # ~5000 of level 1 a slice of 10000
+    out, t = topk_model.select_row_split(row, 3000, 4, 2560, rng)
+    assert all(s.partial for s in t.slices) and t.final.partial and t.final.E == 4 * 3000
+    assert np.array_equal(np.sort(out), np.flatnonzero(row == 1)[:3000])
+    row = np.full(4096, 1.0, np.float32)
+    row[:1024:2] = np.inf                                      # 512 +inf keys, all in slice 0
+    out, t = topk_model.select_row_split(row, 300, 4, 2560, rng)
+    assert t.slices[0].T == topk_model.KEY_POSINF and t.slices[0].partial and (out == -1).all()
+    row = np.full(8192, -np.inf, np.float32)
+    row[[3, 2500, 6000, 8191]] = [1.0, np.inf, -2.0, 0.0]
+    out, t = topk_model.select_row_split(row, 64, 4, 2560, rng)
+    assert all(s.b0 == 0 for s in t.slices) and t.final.b0 == 0
+    assert sorted(out[:3].tolist()) == [3, 6000, 8191] and (out[3:] == -1).all()
+    row = np.full(65536, 0.5, np.float32)
+    out, t = topk_model.select_row_split(row, 2048, 4, 2560, rng)
+    assert all(s.overflow and s.partial for s in t.slices) and t.final.partial
+    assert np.array_equal(np.sort(out), np.arange(2048))
+
+
+def test_the_split_emulation_sees_an_unwritten_candidate():
+    """A candidate slot stage 1 leaves unwritten keeps the poison (key 0xAAAAAAAA, a poison index):
+    here the slot of the row's best score, so the final set misses it and the check fails: the
+    emulation can fail, as the kernel can."""
+    rng = np.random.default_rng(17)
+    row = rng.standard_normal(4000).astype(np.float32)
+    best = int(np.argmax(row))
+    real = topk_model._one_select
+
+    def lossy(key, k, cap, rng, drop, value, ties):
+        out, trace = real(key, k, cap, rng, drop, value, ties)
+        if not drop:
+            out[out == best] = topk_model.POISON               # that member not written
+        return out, trace
+    topk_model._one_select = lossy
+    try:
+        out, _ = topk_model.select_row_split(row, 100, 4, 2560, rng)
+    finally:
+        topk_model._one_select = real
+    assert not _strict_ok(out, row, 100).ok
+
+
+@pytest.mark.parametrize("M,C,k,expect", [(32, 262144, 2048, 4), (32, 65536, 512, 4), (64, 262144, 2048, 2),
+                                          (8, 262144, 2048, 11), (1, 1048576, 2048, 16), (1, 8192, 2048, 2),
+                                          (33, 65536, 2048, 4), (66, 8192, 512, 2), (132, 8192, 512, 1),
+                                          (140, 4096, 64, 1), (1, 4096, 4096, 1)])
+def test_the_split_pick(M, C, k, expect):
+    P = topk_model.pick_split(M, C, k, 132)
+    assert P == expect and (M * P <= 132 or P == 1)
+
+
+@pytest.mark.parametrize("C,k,P", [(262144, 2048, 4), (65536, 512, 4), (65536, 2048, 4), (262144, 2048, 2),
+                                   (262144, 2048, 11)])
+def test_the_split_threshold_bins_fit_the_buffer_at_the_model_points(C, k, P):
+    """N(0, 1) rows at the sweep's points and picks: every slice's threshold bin and stage 2's (over
+    the candidates) hold well under the 2560 entries (no overflow re-reads on the timed rows)."""
+    rng = np.random.default_rng(C + k + P)
+    row = rng.standard_normal(C).astype(np.float32)
+    cap = topk_variants.onecta_define("ONE_CAP")
+    out, t = topk_model.select_row_split(row, k, P, cap, rng)
+    assert all(s.buffered < 0.8 * cap for s in t.slices) and t.final.buffered < 0.8 * cap, t
+    assert _strict_ok(out, row, k).ok
+
+
+def _ring_pass(ring, n4, T, vecs, rb, pass1):
+    """One SplitSrc::batches pass of every thread over n4 float4, re-done in NumPy from the kernel's
+    formulas (rb batches of vecs float4 a thread in the ring): ring[slot, tid] holds the float4
+    index a cp.async put there (-1: none); returns, per batch, the [vecs, T] float4 indices the
+    pass read (-1 past the source), checking each read slot holds that batch's float4 and that
+    wait_group(rb - 1) leaves only later batches pending."""
+    step = vecs * T
+    nb = -(-n4 // step)
+    held = not pass1 and nb <= rb
+    tid = np.arange(T)
+    committed, reads = 0, []
+
+    def issue(b):
+        nonlocal committed
+        for u in range(vecs):
+            i = b * step + u * T + tid
+            ok = i < n4
+            ring[(b % rb) * vecs + u, tid[ok]] = i[ok]
+        committed += 1
+    if not held:
+        for b in range(rb):
+            issue(b)
+    for b in range(nb):
+        if not held:
+            assert committed - (rb - 1) == b + 1, "wait_group(rb - 1) completes groups 0 .. b"
+        got = np.full((vecs, T), -1)
+        for u in range(vecs):
+            i = b * step + u * T + tid
+            got[u] = np.where(i < n4, ring[(b % rb) * vecs + u], -1)
+            assert (got[u][i < n4] == i[i < n4]).all(), (b, u)   # the slot holds this batch's float4
+        reads.append(got)
+        if not held:
+            issue(b + rb)
+    return reads
+
+
+@pytest.mark.parametrize("n", [4, 4100, 16384, 32768, 32772, 65536, 70000])
+def test_the_split_ring_reads_every_float4_once_in_each_pass(n):
+    """The ring (SPLIT_RING_BATCHES batches of SPLIT_VECS float4 a thread): pass 1 and two later
+    passes (pass 2 and an overflow re-read) each read every float4 of the source exactly once, from
+    the slot its copy went to; a source of at most that many batches is read from the ring again
+    without a copy (32768 keys: the slices of 512 of 65536 at M = 32)."""
+    T = topk_variants.onecta_define("ONE_THREADS")
+    vecs, rb = topk_variants.split_define("SPLIT_VECS"), topk_variants.split_define("SPLIT_RING_BATCHES")
+    assert topk_variants.split_define("SPLIT_RING_BYTES") == rb * vecs * T * 16
+    n4 = n // 4
+    ring = np.full((rb * vecs, T), -1)
+    for pass1 in (True, False, False):
+        reads = _ring_pass(ring, n4, T, vecs, rb, pass1)
+        seen = np.concatenate([r.ravel() for r in reads])
+        seen = seen[seen >= 0]
+        assert np.array_equal(np.sort(seen), np.arange(n4))
+    assert (-(-(32768 // 4) // (vecs * T)) <= rb) and (-(-(32772 // 4) // (vecs * T)) > rb)
+
+
+@pytest.mark.parametrize("n", [1, 4097, 16385, 70001])
+def test_the_split_scalar_path_halves_cover_the_slice_once(n):
+    """C % 4 != 0: SplitSrc gives one_select onecta's scalar batches (key j at base + j T + tid, 16
+    keys) as two batches of 8 at base and base + 8 T: every element of the slice is some (half,
+    thread, j) exactly once, and one_index of the half's base gives that element."""
+    d = topk_variants.onecta_define
+    # ONE_KEYS = 4 ONE_VECS and SPLIT_KEYS = 4 SPLIT_VECS (expressions: read their factors)
+    T, keys16, keys8 = d("ONE_THREADS"), 4 * d("ONE_VECS"), 4 * topk_variants.split_define("SPLIT_VECS")
+    assert keys16 == 2 * keys8 == 16
+    tid = np.arange(T)[:, None]
+    j = np.arange(keys8)[None, :]
+    seen = []
+    for base in range(0, n, keys16 * T):                       # one_batches' scalar step
+        for half in (base, base + keys8 * T):
+            e = half + j * T + tid                              # one_index(false, half, j)
+            seen.append(e[e < n])
+    allseen = np.concatenate(seen)
+    assert len(allseen) == n and np.array_equal(np.sort(allseen), np.arange(n))
+
+
+def test_the_split_launcher_reads_the_kernel_declarations():
+    ring = topk_variants.split_define("SPLIT_RING_BYTES")
+    # one CTA an SM: the ring, onecta's 45,200 B of static shared memory and a word, under the
+    # H200's 227 KiB a block
+    assert ring + 45216 <= 232448
+    text = (topk_variants.HERE / topk_variants.SPLIT_SOURCE).read_text()
+    assert "struct OneShared" not in text and '#include "topk_onecta.cuh"' in text   # onecta's code, not a copy

@@ -110,3 +110,34 @@ def test_ours_on_degenerate_rows_members_first(backend, variant, kind, M, contex
     for check in (*COMP.checks(point).values(), STRICT):
         res = compare("indices", out, ref, check)
         assert res.ok, f"{variant.name} ({launch.note}): {res.describe()}"
+
+
+@pytest.mark.parametrize("M,context,pooling,topk,P", [(64, 65536, "pooled", 2048, 8), (3, 16388, "pooled", 512, 3),
+                                                      (2, 262144, "per_token", 2048, 2)],
+                         ids=lambda v: str(v))
+def test_split_runs_in_waves_and_leaves_its_counters_zero(backend, M, context, pooling, topk, P):
+    """radix_split at a forced P: 512 CTAs at M = 64 (several waves: no CTA waits for another, so it
+    cannot deadlock), the scalar path (C = 4097) with 3 slices, streaming slices of 131072. Each
+    launch's row is the reference's; the row counters are zero after it, and a second launch
+    without poison (the counters as the first left them, the output re-poisoned by hand) is right
+    again."""
+    from kernels.dsa_indexer import topk_model, topk_variants
+
+    point = _p(M, context, pooling, topk, "random")
+    inputs, _ = runner._case(COMP, GEOMETRY, point, 37, None, backend)
+    rng = np.random.default_rng(41)
+    C = inputs["scores"].shape[1]
+    inputs["scores"][1] = _degenerate("few_levels", C, rng)   # ties across every slice
+    ref = COMP.reference(GEOMETRY, point, inputs)
+    launch = topk_variants.make_split_build(P)(GEOMETRY, point, inputs, backend)
+    assert launch.kernels[0].grid == (P, M), launch.kernels[0].grid
+    for attempt in range(2):
+        if attempt:
+            launch.dev["indices"].fill(topk_model.POISON)
+        launch()
+        out = launch.outputs()["indices"]
+        for check in (*COMP.checks(point).values(), STRICT):
+            res = compare("indices", out, ref, check)
+            assert res.ok, f"launch {attempt}, {launch.note}: {res.describe()}"
+        count = backend.to_host(launch.dev["count"])
+        assert not count.any(), f"launch {attempt}: row counters left {count[count != 0][:8]}"

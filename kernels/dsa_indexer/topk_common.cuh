@@ -1,5 +1,6 @@
-// Shared by the dsa_topk kernels (topk_radix.cu, topk_resident.cu): the order-preserving key,
-// the cluster primitives (PTX: NVRTC gets no cooperative_groups) and read-only global loads.
+// Shared by the dsa_topk kernels (topk_radix.cu, topk_resident.cu, topk_onecta.cuh, topk_split.cu):
+// the order-preserving key, the cluster primitives (PTX: NVRTC gets no cooperative_groups),
+// read-only global loads and cp.async.
 #pragma once
 
 #define DSA_TOPK_KEY_POSINF 0xff800000u
@@ -89,6 +90,33 @@ __device__ __forceinline__ float4 ld_nc_f32x4(const float4* p) {
     float4 r;
     asm("ld.global.nc.v4.f32 {%0,%1,%2,%3}, [%4];" : "=f"(r.x), "=f"(r.y), "=f"(r.z), "=f"(r.w) : "l"(p));
     return r;
+}
+
+// ---- cp.async (topk_resident.cu, topk_split.cu) -------------------------------------------------
+
+// The 32-bit shared-memory address of a generic pointer into this CTA's shared memory.
+// (kda_common.cuh has the same two-line helper and cp_async16; another family's header, so copied.)
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+    unsigned a;
+    asm("{ .reg .u64 g; cvta.to.shared.u64 g, %1; cvt.u32.u64 %0, g; }" : "=r"(a) : "l"(p));
+    return a;
+}
+
+// 16 bytes global -> shared, cached in L2 only (.cg: coherent with other CTAs' writes that were
+// fenced before this copy is issued).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(dst)), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() {
+    asm volatile("cp.async.wait_all;" ::: "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+// Every commit group of this thread but the newest N complete (their writes visible to this thread).
+template <int N>
+__device__ __forceinline__ void cp_async_wait_group() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
 // The first `quota` keys equal to T of row[lo, hi) in index order, written at orow[at + rank]: tiles

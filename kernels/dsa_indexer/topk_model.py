@@ -13,6 +13,7 @@ atomics give any order; here index order) and the warp-level aggregation, which 
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 
@@ -307,37 +308,40 @@ def _find_desc(hist: np.ndarray, kk: int) -> tuple[int, int]:
     return len(hist) - 1 - j, above
 
 
-def select_row_onecta(scores: np.ndarray, k: int, cap: int, rng: np.random.Generator | None = None
-                      ) -> tuple[np.ndarray, OneTrace]:
-    """One row as topk_onecta.cu's single CTA with ``cap`` buffer entries: ``(out [k] int32, trace)``.
+def _one_select(key: np.ndarray, k: int, cap: int, rng: np.random.Generator, drop: bool, value, ties
+                ) -> tuple[np.ndarray, OneTrace]:
+    """topk_onecta.cuh's one_select over a source of keys: ``(slots [k] int64, trace)``.
 
-    As the kernel: digit 0 (12 bits) of the nonzero keys; every key in a bin above b0 (not +inf)
-    written at a shared counter in pass 2; bin b0's nonzero keys buffered (overflow past ``cap``:
-    the digits and the write read the row again, the same keys); digits 1 and 2 over bin b0 only;
-    bin b0's keys > T (and == T when all are taken) at the counter after the direct ones; a partial
-    take of keys == T by index order at slots above + rank; -1 from F. The counter's claims come in
-    a random order (``rng``; the kernel's atomics give any). A slot never written keeps POISON."""
-    rng = rng or np.random.default_rng(0)
-    key = keys(scores).astype(np.int64)
-    C = len(key)
-    idx = np.arange(C)
+    key [n] int64: the source's keys (0: nothing); value(positions) -> what a member's slot holds
+    (the sink's put); ties(T, Q) -> the Q values the sink's index-order take writes at slots
+    above .. above + Q - 1; drop: +inf counts towards k but is never a member (else a key like any
+    other, its level's ties taken by index). Slots past F hold -1; a slot never written keeps POISON.
+    As the kernel: digit 0 (12 bits) of the nonzero keys; every key in a bin above b0 (not +inf
+    under drop) written at a shared counter in pass 2; bin b0's nonzero keys buffered (overflow past
+    ``cap``: the digits and the write read the source again, the same keys); digits 1 and 2 over
+    bin b0 only; bin b0's members at the counter after the direct ones; a partial take of keys == T
+    at slots above + rank; -1 from F. The counter's claims come in a random order (``rng``; the
+    kernel's atomics give any)."""
+    n = len(key)
+    pos = np.arange(n)
     nz = key != 0
     b = key >> 20
     assert (b[nz] >= 8).all(), "a nonzero key has digit 0 >= 8: bin 0 holds key 0 alone"
     h0 = np.bincount(b[nz], minlength=4096)
     b0, G0 = _find_desc(h0, k)
-    P = int(h0[ONE_BIN_POSINF])
-    out = np.full(k, POISON, np.int32)
+    P = int(h0[ONE_BIN_POSINF]) if drop else 0
+    out = np.full(k, POISON, np.int64)
     counter = 0
 
-    def claim(indices: np.ndarray) -> None:
+    def claim(chosen: np.ndarray) -> None:
         nonlocal counter
-        order = rng.permutation(len(indices))
-        out[counter:counter + len(indices)] = indices[order]   # a slot past k would raise here
-        counter += len(indices)
+        order = rng.permutation(len(chosen))
+        out[counter:counter + len(chosen)] = value(chosen[order])   # a slot past k would raise here
+        counter += len(chosen)
 
-    direct = (b > b0) & (key != KEY_POSINF)                    # b > b0 >= 0: nonzero
-    claim(idx[direct])
+    not_posinf = (key != KEY_POSINF) if drop else np.ones(n, bool)
+    direct = (b > b0) & not_posinf                             # b > b0 >= 0: nonzero
+    claim(pos[direct])
     n_direct = counter
     in_bin = nz & (b == b0)
     overflow = int(in_bin.sum()) > cap
@@ -351,26 +355,105 @@ def select_row_onecta(scores: np.ndarray, k: int, cap: int, rng: np.random.Gener
         b2, above2 = _find_desc(h2, k - G0 - above1)
         G = G0 + above1 + above2
         T = (prefix << 10) | b2
-    t_finite = b0 != 0 and T != KEY_POSINF
-    above = G - P if T < KEY_POSINF else 0
+    t_finite = b0 != 0 and (not drop or T != KEY_POSINF)
+    above = G - P if (not drop or T < KEY_POSINF) else 0
     Q = k - G
     E = int(((key == T) & nz).sum()) if t_finite else 0        # h2[b2]: every key == T is in bin b0
     take_all = t_finite and Q == E
     if b0 != 0:
-        member = in_bin & (((key > T) & (key != KEY_POSINF)) | (take_all & (key == T)))
-        claim(idx[member])
+        member = in_bin & (((key > T) & not_posinf) | (take_all & (key == T)))
+        claim(pos[member])
     assert counter == above + (E if take_all else 0), (counter, above, E, take_all)
     partial = t_finite and 0 < Q < E
     if partial:
-        ties = idx[key == T][:Q]                               # index order: the lowest first
-        out[above:above + len(ties)] = ties
+        taken = np.asarray(ties(T, Q))
+        assert len(taken) == Q
+        out[above:above + Q] = taken
     F = above + (Q if t_finite else 0)
     out[F:] = -1
     return out, OneTrace(b0=b0, T=T, buffered=int(in_bin.sum()), overflow=overflow, direct=n_direct, E=E, Q=Q,
                          partial=partial)
 
 
+def _ties_of_row(key: np.ndarray, lo: int, hi: int):
+    """topk_take_ties over [lo, hi) of a row's keys: the first Q indices with key == T, in index order."""
+    return lambda T, Q: lo + np.flatnonzero(key[lo:hi] == T)[:Q]
+
+
+def select_row_onecta(scores: np.ndarray, k: int, cap: int, rng: np.random.Generator | None = None
+                      ) -> tuple[np.ndarray, OneTrace]:
+    """One row as topk_onecta.cu's single CTA with ``cap`` buffer entries: ``(out [k] int32, trace)``
+    (_one_select over the row, a member's slot holding its index, -1 for +inf)."""
+    rng = rng or np.random.default_rng(0)
+    key = keys(scores).astype(np.int64)
+    out, trace = _one_select(key, k, cap, rng, True, lambda p: p, _ties_of_row(key, 0, len(key)))
+    return out.astype(np.int32), trace
+
+
 def select_onecta(scores: np.ndarray, k: int, cap: int) -> np.ndarray:
     """Every row of ``scores`` [M, C] float32 -> [M, k] int32 (select_row_onecta)."""
     rng = np.random.default_rng(1)
     return np.stack([select_row_onecta(row, k, cap, rng)[0] for row in scores])
+
+
+# ---- topk_split.cu (dsa_topk_split): P CTAs a row, candidates, the last CTA's final select -------
+
+SPLIT_MAX = 16                         # the most CTAs a row pick_split gives
+
+
+def pick_split(M: int, C: int, k: int, sms: int) -> int:
+    """CTAs a row for dsa_topk_split: P near sqrt(C / k) (stage 1 reads C / P keys a CTA, stage 2
+    P k candidates on one CTA: their sum is least there), at most SPLIT_MAX, and at most sms // M
+    so that the M P CTAs run in one wave (one CTA an SM); at least 1."""
+    return max(1, min(sms // M, SPLIT_MAX, int(round(math.sqrt(C / k)))))
+
+
+def split_slices(C: int, P: int) -> list[tuple[int, int]]:
+    """CTA r's slice [lo, hi): L = ceil(C / P) rounded up to 4, clamped to C (topk_split.cu)."""
+    L = (-(-C // P) + 3) & ~3
+    return [(min(C, r * L), min(C, min(C, r * L) + L)) for r in range(P)]
+
+
+@dataclasses.dataclass
+class SplitTrace:
+    """One row's split selection: every slice's stage-1 trace and stage 2's (over the candidates)."""
+
+    slices: list[OneTrace]
+    final: OneTrace
+
+
+def select_row_split(scores: np.ndarray, k: int, P: int, cap: int, rng: np.random.Generator | None = None
+                     ) -> tuple[np.ndarray, SplitTrace]:
+    """One row as topk_split.cu's P CTAs: ``(out [k] int32, trace)``.
+
+    Stage 1, each slice: _one_select over its keys without drop (+inf a key like any other), its
+    members as (key, row index) candidates in the slice's segment of kp = k rounded up to 4 slots
+    (in the counter's random order), key 0 in the slots past them, a partial tie quota taken from
+    the slice's keys in index order; a slot never written keeps POISON (a key of 0xAAAAAAAA, which
+    stage 2 would rank high: the test sees it). Stage 2: _one_select (drop) over the P kp candidate
+    keys, a member's slot holding its candidate's row index, a partial tie quota taken from the
+    whole row in index order (the kernel re-reads the scores)."""
+    rng = rng or np.random.default_rng(0)
+    key = keys(scores).astype(np.int64)
+    kp = (k + 3) & ~3
+    poison_key = int(np.uint32(POISON.view(np.uint32)))
+    cand_key = np.full(P * kp, poison_key, np.int64)
+    cand_idx = np.full(P * kp, POISON, np.int64)
+    traces = []
+    for r, (lo, hi) in enumerate(split_slices(len(key), P)):
+        slots, tr = _one_select(key[lo:hi], k, cap, rng, False, lambda p, lo=lo: lo + p, _ties_of_row(key, lo, hi))
+        seg_key, seg_idx = cand_key[r * kp:(r + 1) * kp], cand_idx[r * kp:(r + 1) * kp]   # views
+        member = (slots != -1) & (slots != POISON)
+        seg_idx[:k][member] = slots[member]
+        seg_key[:k][member] = key[slots[member]]
+        seg_key[:k][slots == -1] = 0                           # the fill: key 0 from F ...
+        seg_key[k:] = 0                                        # ... to kp
+        traces.append(tr)
+    out, final = _one_select(cand_key, k, cap, rng, True, lambda p: cand_idx[p], _ties_of_row(key, 0, len(key)))
+    return out.astype(np.int32), SplitTrace(slices=traces, final=final)
+
+
+def select_split(scores: np.ndarray, k: int, P: int, cap: int) -> np.ndarray:
+    """Every row of ``scores`` [M, C] float32 -> [M, k] int32 (select_row_split)."""
+    rng = np.random.default_rng(2)
+    return np.stack([select_row_split(row, k, P, cap, rng)[0] for row in scores])

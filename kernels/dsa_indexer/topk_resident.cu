@@ -80,14 +80,6 @@ __device__ __forceinline__ void cluster_wait() {
     asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
 
-// The 32-bit shared-memory address of a generic pointer into this CTA's shared memory.
-// (kda_common.cuh has the same two-line helper and cp_async16; another family's header, so copied.)
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-    unsigned a;
-    asm("{ .reg .u64 g; cvta.to.shared.u64 g, %1; cvt.u32.u64 %0, g; }" : "=r"(a) : "l"(p));
-    return a;
-}
-
 // atomicAdd on the word at `local`'s offset in CTA `rank` of the cluster; returns the old value.
 __device__ __forceinline__ unsigned atomic_add_rank(unsigned* local, unsigned rank, unsigned v) {
     unsigned ra, old;
@@ -96,14 +88,9 @@ __device__ __forceinline__ unsigned atomic_add_rank(unsigned* local, unsigned ra
     return old;
 }
 
-__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(dst)), "l"(src) : "memory");
-}
+// (smem_addr, cp_async16 and cp_async_wait_all: topk_common.cuh)
 __device__ __forceinline__ void cp_async4(void* dst, const void* src) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(smem_addr(dst)), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async_wait_all() {
-    asm volatile("cp.async.wait_all;" ::: "memory");
 }
 
 // Inclusive-then-exclusive block scan of N words in thread order: x[i] becomes the sum of x[i]

@@ -1,7 +1,7 @@
 /*
 DSA top-k: per-CTA timeline probes of the top-k kernels (topk_radix.cu, topk_resident.cu,
-topk_onecta.cu). tools/topk_timeline.py builds a variant's source with -DDSA_TOPK_TIMELINE through
-the variant's own launcher (same grid, inputs) and reads what the probes wrote;
+topk_onecta.cu, topk_split.cu). tools/topk_timeline.py builds a variant's source with
+-DDSA_TOPK_TIMELINE through the variant's own launcher (same grid, inputs) and reads what the probes wrote;
 kernels/dsa_indexer/topk_timeline.py parses it (its TK_* constants and mark names are checked
 against this file by a test). A normal build compiles every probe to nothing, so the swept kernels'
 machine code is unchanged (tools/sass_diff.py).
@@ -31,7 +31,8 @@ say so below. The tool orders a CTA's marks by clock64 and names each phase by t
 #define TK_COUNTS 11   // quota, output base and F known (the counts' barrier passed)
 #define TK_WRITE 12    // thread 0's members written and the -1 fill issued (thread 0's view: no barrier)
 #define TK_EXIT 13     // after the exit barrier (cluster), the last instruction
-#define TK_MARKS 14
+#define TK_FINAL 14    // split: the row's last CTA has written the final select (stage 2)
+#define TK_MARKS 15
 
 #ifdef DSA_TOPK_TIMELINE
 #define TK_SLOTS 32

@@ -17,6 +17,10 @@
   cluster, no DSMEM): digit 0 on 12 bits over the row (HBM, prefetched ahead into L2), then the keys
   above the threshold bin written straight out and the bin's keys buffered in shared memory, digits
   1 and 2 from that buffer only; small machine code (loops, not unrolled rows).
+- ``radix_split`` (ours): ``topk_split.cu``, P CTAs a row in one launch, no cluster and no
+  grid-wide wait: radix_onecta's select (``topk_onecta.cuh``) over each slice writes the slice's top
+  k as candidates to a workspace the step owns, and the row's last CTA (a per-row counter) selects
+  the final k from them.
 - ``torch_topk`` (peer): ``torch.topk`` unsorted on our stream, non-finite picks mapped to -1 as a
   caller would.
 - ``flashinfer_topk`` / ``flashinfer_topk_lower`` (peers): ``flashinfer.top_k(x, k)`` as called by
@@ -25,7 +29,8 @@
 - ``ref_topk`` (CPU): reference.topk row by row; ``model_radix`` (CPU): topk_model, the kernel's
   logic emulated in NumPy with the kernel's buffer size and cluster pick; ``model_resident`` (CPU):
   topk_resident.cu's logic (topk_model.select_row_resident); ``model_onecta`` (CPU): topk_onecta.cu's
-  (topk_model.select_row_onecta).
+  (topk_model.select_row_onecta); ``model_split`` (CPU): topk_split.cu's
+  (topk_model.select_row_split).
 
 Nothing here imports cupy, torch or flashinfer at import time.
 """
@@ -163,11 +168,12 @@ def _make_resident_build(wide: bool):
 
 
 ONECTA_SOURCE = "topk_onecta.cu"
+ONECTA_HEADER = "topk_onecta.cuh"   # one_select and its constants, shared with topk_split.cu
 
 
 def onecta_define(name: str) -> int:
-    """A ``#define`` of topk_onecta.cu (block size, buffer entries)."""
-    return source_define(str(HERE / ONECTA_SOURCE), name)
+    """A ``#define`` of topk_onecta.cuh (block size, buffer entries)."""
+    return source_define(str(HERE / ONECTA_HEADER), name)
 
 
 def _onecta_build(geometry, point, inputs, backend) -> KernelStep:
@@ -176,6 +182,50 @@ def _onecta_build(geometry, point, inputs, backend) -> KernelStep:
                       onecta_define("ONE_THREADS"), 0,
                       f"dsa_topk_onecta: one CTA of {onecta_define('ONE_THREADS')} threads a row ({Mn} CTAs, no "
                       f"cluster), {onecta_define('ONE_CAP')} threshold-bin entries a CTA")
+
+
+SPLIT_SOURCE = "topk_split.cu"
+
+
+def split_define(name: str) -> int:
+    """A ``#define`` of topk_split.cu (the ring's dynamic shared memory)."""
+    return source_define(str(HERE / SPLIT_SOURCE), name)
+
+
+def make_split_build(P_fixed: int | None = None):
+    """radix_split's launcher: dsa_topk_split at topk_model.pick_split's P, or at ``P_fixed`` CTAs
+    a row (a test's way to run more CTAs than fit at once: the kernel needs no co-residency)."""
+
+    def build(geometry, point, inputs, backend) -> KernelStep:
+        return _split_step(geometry, point, inputs, backend, P_fixed)
+    return build
+
+
+def _split_step(geometry, point, inputs, backend, P_fixed: int | None) -> KernelStep:
+    """dsa_topk_split on grid (P, M), P = topk_model.pick_split; the step owns its candidate
+    workspace (poisoned with the output: every slot stage 1 should write is checked through stage
+    2) and the per-row counters (zero at allocation and after every launch; put back to zero by
+    ``poison`` too, so a launch that was cut short cannot leave the next one a wrong count)."""
+    cp = backend.cp
+    Mn, C, k = int(point["M"]), spec.n_candidates(geometry, point), spec.k_selected(geometry, point)
+    P = P_fixed or topk_model.pick_split(Mn, C, k, int(backend.props["multiProcessorCount"]))
+    kp = (k + 3) & ~3
+    ring = split_define("SPLIT_RING_BYTES")
+    fn = get_kernel(backend, HERE / SPLIT_SOURCE, "dsa_topk_split", dyn_smem=ring)
+    scores = backend.to_device(inputs["scores"])
+    with backend.stream:
+        buffers = {"indices": cp.empty((Mn, k), cp.int32), "ws_key": cp.empty((Mn, P, kp), cp.uint32),
+                   "ws_idx": cp.empty((Mn, P, kp), cp.int32), "count": cp.zeros(Mn, cp.uint32)}
+        zero = cp.zeros(Mn, cp.uint32)
+    kernels = [KernelCall(fn, (P, Mn), onecta_define("ONE_THREADS"), ring,
+                          lambda b: (scores, b["indices"], b["ws_key"], b["ws_idx"], b["count"], np.int32(C),
+                                     np.int32(k)))]
+    poison = {"indices": topk_model.POISON, "ws_key": topk_model.POISON.view(np.uint32), "ws_idx": topk_model.POISON}
+    step = KernelStep(backend, kernels, buffers, {"count": zero}, poison,
+                      lambda b: {"indices": backend.to_host(b["indices"])}, dependent=False)
+    step.note = (f"dsa_topk_split: {P} CTAs a row ({Mn * P} CTAs, no cluster), slices of "
+                 f"{topk_model.split_slices(C, P)[0][1]} keys, {P * kp} candidates for the row's last CTA")
+    return step.ready()
 
 
 def _torch_ready() -> str | None:
@@ -329,6 +379,11 @@ def _model_onecta_rows(scores: np.ndarray, k: int) -> np.ndarray:
     return topk_model.select_onecta(scores, k, onecta_define("ONE_CAP"))
 
 
+def _model_split_rows(scores: np.ndarray, k: int) -> np.ndarray:
+    P = topk_model.pick_split(len(scores), scores.shape[1], k, H200_SMS)
+    return topk_model.select_split(scores, k, P, onecta_define("ONE_CAP"))
+
+
 def _model_resident_rows(scores: np.ndarray, k: int) -> np.ndarray:
     return topk_model.select_resident(scores, k, pick_resident(scores.shape[1]))
 
@@ -386,6 +441,13 @@ TOPK_VARIANTS = (
                 "digits 1 and 2 from that buffer only; loops instead of unrolled rows, so little machine "
                 "code to fetch after the L2 flush",
             supports=_supports_radix, sources=(ONECTA_SOURCE,)),
+    Variant("radix_split", "cuda", make_split_build(),
+            why="P CTAs a row (M x P <= the SMs: one wave; P near sqrt(C / k)) in one launch with no cluster "
+                "and no grid-wide wait: each CTA runs radix_onecta's select over its slice (16-B cp.async "
+                "into a 128 KiB ring, 96-128 KiB in flight, slices up to 32768 keys held there for pass 2) "
+                "and writes its top k as (key, index) candidates; the row's last CTA (a counter) selects "
+                "the final k from the P k candidates; deadlock-free in any number of waves",
+            supports=_supports_radix, sources=(SPLIT_SOURCE,)),
     Variant("torch_topk", "cuda", lambda g, p, i, b: _TorchTopk(g, p, i, b),
             why="torch.topk(k, sorted=False) on our stream, non-finite picks mapped to -1",
             supports=lambda g, p: _torch_ready(), peer=True),
@@ -409,6 +471,10 @@ TOPK_VARIANTS = (
     Variant("model_onecta", "cpu", lambda g, p, i, b: _HostTopk(_model_onecta_rows, g, p, i),
             why="topk_onecta.cu's logic emulated in NumPy (topk_model.select_row_onecta): 12-bit digit 0, "
                 "the direct writes above the threshold bin, the bin's buffer and its overflow, the ties",
+            sources=("topk_model.py",)),
+    Variant("model_split", "cpu", lambda g, p, i, b: _HostTopk(_model_split_rows, g, p, i),
+            why="topk_split.cu's logic emulated in NumPy (topk_model.select_row_split) at radix_split's P: "
+                "each slice's candidates (+inf kept), the final select over them, the row's index-order ties",
             sources=("topk_model.py",)),
     Variant("model_resident", "cpu", lambda g, p, i, b: _HostTopk(_model_resident_rows, g, p, i),
             why="topk_resident.cu's logic emulated in NumPy (topk_model.select_row_resident) at resident's "
