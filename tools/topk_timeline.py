@@ -15,7 +15,7 @@ the span from the first CTA's entry to the last CTA's exit, and per phase the me
 CTAs (kernels/dsa_indexer/topk_timeline.py says what each mark ends). Also times, the way the
 sweep times a step (eager launch between CUDA events, L2 flushed before each), an empty kernel of
 one CTA (the floor under every measured time) and one of each variant's launch shape (grid, block,
-dynamic shared memory, cluster): what the launch itself costs. Writes summary.csv, phases.csv, a
+dynamic shared memory, the kernel's own cluster width): what the launch itself costs. Writes summary.csv, phases.csv, a
 marks CSV per run and timeline.png under --out.
 """
 
@@ -97,10 +97,24 @@ def _flushed_floor_us(backend, launch) -> float:
     return timing.time_cuda([launch], backend, conf, "flush").ms_p50 * 1e3
 
 
-def empty_floor_us(backend, grid=(1,), threads=32, smem=0) -> float:
-    """An empty kernel of this launch shape (a cluster of grid[0] CTAs when grid[0] > 1)."""
-    cs = grid[0] if len(grid) > 1 and grid[0] > 1 else 1
-    dims = f"__cluster_dims__({cs}, 1, 1) " if cs > 1 else ""
+# CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH (cuda.h): a kernel's compile-time __cluster_dims__ x, 0 if none
+_REQUIRED_CLUSTER_WIDTH = 11
+
+
+def cluster_width(backend, fn) -> int:
+    """The compile-time cluster width of kernel ``fn`` (1 without one), asked of the driver; 1, said
+    on stdout, where this CuPy cannot ask (the shape floor is then that of plain CTAs)."""
+    try:
+        return max(1, int(backend.cp.cuda.driver.funcGetAttribute(_REQUIRED_CLUSTER_WIDTH, fn.ptr)))
+    except Exception as exc:  # an older CuPy without the binding, or a driver that refuses the attribute
+        print(f"cluster width unknown ({type(exc).__name__}: {exc}); the shape floor uses plain CTAs")
+        return 1
+
+
+def empty_floor_us(backend, grid=(1,), threads=32, smem=0, cluster=1) -> float:
+    """An empty kernel of this launch shape: grid, threads, dynamic shared memory and clusters of
+    ``cluster`` CTAs (the probed kernel's own, ``cluster_width``)."""
+    dims = f"__cluster_dims__({cluster}, 1, 1) " if cluster > 1 else ""
     fn = backend.cp.RawModule(code=f'extern "C" __global__ void {dims}topk_tl_empty() {{}}',
                               options=("-std=c++17",)).get_function("topk_tl_empty")
     if smem > 48 * 1024:
@@ -170,7 +184,7 @@ def main() -> None:
             if n_ctas * tl.TK_SLOTS > tl.TK_CAPACITY:
                 raise SystemExit(f"{name}: {n_ctas} CTAs need {n_ctas * tl.TK_SLOTS} probe words; the buffer "
                                  f"holds {tl.TK_CAPACITY}")
-            shape_floor = empty_floor_us(backend, grid, k0.threads, k0.smem)
+            shape_floor = empty_floor_us(backend, grid, k0.threads, k0.smem, cluster_width(backend, k0.fn))
             for mode in MODES:
                 raw, event_us = record(backend, step, primer, probed[name], args.launches, mode)
                 marks = tl.parse(raw, n_ctas)
