@@ -105,7 +105,8 @@ def cluster_width(backend, fn) -> int:
     """The compile-time cluster width of kernel ``fn`` (1 without one), asked of the driver; 1, said
     on stdout, where this CuPy cannot ask (the shape floor is then that of plain CTAs)."""
     try:
-        return max(1, int(backend.cp.cuda.driver.funcGetAttribute(_REQUIRED_CLUSTER_WIDTH, fn.ptr)))
+        function = getattr(fn, "kernel", fn)  # a RawKernel holds its cupy.cuda.Function as .kernel
+        return max(1, int(backend.cp.cuda.driver.funcGetAttribute(_REQUIRED_CLUSTER_WIDTH, function.ptr)))
     except Exception as exc:  # an older CuPy without the binding, or a driver that refuses the attribute
         print(f"cluster width unknown ({type(exc).__name__}: {exc}); the shape floor uses plain CTAs")
         return 1
