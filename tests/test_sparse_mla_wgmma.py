@@ -42,7 +42,8 @@ def layout_used(tile: int, stages: int) -> int:
 
 
 def test_the_model_constants_are_the_kernels():
-    text = (variants.HERE / "split_wgmma.cu").read_text()
+    # split_wgmma.cu and the wgmma helpers it shares with split_wgmma_ws.cu (sparse_mla_wgmma.cuh)
+    text = (variants.HERE / "split_wgmma.cu").read_text() + (variants.HERE / "sparse_mla_wgmma.cuh").read_text()
     for name, value in (("WG_TILE", TILE), ("WG_STAGE_BYTES", STAGE), ("WG_RING_AT", RING_AT)):
         assert int(re.search(rf"#define\s+{name}\s+(\d+)", text).group(1)) == value, name
     # the swizzle formula and the descriptor builder the model below mirrors
@@ -582,3 +583,119 @@ def test_the_wgmma_device_check_and_options_shared_by_the_families():
     assert "\n" not in str(err.value) and str(err.value).startswith("split_wgmma:") and "sm_100" in str(err.value)
     assert variants.WGMMA_OPTIONS == ("-arch=sm_90a", "-DSPARSE_MLA_WGMMA_SM90A")
     assert all(o in (variants.HERE / "split_wgmma.cu").read_text() for o in ("SPARSE_MLA_WGMMA_SM90A",))
+
+
+# ---- split_wgmma_ws: the mbarrier ring between the producer and the two consumer warpgroups -------
+
+WS_SOURCE = "split_wgmma_ws.cu"
+
+
+class Mbarrier:
+    """An mbarrier as the kernel uses it: `count` arrivals complete a phase; try_wait.parity(P)
+    succeeds when the phase of parity P has completed, which the hardware decides from the parity
+    of the completed phases alone (so a waiter must never be two phases behind or ahead)."""
+
+    def __init__(self, count: int):
+        self.count, self.pending, self.completed = count, count, 0
+
+    def arrive(self, n: int) -> None:
+        assert 0 < n <= self.pending, "more arrivals than the phase expects"
+        self.pending -= n
+        if self.pending == 0:
+            self.completed, self.pending = self.completed + 1, self.count
+
+    def try_wait(self, parity: int, want: int) -> bool:
+        """`want`: the completion (0-based) the waiter means; the hardware sees only its parity."""
+        assert self.completed in (want, want + 1), f"waiting for completion {want} at {self.completed}: ambiguous parity"
+        return (self.completed & 1) != parity
+
+
+def ws_producer_parity(t: int, stages: int) -> int:
+    return (t // stages - 1) & 1          # split_wgmma_ws.cu: (t / WS_STAGES - 1) & 1, for t >= WS_STAGES
+
+
+def ws_consumer_parity(it: int, stages: int) -> int:
+    return (it // stages) & 1             # split_wgmma_ws.cu: (it / WS_STAGES) & 1
+
+
+def ring_model(ntiles: int, stages: int, rng: np.random.Generator, producer_parity=ws_producer_parity,
+               producer_waits: bool = True) -> None:
+    """One random interleaving of the producer and the two consumer warpgroups over the ring
+    (each warpgroup's 128 threads arrive together). Asserts: no stage written while a consumer may
+    still read the tile it holds (both warpgroups arrived on empty for tile t - stages before tile
+    t is written), no tile read before it is full (the stage holds that tile, completely written),
+    and no deadlock."""
+    full = [Mbarrier(128) for _ in range(stages)]
+    empty = [Mbarrier(256) for _ in range(stages)]
+    holds = [None] * stages            # the tile a stage holds once written
+    released = set()                   # (warpgroup, tile) arrivals on empty
+
+    def producer():
+        for t in range(ntiles):
+            s = t % stages
+            if t >= stages and producer_waits:
+                while not empty[s].try_wait(producer_parity(t, stages), t // stages - 1):
+                    yield
+            assert t < stages or all((wg, t - stages) in released for wg in (0, 1)), f"tile {t} over a busy stage"
+            holds[s] = None            # being written
+            yield
+            holds[s] = t
+            full[s].arrive(128)        # every producer thread, after its wait and fence
+            yield
+
+    def consumer(wg):
+        for it in range(ntiles):
+            s = it % stages
+            while not full[s].try_wait(ws_consumer_parity(it, stages), it // stages):
+                yield
+            assert holds[s] == it, f"warpgroup {wg} read tile {it} from a stage holding {holds[s]}"
+            yield                      # S, the exchange, softmax, PV: the stage is read throughout
+            assert holds[s] == it, f"tile {it} overwritten while warpgroup {wg} read it"
+            released.add((wg, it))
+            empty[s].arrive(128)       # after its wgmma.wait_group 0 of the PV
+            yield
+
+    agents = [producer(), consumer(0), consumer(1)]
+    live = list(range(3))
+    steps = 0
+    while live:
+        k = live[int(rng.integers(len(live)))]
+        try:
+            next(agents[k])
+        except StopIteration:
+            live.remove(k)
+        steps += 1
+        assert steps < 100 * (ntiles + 1) * stages + 1000, "deadlock"
+    assert len(released) == 2 * ntiles
+
+
+def test_the_ring_model_constants_are_the_kernels():
+    text = (variants.HERE / WS_SOURCE).read_text()
+    assert "if (t >= WS_STAGES) mbar_wait(bar + 16 + 8 * s, (unsigned)((t / WS_STAGES - 1) & 1));" in text
+    assert "mbar_wait(bar + 8 * s, (unsigned)((it / WS_STAGES) & 1));" in text
+    assert "mbar_init(base + WS_BAR_AT + 8 * st, 128);" in text and "mbar_init(base + WS_BAR_AT + 16 + 8 * st, 256);" in text
+    assert text.count("mbar_arrive(bar + 8 * s);") == 1 and text.count("mbar_arrive(bar + 16 + 8 * s);") == 1
+    assert int(re.search(r"#define\s+WS_STAGES\s+(\d+)", text).group(1)) in range(2, 5)
+    # the layout the launcher sizes (variants.source_define) and the 227 KiB an SM
+    used = int(re.search(r"#define\s+WS_USED\s+(\d+)", text).group(1))
+    assert variants.source_define(WS_SOURCE, "SPARSE_MLA_SPLIT_WGMMA_WS_SMEM_BYTES") == used + 1024 <= 227 * 1024
+    assert used == 65536 + 2 * 65536 + 32768 + 2 * 64 * 4 + 2 * 2 * 4 + 2 * 2 * 8
+    assert variants.source_define(WS_SOURCE, "SPARSE_MLA_SPLIT_WGMMA_WS_THREADS") == 384
+
+
+@pytest.mark.parametrize("stages", [2, 3, 4])
+@pytest.mark.parametrize("ntiles", range(10))
+def test_the_ring_protocol_never_overwrites_or_reads_early(ntiles, stages):
+    rng = np.random.default_rng(1000 * stages + ntiles)
+    for _ in range(30):
+        ring_model(ntiles, stages, rng)
+
+
+@pytest.mark.parametrize("wrong", ["no empty wait", "consumer parity for the producer"])
+def test_the_ring_model_tells_a_wrong_protocol(wrong):
+    rng = np.random.default_rng(7)
+    kwargs = ({"producer_waits": False} if wrong == "no empty wait"
+              else {"producer_parity": lambda t, st: (t // st) & 1})
+    with pytest.raises(AssertionError):
+        for _ in range(50):
+            ring_model(8, 2, rng, **kwargs)
