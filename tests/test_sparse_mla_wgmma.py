@@ -699,3 +699,94 @@ def test_the_ring_model_tells_a_wrong_protocol(wrong):
     with pytest.raises(AssertionError):
         for _ in range(50):
             ring_model(8, 2, rng, **kwargs)
+
+
+# ---- split_wgmma_ws's FP8 form: the producer's lane mapping and the scaled f16 algorithm ----------
+
+def test_the_fp8_producer_writes_every_chunk_once_and_its_stores_are_conflict_free():
+    """Pass e = warp + 4 i (i < 16), lane (rr = lane / 4, cq = lane % 4): row 8 (e / 8) + rr, code
+    chunk 4 (e % 8) + cq, stored as f16 chunks 2 cc and 2 cc + 1 (split_wgmma_ws.cu)."""
+    text = (variants.HERE / WS_SOURCE).read_text()
+    assert "const int e = pw + 4 * (8 * b + i), r = 8 * (e >> 3) + rr, cc = 4 * (e & 7) + cq;" in text
+    assert "st_shared_v4(stage + wg_swz(r, 2 * cc)" in text and "st_shared_v4(stage + wg_swz(r, 2 * cc + 1)" in text
+    seen = []
+    for pw in range(4):
+        for i in range(16):
+            e = pw + 4 * i
+            rows = [8 * (e >> 3) + (lane >> 2) for lane in range(32)]
+            assert len({r >> 5 for r in rows}) == 1, "the half (which register holds the row) is warp-uniform"
+            for second in (0, 1):
+                offs = [wg_swz(8 * (e >> 3) + (lane >> 2), 2 * (4 * (e & 7) + (lane & 3)) + second) for lane in range(32)]
+                groups = np.bincount([(o // 16) % 8 for o in offs], minlength=8)
+                assert (groups == 4).all(), "512 B a store instruction in 4 wavefronts"
+                seen += offs
+    assert sorted(seen) == list(range(0, STAGE, 16))
+    # the row-major alternative (a warp along one row) would take 8 wavefronts: the reason for the mapping
+    offs = [wg_swz(0, 2 * lane) for lane in range(32)]
+    assert np.bincount([(o // 16) % 8 for o in offs], minlength=8).max() == 8
+
+
+def f16(x: np.ndarray) -> np.ndarray:
+    return np.asarray(x, np.float32).astype(np.float16).astype(np.float32)
+
+
+def ws_fp8_model(q: np.ndarray, code_val: np.ndarray, rs: np.ndarray, valid: np.ndarray, scale: float, start: int,
+                 end: int, reference_scale: bool = True):
+    """split_wgmma_ws_fp8's CTA in float32: q rounded to f16, the codes' values (exact in f16), the
+    row scale on the scores and, over R (the largest scale of the first tile; 1 if none valid), on
+    the f16 weights; l the unrounded p; O = R sum a code. -> (acc, m, l) as split_model."""
+    H, D = q.shape
+    q16 = f16(q)
+    m_run, l_run, o = np.full(H, -np.inf, np.float32), np.zeros(H, np.float32), np.zeros((H, D), np.float32)
+    R = None
+    for j0 in range(start, end, TILE):
+        j = np.arange(j0, j0 + TILE)
+        ok = (j < end) & valid[np.minimum(j, len(valid) - 1)]
+        codes = np.where(ok[:, None], code_val[np.minimum(j, len(code_val) - 1)], 0).astype(np.float32)
+        sc = np.where(ok, rs[np.minimum(j, len(rs) - 1)], 0).astype(np.float32)
+        if R is None:
+            R = (sc.max() if sc.max() > 0 else np.float32(1)) if reference_scale else np.float32(1)
+        s = (q16[:, :256] @ codes[:, :256].T) + (q16[:, 256:] @ codes[:, 256:].T)
+        s = np.where(ok[None, :], (scale * sc)[None, :] * s, -np.inf)
+        mn = np.maximum(m_run, s.max(axis=1))
+        none = mn == -np.inf
+        with np.errstate(invalid="ignore"):
+            alpha = np.where(none, 1.0, np.exp(m_run - mn)).astype(np.float32)
+            p = np.where(none[:, None], 0.0, np.exp(s - mn[:, None])).astype(np.float32)
+        a = f16(p * (sc * np.float32(1 / R))[None, :])
+        l_run = l_run * alpha + p.sum(axis=1)
+        m_run = mn
+        o = o * alpha[:, None] + a @ codes
+    return (o * (R if R is not None else 1)).astype(np.float32), m_run, l_run
+
+
+@pytest.mark.parametrize("splits,magnitude", [(4, 1.0), (3, 1e-3)])
+def test_the_fp8_scaled_f16_algorithm_matches_the_reference_on_the_dequantized_rows(splits, magnitude):
+    """The component's FP8 rules (out RelErr 2e-2, lse 1e-3) against float64 attention over the
+    dequantized rows. Latent rows of N(0, 1) give p x scale ~ 1e-4 .. 7e-3, normal f16 values with
+    or without R; rows 1000x smaller (scale ~ 7e-6) put every p x scale among f16's subnormals, where
+    the weights over R keep the error of the N(0, 1) case and the plain p x scale does not: R's reason."""
+    from kernels import fp8
+
+    rng = np.random.default_rng(40 + splits)
+    H, D, W, scale = 64, 512, 576, 1 / 16
+    q = bf16(rng.standard_normal((H, D)))
+    codes, rs = fp8.quantize_rows(magnitude * rng.standard_normal((W, D)))
+    code_val = fp8.decode_e4m3(codes)
+    valid = rng.random(W) < 0.8
+    valid[W // splits:2 * W // splits] = False
+    want_out, want_lse = spec.attend(q.astype(np.float64), fp8.dequantize_rows(codes, rs)[valid].astype(np.float64),
+                                     scale)
+    errs = {}
+    for use_r in (True, False):
+        parts = [ws_fp8_model(q, code_val, rs, valid, scale, s * W // splits, (s + 1) * W // splits, use_r)
+                 for s in range(splits)]
+        assert parts[1][1].max() == -np.inf and not parts[1][0].any()
+        out, lse = combine(parts)
+        errs[use_r] = {name: np.linalg.norm(got - want) / np.linalg.norm(want)
+                       for name, got, want in (("out", out, want_out), ("lse", lse, want_lse))}
+    for name in ("out", "lse"):
+        assert errs[True][name] <= spec.checks({})[name].tolerance, (name, errs[True])
+    assert errs[True]["out"] < 1e-3, errs            # measured ~2e-4 at both magnitudes
+    if magnitude < 1:
+        assert errs[False]["out"] > 3 * errs[True]["out"], errs
