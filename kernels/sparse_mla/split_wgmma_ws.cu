@@ -14,7 +14,7 @@ e4m3 and row_scale [rows] f32, value = e4m3(code) x scale, kernels/fp8.py).
 Kernels: sparse_mla_split_wgmma_ws (BF16) and sparse_mla_split_wgmma_ws_fp8 (FP8), ws_split<FP8>.
 
 CTA: 3 warpgroups, 384 threads, __launch_bounds__(384, 1), one CTA an SM.
-  WG 0, the producer (setmaxnreg.dec to WS_PRODUCER_REGS = 40; FP8 80): resolves every tile's
+  WG 0, the producer (setmaxnreg.dec to WS_PRODUCER_REGS = 40; FP8 72): resolves every tile's
     rows (lane l of each producer warp carries slots l and 32 + l: selection -> page table -> arena
     row, the loads of a tile made one iteration before their use), prefetches tiles t + 1 .. t + 3
     into L2 (cp.async.bulk.prefetch.L2, one 1024-B request a row (FP8: the 512 B of codes), 16 rows a
@@ -25,7 +25,9 @@ CTA: 3 warpgroups, 384 threads, __launch_bounds__(384, 1), one CTA an SM.
     S_cw = Q[:, half] C[:, half]^T (16 x m64n64k16 SS), S = S_0 + S_1 through the exchange buffer with named barrier 1 (the 256
     consumer threads only: bar.sync 1, 256), online softmax in registers, O_cw += P C[:, half]
     (4 x m64n256k16 RS, P from the S accumulators, the tile as the transposed B).
-  Registers: 128 x WS_PRODUCER_REGS + 256 x WS_CONSUMER_REGS <= 65536 (static_assert below).
+  Registers: 128 x producer + 256 x consumer <= 384 x 168 = 64512, the CTA's launch allocation
+  (40 / 232 and 72 / 216 meet it exactly; setmaxnreg.inc waits until the pool has the registers,
+  so a larger sum would hang, static_assert below).
 
 The ring (WS_STAGES = 2 stages of 64 slots: sQ 64 KiB + 2 x 64 KiB + the exchange 32 KiB = 224 KiB;
 a third 64 KiB stage does not fit, NOTES.md "split_wgmma_ws" says why 32-slot stages paired as one
@@ -105,17 +107,22 @@ the launcher's options); for plain sm_90 (the compile test) each kernel body is 
 #define WS_PREFETCH 3      // tiles ahead of the copied one whose rows are prefetched into L2
 #define WS_PRODUCER_REGS 40
 #define WS_CONSUMER_REGS 232
-#define WS_PRODUCER_REGS_FP8 80   // 8 16-B loads in flight a producer thread (64: ~20 spills a tile)
-#define WS_CONSUMER_REGS_FP8 216  // 128 x 80 + 256 x 216 = 65536
+#define WS_PRODUCER_REGS_FP8 72   // 8 16-B loads in flight a producer thread (56: ~30 spills a tile)
+#define WS_CONSUMER_REGS_FP8 216  // 208 would spill 5 registers a tile, 216 spills one
+// What ptxas gives a __launch_bounds__(384, 1) kernel (65536 / 384 rounded down to 8; its -v says 168):
+// the CTA's register pool, within which setmaxnreg only moves registers. A sum above it would leave
+// setmaxnreg.inc waiting forever.
+#define WS_LAUNCH_REGS 168
 static_assert(WS_X_AT == WS_RING_AT + WS_STAGES * WS_STAGE_BYTES && WS_SCALE_AT == WS_X_AT + 2 * 8 * 128 * 16 &&
                   WS_MASK_AT == WS_SCALE_AT + WS_STAGES * 64 * 4 && WS_BAR_AT == WS_MASK_AT + WS_STAGES * 2 * 4 &&
                   WS_BAR_AT % 8 == 0 && WS_USED == WS_BAR_AT + 2 * WS_STAGES * 8 &&
                   WS_USED + 1024 == SPARSE_MLA_SPLIT_WGMMA_WS_SMEM_BYTES && WS_STAGE_BYTES == WS_TILE * SMLA_DIM * 2,
               "smem layout");
 static_assert(SPARSE_MLA_SPLIT_WGMMA_WS_SMEM_BYTES <= 232448, "227 KiB of dynamic shared memory an SM");
-static_assert(128 * WS_PRODUCER_REGS + 256 * WS_CONSUMER_REGS <= 65536 &&
-                  128 * WS_PRODUCER_REGS_FP8 + 256 * WS_CONSUMER_REGS_FP8 <= 65536,
-              "the register file: 128 producer + 256 consumer threads");
+static_assert(128 * WS_PRODUCER_REGS + 256 * WS_CONSUMER_REGS <= 384 * WS_LAUNCH_REGS &&
+                  128 * WS_PRODUCER_REGS_FP8 + 256 * WS_CONSUMER_REGS_FP8 <= 384 * WS_LAUNCH_REGS &&
+                  384 * WS_LAUNCH_REGS <= 65536 && WS_LAUNCH_REGS % 8 == 0 && 384 * (WS_LAUNCH_REGS + 8) > 65536,
+              "setmaxnreg moves registers within the CTA's launch allocation: 128 producer + 256 consumer threads");
 
 #ifdef SPARSE_MLA_WGMMA_ENABLED
 
