@@ -17,9 +17,8 @@ CTA: 3 warpgroups, 384 threads, __launch_bounds__(384, 1), one CTA an SM.
   WG 0, the producer (setmaxnreg.dec to WS_PRODUCER_REGS = 40; FP8 72): resolves every tile's
     rows (lane l of each producer warp carries slots l and 32 + l: selection -> page table -> arena
     row, the loads of a tile made one iteration before their use), prefetches tiles t + 1 .. t + 3
-    into L2 (cp.async.bulk.prefetch.L2, one 1024-B request a row (FP8: the 512 B of codes), 16 rows a
-    producer warp: the instruction takes a warp-uniform address) while it fills stage t % 2 with
-    tile t, and writes each tile's validity bits (FP8: and its row scales, loaded a tile ahead).
+    into L2 (prefetch.global.L2, 128-B lines: 4 a producer thread a tile, FP8 2; the bulk form
+    would be issued lane by lane, NOTES.md) while it fills stage t % 2 with tile t, and writes each tile's validity bits (FP8: and its row scales, loaded a tile ahead).
   WGs 1-2, the consumers (setmaxnreg.inc to WS_CONSUMER_REGS = 232; FP8 216): consumer warpgroup
     cw owns latent dims [256 cw, 256 cw + 256) and does exactly split_wgmma's per-tile math:
     S_cw = Q[:, half] C[:, half]^T (16 x m64n64k16 SS), S = S_0 + S_1 through the exchange buffer with named barrier 1 (the 256
@@ -160,11 +159,6 @@ template <int R>
 __device__ __forceinline__ void regs_inc() {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(R));
 }
-// A bulk prefetch into L2 (no shared memory, no completion): `bytes` from a 16-aligned address.
-template <int BYTES>
-__device__ __forceinline__ void prefetch_l2(const void* p) {
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "n"(BYTES) : "memory");
-}
 __device__ __forceinline__ float ld_nc_f32(const float* p) {
     float r;
     asm("ld.global.nc.f32 %0, [%1];" : "=f"(r) : "l"(p));
@@ -186,16 +180,20 @@ __device__ __forceinline__ unsigned e4m3x2_to_f16x2(unsigned two) {
     return h;
 }
 
-// The rows rk (lane l: slots l and 32 + l of one tile) into L2: producer warp pw asks for slots
-// 16 pw .. 16 pw + 15, one bulk prefetch a row. The instruction takes a uniform address (ptxas
-// loops over a warp's distinct addresses), so a row is broadcast to the whole warp first.
+// The rows rk (lane l: slots l and 32 + l of one tile) into L2, as 128-byte lines by
+// prefetch.global.L2, a per-thread instruction: producer thread p takes slot p / 2 (its row from
+// lane (p / 2) % 32 of half p / 64, warp-uniform), lines (p % 2) LINES / 2 .. of it. (The bulk form,
+// cp.async.bulk.prefetch.L2, is a uniform-datapath instruction that ptxas issues one distinct address
+// at a time: NOTES.md, "The 64-slot chain", measured at 5f502b2.)
 template <int BYTES>
-__device__ __forceinline__ void ws_prefetch_tile(const unsigned char* abytes, const int (&rk)[2], int pw) {
-    const int src = pw < 2 ? rk[0] : rk[1];
-#pragma unroll 4
-    for (int j = 0; j < 16; ++j) {
-        const int row = __shfl_sync(FULL_MASK, src, (16 * pw + j) & 31);
-        if (row >= 0) prefetch_l2<BYTES>(abytes + (size_t)row * BYTES);
+__device__ __forceinline__ void ws_prefetch_tile(const unsigned char* abytes, const int (&rk)[2], int p) {
+    constexpr int PER = BYTES / 128 / 2;  // lines a thread: 4 (BF16 rows), 2 (FP8 codes)
+    const int src = (p >> 6) ? rk[1] : rk[0];
+    const int row = __shfl_sync(FULL_MASK, src, (p >> 1) & 31);
+    if (row >= 0) {
+        const unsigned char* line = abytes + (size_t)row * BYTES + (p & 1) * PER * 128;
+#pragma unroll
+        for (int i = 0; i < PER; ++i) asm volatile("prefetch.global.L2 [%0];" ::"l"(line + 128 * i));
     }
 }
 
@@ -239,7 +237,7 @@ __device__ __forceinline__ void ws_producer(unsigned char* smem, unsigned base, 
     }
     // tiles 1 .. PF - 1 into L2 now (tile PF at t = 0 below; tile 0 is copied at once)
 #pragma unroll
-    for (int k = 1; k < PF; ++k) ws_prefetch_tile<ROW_BYTES>(abytes, rw[k], pw);
+    for (int k = 1; k < PF; ++k) ws_prefetch_tile<ROW_BYTES>(abytes, rw[k], p);
     // FP8: the row scales are loaded a tile ahead into a register (threads 0..63: slot p = 32 pw +
     // lane, row rw[.][pw]); the address of row 0 where the slot is invalid (the load may be speculated)
     float sv = 0.f;
@@ -287,7 +285,7 @@ __device__ __forceinline__ void ws_producer(unsigned char* smem, unsigned base, 
         int rn[2];
 #pragma unroll
         for (int h = 0; h < 2; ++h) rn[h] = wg_row(pgA[h], tkA[h], page_size);
-        ws_prefetch_tile<ROW_BYTES>(abytes, rn, pw);
+        ws_prefetch_tile<ROW_BYTES>(abytes, rn, p);
         // 2. the chain one tile on: page of tile t + PF + 1 (used next iteration), token of t + PF + 2
 #pragma unroll
         for (int h = 0; h < 2; ++h) {

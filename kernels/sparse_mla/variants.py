@@ -513,7 +513,7 @@ MLA_VARIANTS = (
             why="split_wgmma's math in two consumer warpgroups fed by a producer warpgroup (384 threads, "
                 "setmaxnreg 40 / 232): a 2-stage ring of 64-slot tiles with full / empty mbarriers (no "
                 "CTA-wide barrier in the loop), the rows resolved ahead and tiles t + 1 .. t + 3 "
-                "prefetched into L2 (cp.async.bulk.prefetch) while tile t is copied, so a tile's copy "
+                "prefetched into L2 (prefetch.global.L2, 4 lines a producer thread a tile) while tile t is copied, so a tile's copy "
                 "reads L2 and 192 KiB an SM are in flight from DRAM beyond the ring",
             supports=_supports_split("split_wgmma_ws"), sources=("split_wgmma_ws.cu",)),
     Variant("split_wgmma_ws_1wave", "cuda", _make_split_build("split_wgmma_ws", one_wave=True),
