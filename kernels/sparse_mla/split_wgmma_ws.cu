@@ -159,6 +159,10 @@ template <int R>
 __device__ __forceinline__ void regs_inc() {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(R));
 }
+// cp.async of 16 bytes to a shared-space address (src_bytes 0: zero-fill, nothing read).
+__device__ __forceinline__ void cp_async16_sh(unsigned saddr, const void* gmem, unsigned src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(saddr), "l"(gmem), "r"(src_bytes) : "memory");
+}
 __device__ __forceinline__ float ld_nc_f32(const float* p) {
     float r;
     asm("ld.global.nc.f32 %0, [%1];" : "=f"(r) : "l"(p));
@@ -277,6 +281,10 @@ __device__ __forceinline__ void ws_producer(unsigned char* smem, unsigned base, 
         }
     }
 
+    unsigned soff[4];  // BF16 copies: wg_swz(p / 64 + 2 k, p % 64)
+#pragma unroll
+    for (int k = 0; k < 4; ++k) soff[k] = wg_swz((p >> 6) + 2 * k, p & 63);
+
 #pragma unroll 1
     for (int t = 0; t < ntiles; ++t) {
         const int s = t & (WS_STAGES - 1);
@@ -302,20 +310,22 @@ __device__ __forceinline__ void ws_producer(unsigned char* smem, unsigned base, 
                 mask[2 * s] = vm0;
                 mask[2 * s + 1] = vm1;
             }
-            const int c = p & 63;
-            const bf16* a16 = static_cast<const bf16*>(arena);
-            // a rolled outer loop: unrolled, the compiler hoists all 32 shuffles above the empty
-            // wait and spills them at WS_PRODUCER_REGS
+            // Rows r = p / 64 + 2 k + 8 j (k < 4, j < 8) of chunk c = p % 64: the swizzled offsets of
+            // k are fixed a thread (a row group 8 rows on is 8192 B on), the global chunk offset too;
+            // the shared address is passed as such (no generic -> shared conversion a copy). The j
+            // loop stays rolled: unrolled, the compiler hoists the shuffles above the empty wait and
+            // spills them at WS_PRODUCER_REGS.
+            const unsigned char* a_c = abytes + (p & 63) * 16;
 #pragma unroll 1
-            for (int i0 = 0; i0 < 32; i0 += 4) {
-                const int src = i0 < 16 ? rw[0][0] : rw[0][1];  // r / 32 = i / 16: warp-uniform
+            for (int j = 0; j < 8; ++j) {
+                const int src = j < 4 ? rw[0][0] : rw[0][1];  // r / 32 = j / 4: warp-uniform
 #pragma unroll
-                for (int i = i0; i < i0 + 4; ++i) {
-                    const int r = (p >> 6) + 2 * i;  // warp-uniform
+                for (int k = 0; k < 4; ++k) {
+                    const int r = (p >> 6) + 2 * k + 8 * j;  // warp-uniform
                     const int row = __shfl_sync(FULL_MASK, src, r & 31);
-                    const bool ok = row >= 0;
-                    cp_async16_zfill(smem + WS_RING_AT + s * WS_STAGE_BYTES + wg_swz(r, c),
-                                     ok ? a16 + (size_t)row * SMLA_DIM + c * 8 : a16, ok ? 16u : 0u);
+                    // an invalid slot copies 0 bytes from row 0's chunk (a valid address): no select
+                    cp_async16_sh(stage + soff[k] + 8192u * j, a_c + ((size_t)(unsigned)max(row, 0) << 10),
+                                  row >= 0 ? 16u : 0u);
                 }
             }
             cp_async_commit();
