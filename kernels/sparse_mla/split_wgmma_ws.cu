@@ -11,7 +11,8 @@ index conventions: sparse_mla_common.cuh (q [M][64][512] bf16, selection [M][W] 
 never read, page_table [M][pages_per_stream], the arena [rows][512] bf16; FP8: codes [rows][512]
 e4m3 and row_scale [rows] f32, value = e4m3(code) x scale, kernels/fp8.py).
 
-Kernels: sparse_mla_split_wgmma_ws (BF16) and sparse_mla_split_wgmma_ws_fp8 (FP8), ws_split<FP8>.
+Kernels: sparse_mla_split_wgmma_ws (BF16) and sparse_mla_split_wgmma_ws_fp8 (FP8), ws_split<FP8>;
+sparse_mla_split_wgmma_ws_nol2, the BF16 kernel without the L2 look-ahead (one cost at a time).
 
 CTA: 3 warpgroups, 384 threads, __launch_bounds__(384, 1), one CTA an SM.
   WG 0, the producer (setmaxnreg.dec to WS_PRODUCER_REGS = 40; FP8 72): resolves every tile's
@@ -204,7 +205,7 @@ __device__ __forceinline__ void ws_prefetch_tile(const unsigned char* abytes, co
 // ---- the producer warpgroup -------------------------------------------------------------------
 // Tile t's slot 32 h + lane: lane's arena row (-1 invalid); the rows of this thread's warp for
 // tile t are rw[h] in every lane (each producer warp resolves the same rows: no exchange needed).
-template <bool FP8>
+template <bool FP8, bool L2>
 __device__ __forceinline__ void ws_producer(unsigned char* smem, unsigned base, const bf16* __restrict__ q,
                                             const void* __restrict__ arena, const float* __restrict__ row_scale,
                                             const int* __restrict__ sel_m, const int* __restrict__ pt_m, int m,
@@ -240,8 +241,10 @@ __device__ __forceinline__ void ws_producer(unsigned char* smem, unsigned base, 
         }
     }
     // tiles 1 .. PF - 1 into L2 now (tile PF at t = 0 below; tile 0 is copied at once)
+    if constexpr (L2) {
 #pragma unroll
-    for (int k = 1; k < PF; ++k) ws_prefetch_tile<ROW_BYTES>(abytes, rw[k], p);
+        for (int k = 1; k < PF; ++k) ws_prefetch_tile<ROW_BYTES>(abytes, rw[k], p);
+    }
     // FP8: the row scales are loaded a tile ahead into a register (threads 0..63: slot p = 32 pw +
     // lane, row rw[.][pw]); the address of row 0 where the slot is invalid (the load may be speculated)
     float sv = 0.f;
@@ -293,7 +296,7 @@ __device__ __forceinline__ void ws_producer(unsigned char* smem, unsigned base, 
         int rn[2];
 #pragma unroll
         for (int h = 0; h < 2; ++h) rn[h] = wg_row(pgA[h], tkA[h], page_size);
-        ws_prefetch_tile<ROW_BYTES>(abytes, rn, p);
+        if constexpr (L2) ws_prefetch_tile<ROW_BYTES>(abytes, rn, p);
         // 2. the chain one tile on: page of tile t + PF + 1 (used next iteration), token of t + PF + 2
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -535,8 +538,9 @@ __device__ __forceinline__ void ws_consumer(unsigned char* smem, unsigned base, 
                       o, rref);
 }
 
-// CTA (s, m) (header). arena: bf16 rows (FP8 = false) or e4m3 codes with row_scale (FP8 = true).
-template <bool FP8>
+// CTA (s, m) (header). arena: bf16 rows (FP8 = false) or e4m3 codes with row_scale (FP8 = true);
+// L2 = false: the same kernel without the L2 look-ahead (sparse_mla_split_wgmma_ws_nol2).
+template <bool FP8, bool L2 = true>
 __device__ __forceinline__ void ws_split(unsigned char* smem_raw, const bf16* __restrict__ q, const void* __restrict__ arena,
                                          const float* __restrict__ row_scale, const int* __restrict__ page_table,
                                          const int* __restrict__ selection, float* __restrict__ part_acc,
@@ -565,7 +569,7 @@ __device__ __forceinline__ void ws_split(unsigned char* smem_raw, const bf16* __
 
     if (threadIdx.x < 128) {
         regs_dec<FP8 ? WS_PRODUCER_REGS_FP8 : WS_PRODUCER_REGS>();
-        ws_producer<FP8>(smem, base, q, arena, row_scale, selection + (size_t)m * (size_t)W,
+        ws_producer<FP8, L2>(smem, base, q, arena, row_scale, selection + (size_t)m * (size_t)W,
                          page_table + (size_t)m * (size_t)pages_per_stream, m, start, end, ntiles, page_size);
     } else {
         regs_inc<FP8 ? WS_CONSUMER_REGS_FP8 : WS_CONSUMER_REGS>();
@@ -597,6 +601,22 @@ sparse_mla_split_wgmma_ws_fp8(const bf16* __restrict__ q, const unsigned char* _
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     ws_split<true>(smem_raw, q, codes, row_scale, page_table, selection, part_acc, part_ml, M, W, pages_per_stream,
                    page_size, splits, scale);
+#else
+    __trap();  // compiled without sm_90a: no wgmma (the launcher passes -arch=sm_90a)
+#endif
+}
+
+// split_wgmma_ws without the L2 look-ahead (the same rows resolved, no prefetch): what the
+// look-ahead buys once the consumers carry no copy work (NOTES.md, split_wgmma_ws).
+extern "C" __global__ void __launch_bounds__(SPARSE_MLA_SPLIT_WGMMA_WS_THREADS, 1)
+sparse_mla_split_wgmma_ws_nol2(const bf16* __restrict__ q, const bf16* __restrict__ arena,
+                               const int* __restrict__ page_table, const int* __restrict__ selection,
+                               float* __restrict__ part_acc, float* __restrict__ part_ml, int M, int W,
+                               int pages_per_stream, int page_size, int splits, float scale) {
+#ifdef SPARSE_MLA_WGMMA_ENABLED
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    ws_split<false, false>(smem_raw, q, arena, nullptr, page_table, selection, part_acc, part_ml, M, W,
+                           pages_per_stream, page_size, splits, scale);
 #else
     __trap();  // compiled without sm_90a: no wgmma (the launcher passes -arch=sm_90a)
 #endif

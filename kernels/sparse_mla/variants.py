@@ -146,6 +146,8 @@ SPLIT_DESIGNS = {
                        "SPARSE_MLA_SPLIT_WGMMA_WS_THREADS", "bf16"),
     "split_wgmma_ws_fp8": ("split_wgmma_ws.cu", "sparse_mla_split_wgmma_ws_fp8", "SPARSE_MLA_SPLIT_WGMMA_WS_SMEM_BYTES",
                            "SPARSE_MLA_SPLIT_WGMMA_WS_THREADS", "fp8"),
+    "split_wgmma_ws_nol2": ("split_wgmma_ws.cu", "sparse_mla_split_wgmma_ws_nol2", "SPARSE_MLA_SPLIT_WGMMA_WS_SMEM_BYTES",
+                            "SPARSE_MLA_SPLIT_WGMMA_WS_THREADS", "bf16"),
 }
 # The designs that compile with extra NVRTC options (the rest with none): every wgmma source.
 SPLIT_OPTIONS = {name: WGMMA_OPTIONS for name, design in SPLIT_DESIGNS.items()
@@ -513,12 +515,16 @@ MLA_VARIANTS = (
             why="split_wgmma's math in two consumer warpgroups fed by a producer warpgroup (384 threads, "
                 "setmaxnreg 40 / 232): a 2-stage ring of 64-slot tiles with full / empty mbarriers (no "
                 "CTA-wide barrier in the loop), the rows resolved ahead and tiles t + 1 .. t + 3 "
-                "prefetched into L2 (prefetch.global.L2, 4 lines a producer thread a tile) while tile t is copied, so a tile's copy "
-                "reads L2 and 192 KiB an SM are in flight from DRAM beyond the ring",
+                "prefetched into L2 (prefetch.global.L2, 4 lines a producer thread a tile) while tile t "
+                "is copied, so a tile's copy reads L2 and 192 KiB an SM are in flight from DRAM beyond the ring",
             supports=_supports_split("split_wgmma_ws"), sources=("split_wgmma_ws.cu",)),
     Variant("split_wgmma_ws_1wave", "cuda", _make_split_build("split_wgmma_ws", one_wave=True),
             why="split_wgmma_ws with split_mma_1wave's splits (one wave of CTAs, ragged chunks)",
             supports=_supports_split("split_wgmma_ws"), sources=("split_wgmma_ws.cu",)),
+    Variant("split_wgmma_ws_nol2_1wave", "cuda", _make_split_build("split_wgmma_ws_nol2", one_wave=True),
+            why="split_wgmma_ws_1wave without the L2 look-ahead (the same kernel, no prefetch): the look-ahead's "
+                "share once the consumers carry no copy work",
+            supports=_supports_split("split_wgmma_ws_nol2"), sources=("split_wgmma_ws.cu",)),
     Variant("split_wgmma_ws_fp8", "cuda", _make_split_build("split_wgmma_ws_fp8"),
             why="split_wgmma_ws over the FP8 latent (same template): the producer (setmaxnreg 72 / 216) "
                 "reads the e4m3 codes by 16-B loads, widens them exactly to f16 and stores them in the "
