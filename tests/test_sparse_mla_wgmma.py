@@ -42,7 +42,8 @@ def layout_used(tile: int, stages: int) -> int:
 
 
 def test_the_model_constants_are_the_kernels():
-    text = (variants.HERE / "split_wgmma.cu").read_text()
+    # split_wgmma.cu and the wgmma helpers it shares with split_wgmma_ws.cu (sparse_mla_wgmma.cuh)
+    text = (variants.HERE / "split_wgmma.cu").read_text() + (variants.HERE / "sparse_mla_wgmma.cuh").read_text()
     for name, value in (("WG_TILE", TILE), ("WG_STAGE_BYTES", STAGE), ("WG_RING_AT", RING_AT)):
         assert int(re.search(rf"#define\s+{name}\s+(\d+)", text).group(1)) == value, name
     # the swizzle formula and the descriptor builder the model below mirrors
@@ -582,3 +583,210 @@ def test_the_wgmma_device_check_and_options_shared_by_the_families():
     assert "\n" not in str(err.value) and str(err.value).startswith("split_wgmma:") and "sm_100" in str(err.value)
     assert variants.WGMMA_OPTIONS == ("-arch=sm_90a", "-DSPARSE_MLA_WGMMA_SM90A")
     assert all(o in (variants.HERE / "split_wgmma.cu").read_text() for o in ("SPARSE_MLA_WGMMA_SM90A",))
+
+
+# ---- split_wgmma_ws: the mbarrier ring between the producer and the two consumer warpgroups -------
+
+WS_SOURCE = "split_wgmma_ws.cu"
+
+
+class Mbarrier:
+    """An mbarrier as the kernel uses it: `count` arrivals complete a phase; try_wait.parity(P)
+    succeeds when the phase of parity P has completed, which the hardware decides from the parity
+    of the completed phases alone (so a waiter must never be two phases behind or ahead)."""
+
+    def __init__(self, count: int):
+        self.count, self.pending, self.completed = count, count, 0
+
+    def arrive(self, n: int) -> None:
+        assert 0 < n <= self.pending, "more arrivals than the phase expects"
+        self.pending -= n
+        if self.pending == 0:
+            self.completed, self.pending = self.completed + 1, self.count
+
+    def try_wait(self, parity: int, want: int) -> bool:
+        """`want`: the completion (0-based) the waiter means; the hardware sees only its parity."""
+        assert self.completed in (want, want + 1), f"waiting for completion {want} at {self.completed}: ambiguous parity"
+        return (self.completed & 1) != parity
+
+
+def ws_producer_parity(t: int, stages: int) -> int:
+    return (t // stages - 1) & 1          # split_wgmma_ws.cu: (t / WS_STAGES - 1) & 1, for t >= WS_STAGES
+
+
+def ws_consumer_parity(it: int, stages: int) -> int:
+    return (it // stages) & 1             # split_wgmma_ws.cu: (it / WS_STAGES) & 1
+
+
+def ring_model(ntiles: int, stages: int, rng: np.random.Generator, producer_parity=ws_producer_parity,
+               producer_waits: bool = True) -> None:
+    """One random interleaving of the producer and the two consumer warpgroups over the ring
+    (each warpgroup's 128 threads arrive together). Asserts: no stage written while a consumer may
+    still read the tile it holds (both warpgroups arrived on empty for tile t - stages before tile
+    t is written), no tile read before it is full (the stage holds that tile, completely written),
+    and no deadlock."""
+    full = [Mbarrier(128) for _ in range(stages)]
+    empty = [Mbarrier(256) for _ in range(stages)]
+    holds = [None] * stages            # the tile a stage holds once written
+    released = set()                   # (warpgroup, tile) arrivals on empty
+
+    def producer():
+        for t in range(ntiles):
+            s = t % stages
+            if t >= stages and producer_waits:
+                while not empty[s].try_wait(producer_parity(t, stages), t // stages - 1):
+                    yield
+            assert t < stages or all((wg, t - stages) in released for wg in (0, 1)), f"tile {t} over a busy stage"
+            holds[s] = None            # being written
+            yield
+            holds[s] = t
+            full[s].arrive(128)        # every producer thread, after its wait and fence
+            yield
+
+    def consumer(wg):
+        for it in range(ntiles):
+            s = it % stages
+            while not full[s].try_wait(ws_consumer_parity(it, stages), it // stages):
+                yield
+            assert holds[s] == it, f"warpgroup {wg} read tile {it} from a stage holding {holds[s]}"
+            yield                      # S, the exchange, softmax, PV: the stage is read throughout
+            assert holds[s] == it, f"tile {it} overwritten while warpgroup {wg} read it"
+            released.add((wg, it))
+            empty[s].arrive(128)       # after its wgmma.wait_group 0 of the PV
+            yield
+
+    agents = [producer(), consumer(0), consumer(1)]
+    live = list(range(3))
+    steps = 0
+    while live:
+        k = live[int(rng.integers(len(live)))]
+        try:
+            next(agents[k])
+        except StopIteration:
+            live.remove(k)
+        steps += 1
+        assert steps < 100 * (ntiles + 1) * stages + 1000, "deadlock"
+    assert len(released) == 2 * ntiles
+
+
+def test_the_ring_model_constants_are_the_kernels():
+    text = (variants.HERE / WS_SOURCE).read_text()
+    assert "if (t >= WS_STAGES) mbar_wait(bar + 16 + 8 * s, (unsigned)((t / WS_STAGES - 1) & 1));" in text
+    assert "mbar_wait(bar + 8 * s, (unsigned)((it / WS_STAGES) & 1));" in text
+    assert "mbar_init(base + WS_BAR_AT + 8 * st, 128);" in text and "mbar_init(base + WS_BAR_AT + 16 + 8 * st, 256);" in text
+    assert text.count("mbar_arrive(bar + 8 * s);") == 1 and text.count("mbar_arrive(bar + 16 + 8 * s);") == 1
+    assert int(re.search(r"#define\s+WS_STAGES\s+(\d+)", text).group(1)) in range(2, 5)
+    # the layout the launcher sizes (variants.source_define) and the 227 KiB an SM
+    used = int(re.search(r"#define\s+WS_USED\s+(\d+)", text).group(1))
+    assert variants.source_define(WS_SOURCE, "SPARSE_MLA_SPLIT_WGMMA_WS_SMEM_BYTES") == used + 1024 <= 227 * 1024
+    assert used == 65536 + 2 * 65536 + 32768 + 2 * 64 * 4 + 2 * 2 * 4 + 2 * 2 * 8
+    assert variants.source_define(WS_SOURCE, "SPARSE_MLA_SPLIT_WGMMA_WS_THREADS") == 384
+
+
+@pytest.mark.parametrize("stages", [2, 3, 4])
+@pytest.mark.parametrize("ntiles", range(10))
+def test_the_ring_protocol_never_overwrites_or_reads_early(ntiles, stages):
+    rng = np.random.default_rng(1000 * stages + ntiles)
+    for _ in range(30):
+        ring_model(ntiles, stages, rng)
+
+
+@pytest.mark.parametrize("wrong", ["no empty wait", "consumer parity for the producer"])
+def test_the_ring_model_tells_a_wrong_protocol(wrong):
+    rng = np.random.default_rng(7)
+    kwargs = ({"producer_waits": False} if wrong == "no empty wait"
+              else {"producer_parity": lambda t, st: (t // st) & 1})
+    with pytest.raises(AssertionError):
+        for _ in range(50):
+            ring_model(8, 2, rng, **kwargs)
+
+
+# ---- split_wgmma_ws's FP8 form: the producer's lane mapping and the scaled f16 algorithm ----------
+
+def test_the_fp8_producer_writes_every_chunk_once_and_its_stores_are_conflict_free():
+    """Pass e = warp + 4 i (i < 16), lane (rr = lane / 4, cq = lane % 4): row 8 (e / 8) + rr, code
+    chunk 4 (e % 8) + cq, stored as f16 chunks 2 cc and 2 cc + 1 (split_wgmma_ws.cu)."""
+    text = (variants.HERE / WS_SOURCE).read_text()
+    assert "const int e = pw + 4 * (8 * b + i), r = 8 * (e >> 3) + rr, cc = 4 * (e & 7) + cq;" in text
+    assert "st_shared_v4(stage + wg_swz(r, 2 * cc)" in text and "st_shared_v4(stage + wg_swz(r, 2 * cc + 1)" in text
+    seen = []
+    for pw in range(4):
+        for i in range(16):
+            e = pw + 4 * i
+            rows = [8 * (e >> 3) + (lane >> 2) for lane in range(32)]
+            assert len({r >> 5 for r in rows}) == 1, "the half (which register holds the row) is warp-uniform"
+            for second in (0, 1):
+                offs = [wg_swz(8 * (e >> 3) + (lane >> 2), 2 * (4 * (e & 7) + (lane & 3)) + second) for lane in range(32)]
+                groups = np.bincount([(o // 16) % 8 for o in offs], minlength=8)
+                assert (groups == 4).all(), "512 B a store instruction in 4 wavefronts"
+                seen += offs
+    assert sorted(seen) == list(range(0, STAGE, 16))
+    # the row-major alternative (a warp along one row) would take 8 wavefronts: the reason for the mapping
+    offs = [wg_swz(0, 2 * lane) for lane in range(32)]
+    assert np.bincount([(o // 16) % 8 for o in offs], minlength=8).max() == 8
+
+
+def f16(x: np.ndarray) -> np.ndarray:
+    return np.asarray(x, np.float32).astype(np.float16).astype(np.float32)
+
+
+def ws_fp8_model(q: np.ndarray, code_val: np.ndarray, rs: np.ndarray, valid: np.ndarray, scale: float, start: int,
+                 end: int, reference_scale: bool = True):
+    """split_wgmma_ws_fp8's CTA in float32: q rounded to f16, the codes' values (exact in f16), the
+    row scale on the scores and, over R (the largest scale of the first tile; 1 if none valid), on
+    the f16 weights; l the unrounded p; O = R sum a code. -> (acc, m, l) as split_model."""
+    H, D = q.shape
+    q16 = f16(q)
+    m_run, l_run, o = np.full(H, -np.inf, np.float32), np.zeros(H, np.float32), np.zeros((H, D), np.float32)
+    R = None
+    for j0 in range(start, end, TILE):
+        j = np.arange(j0, j0 + TILE)
+        ok = (j < end) & valid[np.minimum(j, len(valid) - 1)]
+        codes = np.where(ok[:, None], code_val[np.minimum(j, len(code_val) - 1)], 0).astype(np.float32)
+        sc = np.where(ok, rs[np.minimum(j, len(rs) - 1)], 0).astype(np.float32)
+        if R is None:
+            R = (sc.max() if sc.max() > 0 else np.float32(1)) if reference_scale else np.float32(1)
+        s = (q16[:, :256] @ codes[:, :256].T) + (q16[:, 256:] @ codes[:, 256:].T)
+        s = np.where(ok[None, :], (scale * sc)[None, :] * s, -np.inf)
+        mn = np.maximum(m_run, s.max(axis=1))
+        none = mn == -np.inf
+        with np.errstate(invalid="ignore"):
+            alpha = np.where(none, 1.0, np.exp(m_run - mn)).astype(np.float32)
+            p = np.where(none[:, None], 0.0, np.exp(s - mn[:, None])).astype(np.float32)
+        a = f16(p * (sc * np.float32(1 / R))[None, :])
+        l_run = l_run * alpha + p.sum(axis=1)
+        m_run = mn
+        o = o * alpha[:, None] + a @ codes
+    return (o * (R if R is not None else 1)).astype(np.float32), m_run, l_run
+
+
+@pytest.mark.parametrize("splits,magnitude", [(4, 1.0), (3, 1e-3)])
+def test_the_fp8_scaled_f16_algorithm_matches_the_reference_on_the_dequantized_rows(splits, magnitude):
+    """The component's FP8 rules (out RelErr 2e-2, lse 1e-3) against float64 attention over the
+    dequantized rows. Latent rows of N(0, 1) give p x scale ~ 1e-4 .. 7e-3, normal f16 values with
+    or without R; rows 1000x smaller (scale ~ 7e-6) put every p x scale among f16's subnormals, where
+    the weights over R keep the error of the N(0, 1) case and the plain p x scale does not: R's reason."""
+    from kernels import fp8
+
+    rng = np.random.default_rng(40 + splits)
+    H, D, W, scale = 64, 512, 576, 1 / 16
+    q = bf16(rng.standard_normal((H, D)))
+    codes, rs = fp8.quantize_rows(magnitude * rng.standard_normal((W, D)))
+    code_val = fp8.decode_e4m3(codes)
+    valid = rng.random(W) < 0.8
+    valid[W // splits:2 * W // splits] = False
+    want_out, want_lse = spec.attend(q.astype(np.float64), fp8.dequantize_rows(codes, rs)[valid].astype(np.float64),
+                                     scale)
+    errs = {}
+    for use_r in (True, False):
+        parts = [ws_fp8_model(q, code_val, rs, valid, scale, s * W // splits, (s + 1) * W // splits, use_r)
+                 for s in range(splits)]
+        assert parts[1][1].max() == -np.inf and not parts[1][0].any()
+        out, lse = combine(parts)
+        errs[use_r] = {name: np.linalg.norm(got - want) / np.linalg.norm(want)
+                       for name, got, want in (("out", out, want_out), ("lse", lse, want_lse))}
+    for name in ("out", "lse"):
+        assert errs[True][name] <= spec.checks({})[name].tolerance, (name, errs[True])
+    assert errs[True]["out"] < 1e-3, errs            # measured ~2e-4 at both magnitudes
+    if magnitude < 1:
+        assert errs[False]["out"] > 3 * errs[True]["out"], errs

@@ -136,131 +136,9 @@ static_assert(WgLayout<32, 4>::USED + 1024 == SPARSE_MLA_SPLIT_WGMMA_T32_SMEM_BY
 static_assert(64 * WG_SO_STRIDE * 4 <= WgLayout<32, 4>::X_AT && 64 * WG_SO_STRIDE * 4 <= WgLayout<64, 2>::X_AT &&
                   4 * 64 * 4 <= WgLayout<32, 4>::USED - WgLayout<32, 4>::X_AT, "cluster combine layout");
 
-#if defined(SPARSE_MLA_WGMMA_SM90A) || defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(SPARSE_MLA_WGMMA_UNGUARDED)
-#define SPARSE_MLA_WGMMA_ENABLED 1
-#endif
+#include "sparse_mla_wgmma.cuh"  // the wgmma helpers split_wgmma_ws.cu shares
 
 #ifdef SPARSE_MLA_WGMMA_ENABLED
-
-// Byte offset of 16-byte chunk c (dims 8 c .. 8 c + 7) of row r in a [64][512] bf16 tile (header).
-__device__ __forceinline__ unsigned wg_swz(int r, int c) {
-    return (unsigned)((r >> 3) * 8192 + (c >> 3) * 1024 + (r & 7) * 128 + (((c & 7) ^ (r & 7)) << 4));
-}
-
-// A SWIZZLE_128B descriptor at shared address addr with the given byte offsets (header).
-__device__ __forceinline__ unsigned long long wg_desc(unsigned addr, unsigned lbo, unsigned sbo) {
-    return (unsigned long long)((addr & 0x3FFFFu) >> 4) | ((unsigned long long)(lbo >> 4) << 16) |
-           ((unsigned long long)(sbo >> 4) << 32) | (1ull << 62);
-}
-
-__device__ __forceinline__ void wg_fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void wgmma_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
-
-// CUTLASS's warpgroup_fence_operand: pins the registers at this point of the instruction order.
-template <int N>
-__device__ __forceinline__ void fence_regs(float (&d)[N]) {
-#pragma unroll
-    for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
-}
-template <int N>
-__device__ __forceinline__ void fence_regs(unsigned (&d)[N]) {
-#pragma unroll
-    for (int i = 0; i < N; ++i) asm volatile("" : "+r"(d[i])::"memory");
-}
-
-// d (m64n64 f32) = (acc ? d : 0) + A . B^T, A (64 x 16) and B (64 x 16) bf16 K-major by descriptor.
-__device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[32], unsigned long long da, unsigned long long db,
-                                                   int acc) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-        "%32, %33, p, 1, 1, 0, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "l"(da), "l"(db), "r"(acc)
-        : "memory");
-}
-
-// d (m64n32 f32) = (acc ? d : 0) + A . B^T, as m64n64k16_ss with 32 slots (the 32-slot tile).
-__device__ __forceinline__ void wgmma_m64n32k16_ss(float (&d)[16], unsigned long long da, unsigned long long db,
-                                                   int acc) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
-        "%16, %17, p, 1, 1, 0, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-        : "l"(da), "l"(db), "r"(acc)
-        : "memory");
-}
-
-// d (m64n256 f32) += A . B, A (64 x 16 bf16) from registers (4 x bf16x2), B (16 x 256) by an
-// MN-major descriptor (imm-trans-b = 1).
-__device__ __forceinline__ void wgmma_m64n256k16_rs(float (&d)[128], const unsigned (&a)[4], unsigned long long db) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
-        "{"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
-        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
-        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
-        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
-        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
-        "}, "
-        "{%128, %129, %130, %131}, %132, p, 1, 1, 1;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
-          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
-          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
-          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
-          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
-          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
-          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
-          "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
-          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "n"(1)
-        : "memory");
-}
-
-// Lane `lane`'s token of slot 32 half + lane of tile `tile` (TILE slots) of the chunk [start, end):
-// -1 for an empty slot or one at or past the chunk's end (never loaded).
-template <int TILE>
-__device__ __forceinline__ int wg_tok(const int* __restrict__ sel_m, int start, int end, int tile, int half, int lane) {
-    const int j = start + tile * TILE + 32 * half + lane;
-    int t = -1;
-    if (j < end) t = ld_nc_s32(sel_m + j);
-    return t;
-}
-
-// The page of token t (-1 for t < 0, not loaded).
-__device__ __forceinline__ int wg_page(const int* __restrict__ pt_m, int t, int page_size) {
-    int pg = -1;
-    if (t >= 0) pg = ld_nc_s32(pt_m + t / page_size);
-    return pg;
-}
-
-// The arena row of a slot from its page and token; -1: invalid. An int: rows_total < 2^31 (the
-// arena's bytes, not its rows, pass 2^31; the byte offset below is size_t).
-__device__ __forceinline__ int wg_row(int page, int t, int page_size) {
-    return page >= 0 ? page * page_size + t % page_size : -1;
-}
-
 // One TILE-slot tile into a stage by cp.async. rows[h]: lane l's arena row of slot 32 h + l (-1:
 // zero-fill, nothing read). Thread tid copies chunk c = tid % 64 of rows r = tid / 64 + 4 i, so
 // r / 32 = i / 8 is the half (64 slots: rows < 32 for i < 8, >= 32 after); r is warp-uniform, so
@@ -528,20 +406,7 @@ __device__ __forceinline__ void wg_split(unsigned char* smem_raw, const bf16* __
     const int h0 = 16 * w + g;  // and h0 + 8
     if constexpr (CS == 0) {
         // ---- partial state out ---------------------------------------------------------------------
-        const size_t ms = (size_t)m * (size_t)splits + (size_t)s;
-        if (wg == 0 && t4 == 0) {   // both warpgroups hold the same m and l
-            part_ml[(ms * SMLA_HEADS + h0) * 2 + 0] = m_run[0];
-            part_ml[(ms * SMLA_HEADS + h0) * 2 + 1] = l_run[0];
-            part_ml[(ms * SMLA_HEADS + h0 + 8) * 2 + 0] = m_run[1];
-            part_ml[(ms * SMLA_HEADS + h0 + 8) * 2 + 1] = l_run[1];
-        }
-        float* row0 = part_acc + (ms * SMLA_HEADS + (size_t)h0) * SMLA_DIM + 256 * wg + 2 * t4;
-        float* row1 = row0 + 8 * SMLA_DIM;
-#pragma unroll
-        for (int n = 0; n < 32; ++n) {
-            st_v2_f32(row0 + 8 * n, o[4 * n], o[4 * n + 1]);
-            st_v2_f32(row1 + 8 * n, o[4 * n + 2], o[4 * n + 3]);
-        }
+        wg_store_partials(part_acc, part_ml, (size_t)m * (size_t)splits + (size_t)s, h0, wg, t4, m_run, l_run, o, 1.f);
     } else {
         // ---- the cluster's combine (header), sparse_mla_combine's contract -------------------------
         // Shared memory is free: every copy landed (the wait above) and, past this barrier, every

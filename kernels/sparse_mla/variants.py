@@ -7,6 +7,8 @@
   template (``sparse_mla_split_mma.cuh``) over the BF16 and the FP8 latent.
 - ``split_wgmma`` (tensor cores, Hopper warpgroup MMA, sm_90a, BF16): ``split_wgmma.cu``, the same split
   and combine; compiled with ``WGMMA_OPTIONS`` (``-arch=sm_90a``), as scan_wgmma_e4m3 is.
+- ``split_wgmma_ws`` / ``split_wgmma_ws_fp8`` (sm_90a, BF16 / FP8): ``split_wgmma_ws.cu``, split_wgmma's
+  math in two consumer warpgroups fed by a producer warpgroup through an mbarrier ring.
 - ``torch_gather_bmm`` (peer): what an engineer writes in torch: gather the rows, two bmm and a
   softmax (FP8: the codes widened to BF16, the row scales applied to the scores and the weights).
 - ``ref_sparse_mla`` (CPU backend): float32 NumPy on the host.
@@ -140,9 +142,16 @@ SPLIT_DESIGNS = {
                     "SPARSE_MLA_SPLIT_WGMMA_THREADS", "bf16"),
     "split_wgmma_t32": ("split_wgmma.cu", "sparse_mla_split_wgmma_t32", "SPARSE_MLA_SPLIT_WGMMA_T32_SMEM_BYTES",
                         "SPARSE_MLA_SPLIT_WGMMA_THREADS", "bf16"),
+    "split_wgmma_ws": ("split_wgmma_ws.cu", "sparse_mla_split_wgmma_ws", "SPARSE_MLA_SPLIT_WGMMA_WS_SMEM_BYTES",
+                       "SPARSE_MLA_SPLIT_WGMMA_WS_THREADS", "bf16"),
+    "split_wgmma_ws_fp8": ("split_wgmma_ws.cu", "sparse_mla_split_wgmma_ws_fp8", "SPARSE_MLA_SPLIT_WGMMA_WS_SMEM_BYTES",
+                           "SPARSE_MLA_SPLIT_WGMMA_WS_THREADS", "fp8"),
+    "split_wgmma_ws_nol2": ("split_wgmma_ws.cu", "sparse_mla_split_wgmma_ws_nol2", "SPARSE_MLA_SPLIT_WGMMA_WS_SMEM_BYTES",
+                            "SPARSE_MLA_SPLIT_WGMMA_WS_THREADS", "bf16"),
 }
-# The designs that compile with extra NVRTC options (the rest with none).
-SPLIT_OPTIONS = {"split_wgmma": WGMMA_OPTIONS, "split_wgmma_t32": WGMMA_OPTIONS}
+# The designs that compile with extra NVRTC options (the rest with none): every wgmma source.
+SPLIT_OPTIONS = {name: WGMMA_OPTIONS for name, design in SPLIT_DESIGNS.items()
+                 if design[0] in ("split_wgmma.cu", "split_wgmma_ws.cu")}
 
 
 def _supports_split(name: str):
@@ -501,6 +510,30 @@ MLA_VARIANTS = (
             why="split_wgmma (64-slot tiles, 2 stages: faster per tile than the 32-slot form on the H200) "
                 "with split_wgmma_t32_cluster's combine in the stream's cluster: one launch, no partials",
             supports=_supports_cluster("split_wgmma_cluster"), sources=("split_wgmma.cu",)),
+    # Issue 13, the warp-specialised design: the tile chain overlapped, BF16 and the FP8 latent.
+    Variant("split_wgmma_ws", "cuda", _make_split_build("split_wgmma_ws"),
+            why="split_wgmma's math in two consumer warpgroups fed by a producer warpgroup (384 threads, "
+                "setmaxnreg 40 / 232): a 2-stage ring of 64-slot tiles with full / empty mbarriers (no "
+                "CTA-wide barrier in the loop), the rows resolved ahead and tiles t + 1 .. t + 3 "
+                "prefetched into L2 (prefetch.global.L2, 4 lines a producer thread a tile) while tile t "
+                "is copied, so a tile's copy reads L2 and 192 KiB an SM are in flight from DRAM beyond the ring",
+            supports=_supports_split("split_wgmma_ws"), sources=("split_wgmma_ws.cu",)),
+    Variant("split_wgmma_ws_1wave", "cuda", _make_split_build("split_wgmma_ws", one_wave=True),
+            why="split_wgmma_ws with split_mma_1wave's splits (one wave of CTAs, ragged chunks)",
+            supports=_supports_split("split_wgmma_ws"), sources=("split_wgmma_ws.cu",)),
+    Variant("split_wgmma_ws_nol2_1wave", "cuda", _make_split_build("split_wgmma_ws_nol2", one_wave=True),
+            why="split_wgmma_ws_1wave without the L2 look-ahead (the same kernel, no prefetch): the look-ahead's "
+                "share once the consumers carry no copy work",
+            supports=_supports_split("split_wgmma_ws_nol2"), sources=("split_wgmma_ws.cu",)),
+    Variant("split_wgmma_ws_fp8", "cuda", _make_split_build("split_wgmma_ws_fp8"),
+            why="split_wgmma_ws over the FP8 latent (same template): the producer (setmaxnreg 72 / 216) "
+                "reads the e4m3 codes by 16-B loads, widens them exactly to f16 and stores them in the "
+                "swizzled tile; f16 wgmma (q rounded to f16 once), the row scale applied to the scores "
+                "and to the weights (over the CTA's reference scale, to keep them out of f16's subnormals)",
+            supports=_supports_split("split_wgmma_ws_fp8"), sources=("split_wgmma_ws.cu",)),
+    Variant("split_wgmma_ws_fp8_1wave", "cuda", _make_split_build("split_wgmma_ws_fp8", one_wave=True),
+            why="split_wgmma_ws_fp8 with split_mma_1wave's splits (one wave of CTAs, ragged chunks)",
+            supports=_supports_split("split_wgmma_ws_fp8"), sources=("split_wgmma_ws.cu",)),
     *FLASHINFER_VARIANTS,
     Variant("torch_gather_bmm", "cuda", lambda g, p, i, b: _TorchGatherBmm(g, p, i, b),
             why="torch: gather the rows into a [M, W, 512] copy, bmm, masked softmax, bmm",

@@ -1,0 +1,623 @@
+/*
+Sparse MLA decode, design split_wgmma_ws (sm_90a; BF16 latent and FP8 latent): split_wgmma's math
+(split_wgmma.cu: the swizzle, the descriptors, the register fragment of P, the S exchange; its
+header is the reference for every layout used here) with the tile chain broken by warp
+specialisation. The split-K contract is split_wgmma's (and split_mma's): grid (splits, M); CTA
+(s, m) takes slots [s W / splits, (s + 1) W / splits) of row m, a ragged last tile masked, and writes
+every element of part_ml [(m splits + s) 64 + h][2] = (max of its scaled scores, -inf if none valid;
+sum of exp(score - max)) and part_acc [(m splits + s) 64 + h][512] = sum of exp(score - max) c_j;
+the shared sparse_mla_combine (exported from this module too) makes out and lse. The op and the
+index conventions: sparse_mla_common.cuh (q [M][64][512] bf16, selection [M][W] int32, -1 slots
+never read, page_table [M][pages_per_stream], the arena [rows][512] bf16; FP8: codes [rows][512]
+e4m3 and row_scale [rows] f32, value = e4m3(code) x scale, kernels/fp8.py).
+
+Kernels: sparse_mla_split_wgmma_ws (BF16) and sparse_mla_split_wgmma_ws_fp8 (FP8), ws_split<FP8>;
+sparse_mla_split_wgmma_ws_nol2, the BF16 kernel without the L2 look-ahead (one cost at a time).
+
+CTA: 3 warpgroups, 384 threads, __launch_bounds__(384, 1), one CTA an SM.
+  WG 0, the producer (setmaxnreg.dec to WS_PRODUCER_REGS = 40; FP8 72): resolves every tile's
+    rows (lane l of each producer warp carries slots l and 32 + l: selection -> page table -> arena
+    row, the loads of a tile made one iteration before their use), prefetches tiles t + 1 .. t + 3
+    into L2 (prefetch.global.L2, 128-B lines: 4 a producer thread a tile, FP8 2; the bulk form
+    would be issued lane by lane, NOTES.md) while it fills stage t % 2 with tile t, and writes each tile's validity bits (FP8: and its row scales, loaded a tile ahead).
+  WGs 1-2, the consumers (setmaxnreg.inc to WS_CONSUMER_REGS = 232; FP8 216): consumer warpgroup
+    cw owns latent dims [256 cw, 256 cw + 256) and does exactly split_wgmma's per-tile math:
+    S_cw = Q[:, half] C[:, half]^T (16 x m64n64k16 SS), S = S_0 + S_1 through the exchange buffer with named barrier 1 (the 256
+    consumer threads only: bar.sync 1, 256), online softmax in registers, O_cw += P C[:, half]
+    (4 x m64n256k16 RS, P from the S accumulators, the tile as the transposed B).
+  Registers: 128 x producer + 256 x consumer <= 384 x 168 = 64512, the CTA's launch allocation
+  (40 / 232 and 72 / 216 meet it exactly; setmaxnreg.inc waits until the pool has the registers,
+  so a larger sum would hang, static_assert below).
+
+The ring (WS_STAGES = 2 stages of 64 slots: sQ 64 KiB + 2 x 64 KiB + the exchange 32 KiB = 224 KiB;
+a third 64 KiB stage does not fit, NOTES.md "split_wgmma_ws" says why 32-slot stages paired as one
+64-slot tile would not buy one either) with two mbarriers a stage:
+  full[s]  (count 128, every producer thread): arrived by producer thread i after its copies of the
+           stage's tile landed (cp.async.wait_group 0 / its st.shared) and after its
+           fence.proxy.async.shared::cta (its generic-proxy writes made visible to the async proxy,
+           which the wgmma operand reads go through); the release of the arrive and the acquire of
+           try_wait make the tile, its mask and its scales visible to every consumer thread.
+  empty[s] (count 256, every consumer thread): arrived by consumer thread i after its
+           wgmma.wait_group 0 of the tile's PV (its warpgroup's last read of the stage).
+  Tile t lives in stage t % 2; its k-th use of that stage is k = t / 2. The consumers wait full[s]
+  with parity k & 1 (the k-th completion of full[s]); the producer, for t >= 2, waits empty[s] with
+  parity (k - 1) & 1 (the consumers' release of tile t - 2). tests/test_sparse_mla_wgmma.py
+  ring_model runs this protocol for ntiles 0..9 and 2..4 stages: no stage written before its
+  consumers freed it, no tile read before it is full, parities never two phases apart.
+Producer, per tile t: the rows of tile t + 3 (from the page and token loaded at t - 1) prefetched,
+the page of tile t + 4 and the token of tile t + 5 loaded; wait empty[s] (t >= 2); the validity bits
+of tile t (two ballots) stored; the copies; wait; fence; arrive full[s]. Its copies of tile t fly
+while the consumers compute tile t - 1 (with 2 stages one 64 KiB tile is in the ring's flight at a
+time, as split_wgmma's); the L2 prefetches keep tiles t + 1 .. t + 3 (192 KiB an SM) in flight from
+DRAM beyond the ring, so a tile's copy reads L2: that is the point of the design.
+Consumers, per tile: wait full[s]; S; bar.sync 2, 256 (both consumer warpgroups done reading the
+exchange of tile t - 1: a warpgroup may run ahead to tile t's writes while its partner still reads
+tile t - 1's; t >= 1); write S_cw; bar.sync 1, 256; read S_(1 - cw); softmax; PV; arrive empty[s].
+No CTA-wide barrier after the prologue (mbarrier init + __syncthreads, before the role split).
+
+BF16 (FP8 = false): the producer copies 16-B chunks by cp.async (zero-fill for an invalid slot)
+into the 128-B swizzle (wg_swz): thread p copies chunk p % 64 of rows p / 64 + 2 i (i < 32; a warp
+512 contiguous bytes of one row: conflict-free). q (bf16) is copied the same way in tile 0's group.
+FP8 (FP8 = true; the arena of split_mma_fp8): the producer reads 16 codes at a time by ld.global.nc
+(16 a thread a tile, in two batches of 8, the first issued before the empty wait), widens them
+exactly to f16 (cvt.rn.f16x2.e4m3x2: every e4m3 value is an f16), and st.shared's the 32 bytes as
+two 16-B chunks (2 cc, 2 cc + 1) of the same swizzled [64][512] 16-bit layout. Lane (rr = lane / 4,
+cq = lane % 4) of pass e = warp + 4 i takes row 8 (e / 8) + rr, code chunk 4 (e % 8) + cq: a warp's
+16-B stores spread over the 8 bank groups 4 lanes each (conflict-free; a warp along one row would
+hit 4 of the 8 twice). The row scales go to sScale[stage][64] (0 for an invalid slot), the codes of
+an invalid slot are stored as zeros (its p is 0; 0 x stale data could be NaN). q is read by the
+producer in the prologue, bf16 -> f32 (exact) -> f16 by cvt.rn.f16x2.f32: exact for |q| in
+[2^-14, 65504] (bf16's 8 mantissa bits fit f16's 11), an absolute error <= 2^-25 below (f16
+subnormals), inf above (not produced by any input here). The consumers run the f16 wgmma
+(.f32.f16.f16, f32 accumulation) and apply the row scale where split_mma_fp8 does:
+    s_j = (softmax_scale x scale_j) x (q16 . code_j)                                   (f32)
+    p_j = exp(s_j - max);  PV's A operand a_j = f16(p_j x scale_j / R);  l += p_j    (f32, unrounded)
+    O   = R x sum_j a_j code_j  (R applied once, to the partial O at the end)
+R, one per consumer thread (the same in both warpgroups), is the largest row scale of the CTA's
+first tile (1 if that tile has no valid slot): f16's normal range starts at 2^-14, and p_j x scale_j
+with scale ~ 3.3 / 448 would put most weights among the f16 subnormals (relative error up to 2^-3
+on the small ones); p_j x scale_j / R keeps the largest weight of a tile ~1, as p_j is in the BF16
+form. R is a constant of the CTA, so the online rescaling by alpha is unchanged.
+
+Shared memory (a 1024-aligned base placed at run time; the launcher gives WS_SMEM_BYTES, 1024 of it
+slack): sQ [64][512] 16-bit at 0 (bf16 or f16), the ring 2 x [64][512] at 65536, the exchange
+[2 wg][8][128] float4 at 196608, sScale [2][64] f32 at 229376 (FP8), sMask [2][2] u32 at 229888
+(bit l of word h: slot 32 h + l valid), full[2] and empty[2] (u64) at 229904: 229936 used.
+
+wgmma ordering as split_wgmma: wgmma.fence before each batch, commit, wait_group 0, the operand pins
+(fence_regs) around them. Only where the build targets sm_90a (-arch=sm_90a -DSPARSE_MLA_WGMMA_SM90A,
+the launcher's options); for plain sm_90 (the compile test) each kernel body is a trap.
+*/
+
+#include "sparse_mla_split_mma.cuh"  // common, quad_row_max / quad_row_sum, st_v2_f32, sparse_mla_combine
+#include "sparse_mla_wgmma.cuh"      // wg_swz, wg_desc, the wgmma shapes and fences, wg_tok / wg_page / wg_row
+
+#define SPARSE_MLA_SPLIT_WGMMA_WS_THREADS 384
+#define SPARSE_MLA_SPLIT_WGMMA_WS_SMEM_BYTES 230960  // 229936 used + 1024 alignment slack
+#define WS_STAGES 2
+#define WS_TILE 64
+#define WS_Q_AT 0
+#define WS_RING_AT 65536
+#define WS_STAGE_BYTES 65536
+#define WS_X_AT 196608     // WS_RING_AT + WS_STAGES * WS_STAGE_BYTES
+#define WS_SCALE_AT 229376 // WS_X_AT + 2 * 8 * 128 * 16
+#define WS_MASK_AT 229888  // WS_SCALE_AT + WS_STAGES * 64 * 4
+#define WS_BAR_AT 229904   // WS_MASK_AT + WS_STAGES * 2 * 4 (8-aligned)
+#define WS_USED 229936     // WS_BAR_AT + 2 * WS_STAGES * 8
+#define WS_PREFETCH 3      // tiles ahead of the copied one whose rows are prefetched into L2
+#define WS_PRODUCER_REGS 40
+#define WS_CONSUMER_REGS 232
+#define WS_PRODUCER_REGS_FP8 72   // 8 16-B loads in flight a producer thread (56: ~30 spills a tile)
+#define WS_CONSUMER_REGS_FP8 216  // 208 would spill 5 registers a tile, 216 spills one
+// What ptxas gives a __launch_bounds__(384, 1) kernel (65536 / 384 rounded down to 8; its -v says 168):
+// the CTA's register pool, within which setmaxnreg only moves registers. A sum above it would leave
+// setmaxnreg.inc waiting forever.
+#define WS_LAUNCH_REGS 168
+static_assert(WS_X_AT == WS_RING_AT + WS_STAGES * WS_STAGE_BYTES && WS_SCALE_AT == WS_X_AT + 2 * 8 * 128 * 16 &&
+                  WS_MASK_AT == WS_SCALE_AT + WS_STAGES * 64 * 4 && WS_BAR_AT == WS_MASK_AT + WS_STAGES * 2 * 4 &&
+                  WS_BAR_AT % 8 == 0 && WS_USED == WS_BAR_AT + 2 * WS_STAGES * 8 &&
+                  WS_USED + 1024 == SPARSE_MLA_SPLIT_WGMMA_WS_SMEM_BYTES && WS_STAGE_BYTES == WS_TILE * SMLA_DIM * 2,
+              "smem layout");
+static_assert(SPARSE_MLA_SPLIT_WGMMA_WS_SMEM_BYTES <= 232448, "227 KiB of dynamic shared memory an SM");
+static_assert(128 * WS_PRODUCER_REGS + 256 * WS_CONSUMER_REGS <= 384 * WS_LAUNCH_REGS &&
+                  128 * WS_PRODUCER_REGS_FP8 + 256 * WS_CONSUMER_REGS_FP8 <= 384 * WS_LAUNCH_REGS &&
+                  384 * WS_LAUNCH_REGS <= 65536 && WS_LAUNCH_REGS % 8 == 0 && 384 * (WS_LAUNCH_REGS + 8) > 65536,
+              "setmaxnreg moves registers within the CTA's launch allocation: 128 producer + 256 consumer threads");
+
+#ifdef SPARSE_MLA_WGMMA_ENABLED
+
+// ---- mbarriers (CUTLASS include/cutlass/arch/barrier.h ClusterBarrier, CTA scope) ---------------
+__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+// Release (the default .release.cta): this thread's prior memory accesses happen before the phase
+// completes for every waiter.
+__device__ __forceinline__ void mbar_arrive(unsigned bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+// Until the phase of parity `parity` has completed (acquire).
+__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
+    unsigned done;
+    do {
+        asm volatile(
+            "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+            : "=r"(done)
+            : "r"(bar), "r"(parity)
+            : "memory");
+    } while (!done);
+}
+// Named barrier `id` over the `n` threads of the two consumer warpgroups (bar.sync orders their
+// shared-memory accesses as __syncthreads does).
+template <int ID, int N>
+__device__ __forceinline__ void named_sync() {
+    asm volatile("bar.sync %0, %1;" ::"n"(ID), "n"(N) : "memory");
+}
+template <int R>
+__device__ __forceinline__ void regs_dec() {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(R));
+}
+template <int R>
+__device__ __forceinline__ void regs_inc() {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(R));
+}
+// cp.async of 16 bytes to a shared-space address (src_bytes 0: zero-fill, nothing read).
+__device__ __forceinline__ void cp_async16_sh(unsigned saddr, const void* gmem, unsigned src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(saddr), "l"(gmem), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ float ld_nc_f32(const float* p) {
+    float r;
+    asm("ld.global.nc.f32 %0, [%1];" : "=f"(r) : "l"(p));
+    return r;
+}
+__device__ __forceinline__ void st_shared_v4(unsigned addr, unsigned a, unsigned b, unsigned c, unsigned d) {
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
+}
+// Two floats -> one word of two f16 (lo in the low half), round to nearest even.
+__device__ __forceinline__ unsigned pack_f16x2(float lo, float hi) {
+    unsigned r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+// Two e4m3 codes (the lower-addressed in the low byte) -> two f16 (the first in the low half), exact.
+__device__ __forceinline__ unsigned e4m3x2_to_f16x2(unsigned two) {
+    unsigned h;
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h) : "h"((unsigned short)(two & 0xFFFFu)));
+    return h;
+}
+
+// The rows rk (lane l: slots l and 32 + l of one tile) into L2, as 128-byte lines by
+// prefetch.global.L2, a per-thread instruction: producer thread p takes slot p / 2 (its row from
+// lane (p / 2) % 32 of half p / 64, warp-uniform), lines (p % 2) LINES / 2 .. of it. (The bulk form,
+// cp.async.bulk.prefetch.L2, is a uniform-datapath instruction that ptxas issues one distinct address
+// at a time: NOTES.md, "The 64-slot chain", measured at 5f502b2.)
+template <int BYTES>
+__device__ __forceinline__ void ws_prefetch_tile(const unsigned char* abytes, const int (&rk)[2], int p) {
+    constexpr int PER = BYTES / 128 / 2;  // lines a thread: 4 (BF16 rows), 2 (FP8 codes)
+    const int src = (p >> 6) ? rk[1] : rk[0];
+    const int row = __shfl_sync(FULL_MASK, src, (p >> 1) & 31);
+    if (row >= 0) {
+        const unsigned char* line = abytes + (size_t)row * BYTES + (p & 1) * PER * 128;
+#pragma unroll
+        for (int i = 0; i < PER; ++i) asm volatile("prefetch.global.L2 [%0];" ::"l"(line + 128 * i));
+    }
+}
+
+// ---- the producer warpgroup -------------------------------------------------------------------
+// Tile t's slot 32 h + lane: lane's arena row (-1 invalid); the rows of this thread's warp for
+// tile t are rw[h] in every lane (each producer warp resolves the same rows: no exchange needed).
+template <bool FP8, bool L2>
+__device__ __forceinline__ void ws_producer(unsigned char* smem, unsigned base, const bf16* __restrict__ q,
+                                            const void* __restrict__ arena, const float* __restrict__ row_scale,
+                                            const int* __restrict__ sel_m, const int* __restrict__ pt_m, int m,
+                                            int start, int end, int ntiles, int page_size) {
+    constexpr int PF = WS_PREFETCH;
+    const int p = threadIdx.x, lane = p & 31, pw = p >> 5;  // producer thread 0..127, its warp 0..3
+    const unsigned bar = base + WS_BAR_AT;                 // full[s] at bar + 8 s, empty[s] at bar + 16 + 8 s
+    unsigned* mask = reinterpret_cast<unsigned*>(smem + WS_MASK_AT);
+    float* sscale = reinterpret_cast<float*>(smem + WS_SCALE_AT);
+    const unsigned char* abytes = static_cast<const unsigned char*>(arena);
+    constexpr int ROW_BYTES = FP8 ? SMLA_CODE_ROW_BYTES : SMLA_DIM * 2;
+
+    // The chain (as split_wgmma's AHEAD, deeper): rw[k] rows of tiles t + k (k < PF); pgA / tkA the
+    // page (in flight) and token of tile t + PF; tkB the token of tile t + PF + 1.
+    int rw[PF][2], pgA[2], tkA[2], tkB[2];
+    {
+        int tk[PF + 2][2], pk[PF + 1][2];
+#pragma unroll
+        for (int k = 0; k < PF + 2; ++k)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) tk[k][h] = wg_tok<WS_TILE>(sel_m, start, end, k, h, lane);
+#pragma unroll
+        for (int k = 0; k <= PF; ++k)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) pk[k][h] = wg_page(pt_m, tk[k][h], page_size);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+#pragma unroll
+            for (int k = 0; k < PF; ++k) rw[k][h] = wg_row(pk[k][h], tk[k][h], page_size);
+            pgA[h] = pk[PF][h];
+            tkA[h] = tk[PF][h];
+            tkB[h] = tk[PF + 1][h];
+        }
+    }
+    // tiles 1 .. PF - 1 into L2 now (tile PF at t = 0 below; tile 0 is copied at once)
+    if constexpr (L2) {
+#pragma unroll
+        for (int k = 1; k < PF; ++k) ws_prefetch_tile<ROW_BYTES>(abytes, rw[k], p);
+    }
+    // FP8: the row scales are loaded a tile ahead into a register (threads 0..63: slot p = 32 pw +
+    // lane, row rw[.][pw]); the address of row 0 where the slot is invalid (the load may be speculated)
+    float sv = 0.f;
+    if constexpr (FP8) {
+        if (p < 64) {
+            const int myrow = pw == 0 ? rw[0][0] : rw[0][1];
+            const float x = ld_nc_f32(row_scale + (myrow >= 0 ? myrow : 0));
+            sv = myrow >= 0 ? x : 0.f;
+        }
+    }
+
+    // q[m] into sQ (tile 0's group / tile 0's full arrive covers it): chunk c = p % 64 of rows
+    // p / 64 + 2 i. FP8: bf16 -> f16 (header), 8 loads in flight.
+    if (ntiles > 0) {
+        const bf16* qm = q + (size_t)m * SMLA_HEADS * SMLA_DIM;
+        const int c = p & 63;
+        if constexpr (!FP8) {
+#pragma unroll 8
+            for (int i = 0; i < 32; ++i) {
+                const int r = (p >> 6) + 2 * i;
+                cp_async16_zfill(smem + WS_Q_AT + wg_swz(r, c), qm + r * SMLA_DIM + c * 8, 16u);
+            }
+        } else {
+#pragma unroll 1
+            for (int b = 0; b < 4; ++b) {
+                uint4 v[8];
+#pragma unroll
+                for (int i = 0; i < 8; ++i) v[i] = ld_nc_v4(qm + ((p >> 6) + 2 * (8 * b + i)) * SMLA_DIM + c * 8);
+#pragma unroll
+                for (int i = 0; i < 8; ++i) {
+                    const int r = (p >> 6) + 2 * (8 * b + i);
+                    st_shared_v4(base + WS_Q_AT + wg_swz(r, c), pack_f16x2(bf_lo(v[i].x), bf_hi(v[i].x)),
+                                 pack_f16x2(bf_lo(v[i].y), bf_hi(v[i].y)), pack_f16x2(bf_lo(v[i].z), bf_hi(v[i].z)),
+                                 pack_f16x2(bf_lo(v[i].w), bf_hi(v[i].w)));
+                }
+            }
+        }
+    }
+
+    unsigned soff[4];  // BF16 copies: wg_swz(p / 64 + 2 k, p % 64)
+#pragma unroll
+    for (int k = 0; k < 4; ++k) soff[k] = wg_swz((p >> 6) + 2 * k, p & 63);
+
+#pragma unroll 1
+    for (int t = 0; t < ntiles; ++t) {
+        const int s = t & (WS_STAGES - 1);
+        const unsigned stage = base + WS_RING_AT + (unsigned)(s * WS_STAGE_BYTES);
+        // 1. tile t + PF's rows, into L2 (rows past the chunk are -1: nothing prefetched)
+        int rn[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) rn[h] = wg_row(pgA[h], tkA[h], page_size);
+        if constexpr (L2) ws_prefetch_tile<ROW_BYTES>(abytes, rn, p);
+        // 2. the chain one tile on: page of tile t + PF + 1 (used next iteration), token of t + PF + 2
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            tkA[h] = tkB[h];
+            pgA[h] = wg_page(pt_m, tkA[h], page_size);
+            tkB[h] = wg_tok<WS_TILE>(sel_m, start, end, t + PF + 2, h, lane);
+        }
+        const unsigned vm0 = __ballot_sync(FULL_MASK, rw[0][0] >= 0), vm1 = __ballot_sync(FULL_MASK, rw[0][1] >= 0);
+
+        if constexpr (!FP8) {
+            // 3. the stage free (tile t - 2's consumers done), then tile t by cp.async
+            if (t >= WS_STAGES) mbar_wait(bar + 16 + 8 * s, (unsigned)((t / WS_STAGES - 1) & 1));
+            if (p == 0) {
+                mask[2 * s] = vm0;
+                mask[2 * s + 1] = vm1;
+            }
+            // Rows r = p / 64 + 2 k + 8 j (k < 4, j < 8) of chunk c = p % 64: the swizzled offsets of
+            // k are fixed a thread (a row group 8 rows on is 8192 B on), the global chunk offset too;
+            // the shared address is passed as such (no generic -> shared conversion a copy). The j
+            // loop stays rolled: unrolled, the compiler hoists the shuffles above the empty wait and
+            // spills them at WS_PRODUCER_REGS.
+            const unsigned char* a_c = abytes + (p & 63) * 16;
+#pragma unroll 1
+            for (int j = 0; j < 8; ++j) {
+                const int src = j < 4 ? rw[0][0] : rw[0][1];  // r / 32 = j / 4: warp-uniform
+#pragma unroll
+                for (int k = 0; k < 4; ++k) {
+                    const int r = (p >> 6) + 2 * k + 8 * j;  // warp-uniform
+                    const int row = __shfl_sync(FULL_MASK, src, r & 31);
+                    // an invalid slot copies 0 bytes from row 0's chunk (a valid address): no select
+                    cp_async16_sh(stage + soff[k] + 8192u * j, a_c + ((size_t)(unsigned)max(row, 0) << 10),
+                                  row >= 0 ? 16u : 0u);
+                }
+            }
+            cp_async_commit();
+            cp_async_wait<0>();  // this thread's copies of tile t (and at t = 0 of q) landed
+        } else {
+            // 3. codes of tile t: pass e = pw + 4 i takes row 8 (e / 8) + lane / 4, code chunk
+            // 4 (e % 8) + lane % 4 (header); batch 0 loaded before the empty wait
+            const unsigned char* codes = abytes;
+            const int rr = lane >> 2, cq = lane & 3;
+#pragma unroll 1
+            for (int b = 0; b < 2; ++b) {  // rolled: unrolled, the compiler hoists batch 1 and spills
+                uint4 v[8];
+#pragma unroll
+                for (int i = 0; i < 8; ++i) {
+                    const int e = pw + 4 * (8 * b + i), r = 8 * (e >> 3) + rr;
+                    const int src = (e >> 5) ? rw[0][1] : rw[0][0];  // r / 32 = e / 32: warp-uniform
+                    const int row = __shfl_sync(FULL_MASK, src, r & 31);
+                    // the address of row 0 where the slot is invalid (the load may be speculated)
+                    const uint4 x = ld_nc_v4(codes + (size_t)(row >= 0 ? row : 0) * SMLA_CODE_ROW_BYTES +
+                                             (4 * (e & 7) + cq) * 16);
+                    v[i] = row >= 0 ? x : make_uint4(0u, 0u, 0u, 0u);
+                }
+                if (b == 0) {
+                    if (t >= WS_STAGES) mbar_wait(bar + 16 + 8 * s, (unsigned)((t / WS_STAGES - 1) & 1));
+                    if (p == 0) {
+                        mask[2 * s] = vm0;
+                        mask[2 * s + 1] = vm1;
+                    }
+                    if (p < 64) sscale[s * 64 + p] = sv;
+                }
+#pragma unroll
+                for (int i = 0; i < 8; ++i) {
+                    const int e = pw + 4 * (8 * b + i), r = 8 * (e >> 3) + rr, cc = 4 * (e & 7) + cq;
+                    st_shared_v4(stage + wg_swz(r, 2 * cc), e4m3x2_to_f16x2(v[i].x), e4m3x2_to_f16x2(v[i].x >> 16),
+                                 e4m3x2_to_f16x2(v[i].y), e4m3x2_to_f16x2(v[i].y >> 16));
+                    st_shared_v4(stage + wg_swz(r, 2 * cc + 1), e4m3x2_to_f16x2(v[i].z),
+                                 e4m3x2_to_f16x2(v[i].z >> 16), e4m3x2_to_f16x2(v[i].w),
+                                 e4m3x2_to_f16x2(v[i].w >> 16));
+                }
+            }
+        }
+        // 4. this thread's writes of the stage (and of q) visible to the async proxy, then full[s]
+        wg_fence_async_shared();
+        mbar_arrive(bar + 8 * s);
+        // 5. the rows one tile on
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+#pragma unroll
+            for (int k = 0; k < PF - 1; ++k) rw[k][h] = rw[k + 1][h];
+            rw[PF - 1][h] = rn[h];
+        }
+        if constexpr (FP8) {  // tile t + 1's scales
+            if (p < 64) {
+                const int myrow = pw == 0 ? rw[0][0] : rw[0][1];
+                const float x = ld_nc_f32(row_scale + (myrow >= 0 ? myrow : 0));
+                sv = myrow >= 0 ? x : 0.f;
+            }
+        }
+    }
+    cp_async_wait<0>();  // nothing in flight at exit (ntiles = 0: nothing was issued)
+}
+
+// ---- the consumer warpgroups ------------------------------------------------------------------
+template <bool FP8>
+__device__ __forceinline__ void ws_consumer(unsigned char* smem, unsigned base, float* __restrict__ part_acc,
+                                            float* __restrict__ part_ml, int m, int s_split, int splits, int ntiles,
+                                            float scale) {
+    const int ct = threadIdx.x - 128;        // consumer thread 0..255
+    const int cw = ct >> 7, tl = ct & 127;   // consumer warpgroup (dims 256 cw ..), thread in it
+    const int lane = tl & 31, w = tl >> 5, g = lane >> 2, t4 = lane & 3;
+    const unsigned bar = base + WS_BAR_AT;
+    const unsigned* mask = reinterpret_cast<const unsigned*>(smem + WS_MASK_AT);
+    const float* sscale = reinterpret_cast<const float*>(smem + WS_SCALE_AT);
+    float4* xbuf = reinterpret_cast<float4*>(smem + WS_X_AT);
+
+    float m_run[2] = {neg_inf(), neg_inf()};  // running max of the scaled scores (rows 16 w + g, + 8)
+    float l_run[2] = {0.f, 0.f};              // running sum of the weights
+    float o[128];  // O_cw: o[4 n + 2 v1 + v0] = (row 16 w + g + 8 v1, dim 256 cw + 8 n + 2 t4 + v0)
+#pragma unroll
+    for (int i = 0; i < 128; ++i) o[i] = 0.f;
+    float rref = 1.f, rinv = 1.f;  // FP8: R (header) and 1 / R
+
+#pragma unroll 1
+    for (int it = 0; it < ntiles; ++it) {
+        const int s = it & (WS_STAGES - 1);
+        mbar_wait(bar + 8 * s, (unsigned)((it / WS_STAGES) & 1));
+        const unsigned vm[2] = {mask[2 * s], mask[2 * s + 1]};
+        const unsigned stage = base + WS_RING_AT + (unsigned)(s * WS_STAGE_BYTES);
+
+        // ---- S_cw[64 x 64] = Q[:, half] . C[:, half]^T: 16 k-steps of 16 dims ----------------------
+        float sc[32];  // sc[4 j + 2 v1 + v0] = (row 16 w + g + 8 v1, slot 8 j + 2 t4 + v0)
+#pragma unroll
+        for (int i = 0; i < 32; ++i) sc[i] = 0.f;
+        fence_regs(sc);
+        wgmma_fence();
+#pragma unroll
+        for (int k = 0; k < 16; ++k) {
+            const unsigned off = (unsigned)(cw * 4 * 1024 + (k >> 2) * 1024 + (k & 3) * 32);
+            if constexpr (FP8)
+                wgmma_m64n64k16_ss_f16(sc, wg_desc(base + WS_Q_AT + off, 16, 8192), wg_desc(stage + off, 16, 8192), k > 0);
+            else
+                wgmma_m64n64k16_ss(sc, wg_desc(base + WS_Q_AT + off, 16, 8192), wg_desc(stage + off, 16, 8192), k > 0);
+        }
+        wgmma_commit();
+        wgmma_wait0();
+        fence_regs(sc);
+
+        // ---- S = S_0 + S_1 through shared memory (named barriers over the 256 consumer threads) ----
+        if (it > 0) named_sync<2, 256>();  // both warpgroups done reading tile it - 1's exchange
+#pragma unroll
+        for (int k = 0; k < 8; ++k)
+            xbuf[(cw * 8 + k) * 128 + tl] = make_float4(sc[4 * k], sc[4 * k + 1], sc[4 * k + 2], sc[4 * k + 3]);
+        named_sync<1, 256>();  // both halves written
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+            const float4 v = xbuf[((cw ^ 1) * 8 + k) * 128 + tl];
+            sc[4 * k] += v.x;
+            sc[4 * k + 1] += v.y;
+            sc[4 * k + 2] += v.z;
+            sc[4 * k + 3] += v.w;
+        }
+
+        // ---- online softmax (a head row lives in one quad) -----------------------------------------
+        // FP8: the row scale of slot 8 j + 2 t4 + v0 is sscale[s][8 j + 2 t4 + v0] (0: invalid)
+        const float* ts = sscale + s * 64 + 2 * t4;
+        if constexpr (FP8) {
+            if (it == 0) {  // R: the largest scale of the first tile over the quad's 64 slots
+                float mx = 0.f;
+#pragma unroll
+                for (int j = 0; j < 8; ++j) mx = fmaxf(mx, fmaxf(ts[8 * j], ts[8 * j + 1]));
+                mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, 2));
+                rref = mx > 0.f ? mx : 1.f;
+                rinv = 1.f / rref;
+            }
+        }
+        unsigned pa[4][4];  // P as the A operand of PV k-step ks (split_wgmma.cu header)
+        {
+            float mt[2] = {neg_inf(), neg_inf()};
+#pragma unroll
+            for (int j = 0; j < 8; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int bit = 8 * (j & 3) + 2 * t4 + (e & 1);  // slot 8 j + 2 t4 + (e & 1), mod 32
+                    const float f = FP8 ? scale * ts[8 * j + (e & 1)] : scale;
+                    const float v = ((vm[j >> 2] >> bit) & 1u) ? f * sc[4 * j + e] : neg_inf();
+                    sc[4 * j + e] = v;
+                    mt[e >> 1] = fmaxf(mt[e >> 1], v);
+                }
+            float alpha[2], mn[2];
+            bool none[2];
+            quad_row_max(mt, m_run, mn, none, alpha);  // sparse_mla_split_mma.cuh
+#pragma unroll
+            for (int i = 0; i < 32; ++i) sc[i] = none[(i >> 1) & 1] ? 0.f : __expf(sc[i] - mn[(i >> 1) & 1]);
+            float ls[2] = {0.f, 0.f};
+            if constexpr (FP8) {
+                // the weights on the codes: p scale_j / R (header); the row sums add p itself
+#pragma unroll
+                for (int i = 0; i < 32; ++i) ls[(i >> 1) & 1] += sc[i];
+#pragma unroll
+                for (int ks = 0; ks < 4; ++ks)
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) {
+                        const int j = 2 * ks + (i >> 1), v1 = i & 1;  // sc[8 ks + 2 i] = sc[4 j + 2 v1]
+                        pa[ks][i] = pack_f16x2(sc[4 * j + 2 * v1] * (ts[8 * j] * rinv),
+                                               sc[4 * j + 2 * v1 + 1] * (ts[8 * j + 1] * rinv));
+                    }
+            } else {
+#pragma unroll
+                for (int ks = 0; ks < 4; ++ks)
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) pa[ks][i] = pack_bf16x2(sc[8 * ks + 2 * i], sc[8 * ks + 2 * i + 1]);
+                // the row sums add the bf16-rounded weights PV multiplies by (as split_wgmma)
+#pragma unroll
+                for (int ks = 0; ks < 4; ++ks)
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) ls[i & 1] += bf_lo(pa[ks][i]) + bf_hi(pa[ks][i]);
+            }
+            quad_row_sum(ls, alpha, mn, l_run, m_run);
+#pragma unroll
+            for (int i = 0; i < 128; ++i) o[i] *= alpha[(i >> 1) & 1];
+        }
+
+        // ---- O_cw[64 x 256] += P[64 x 64] . C[:, half]: 4 k-steps of 16 slots ----------------------
+        fence_regs(o);
+#pragma unroll
+        for (int ks = 0; ks < 4; ++ks) fence_regs(pa[ks]);
+        wgmma_fence();
+#pragma unroll
+        for (int ks = 0; ks < 4; ++ks) {
+            const unsigned long long db = wg_desc(stage + (unsigned)(ks * 2 * 8192 + cw * 4 * 1024), 1024, 8192);
+            if constexpr (FP8)
+                wgmma_m64n256k16_rs_f16(o, pa[ks], db);
+            else
+                wgmma_m64n256k16_rs(o, pa[ks], db);
+        }
+        wgmma_commit();
+        wgmma_wait0();
+        fence_regs(o);
+#pragma unroll
+        for (int ks = 0; ks < 4; ++ks) fence_regs(pa[ks]);
+        mbar_arrive(bar + 16 + 8 * s);  // this thread is done with the stage (its scales and mask too)
+    }
+
+    // ---- partial state out (FP8: R x O; BF16: rref = 1) ------------------------------------------
+    wg_store_partials(part_acc, part_ml, (size_t)m * (size_t)splits + (size_t)s_split, 16 * w + g, cw, t4, m_run, l_run,
+                      o, rref);
+}
+
+// CTA (s, m) (header). arena: bf16 rows (FP8 = false) or e4m3 codes with row_scale (FP8 = true);
+// L2 = false: the same kernel without the L2 look-ahead (sparse_mla_split_wgmma_ws_nol2).
+template <bool FP8, bool L2 = true>
+__device__ __forceinline__ void ws_split(unsigned char* smem_raw, const bf16* __restrict__ q, const void* __restrict__ arena,
+                                         const float* __restrict__ row_scale, const int* __restrict__ page_table,
+                                         const int* __restrict__ selection, float* __restrict__ part_acc,
+                                         float* __restrict__ part_ml, int M, int W, int pages_per_stream, int page_size,
+                                         int splits, float scale) {
+    if (dynamic_smem_bytes() < WS_USED + 1024) __trap();
+    const unsigned raw_addr = smem_addr(smem_raw);
+    const unsigned pad = (1024u - (raw_addr & 1023u)) & 1023u;
+    unsigned char* smem = smem_raw + pad;
+    const unsigned base = raw_addr + pad;
+
+    const int s = blockIdx.x, m = blockIdx.y;
+    if (m >= M) return;  // whole block
+    const int start = (int)(((long long)s * W) / splits);
+    const int end = (int)(((long long)(s + 1) * W) / splits);
+    const int ntiles = (end - start + WS_TILE - 1) / WS_TILE;
+
+    if (threadIdx.x == 0) {
+#pragma unroll
+        for (int st = 0; st < WS_STAGES; ++st) {
+            mbar_init(base + WS_BAR_AT + 8 * st, 128);       // full: every producer thread
+            mbar_init(base + WS_BAR_AT + 16 + 8 * st, 256);  // empty: every consumer thread
+        }
+    }
+    __syncthreads();  // the barriers initialised before anyone arrives or waits (the only CTA barrier)
+
+    if (threadIdx.x < 128) {
+        regs_dec<FP8 ? WS_PRODUCER_REGS_FP8 : WS_PRODUCER_REGS>();
+        ws_producer<FP8, L2>(smem, base, q, arena, row_scale, selection + (size_t)m * (size_t)W,
+                         page_table + (size_t)m * (size_t)pages_per_stream, m, start, end, ntiles, page_size);
+    } else {
+        regs_inc<FP8 ? WS_CONSUMER_REGS_FP8 : WS_CONSUMER_REGS>();
+        ws_consumer<FP8>(smem, base, part_acc, part_ml, m, s, splits, ntiles, scale);
+    }
+}
+#endif  // SPARSE_MLA_WGMMA_ENABLED
+
+extern "C" __global__ void __launch_bounds__(SPARSE_MLA_SPLIT_WGMMA_WS_THREADS, 1)
+sparse_mla_split_wgmma_ws(const bf16* __restrict__ q, const bf16* __restrict__ arena, const int* __restrict__ page_table,
+                          const int* __restrict__ selection, float* __restrict__ part_acc, float* __restrict__ part_ml,
+                          int M, int W, int pages_per_stream, int page_size, int splits, float scale) {
+#ifdef SPARSE_MLA_WGMMA_ENABLED
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    ws_split<false>(smem_raw, q, arena, nullptr, page_table, selection, part_acc, part_ml, M, W, pages_per_stream,
+                    page_size, splits, scale);
+#else
+    __trap();  // compiled without sm_90a: no wgmma (the launcher passes -arch=sm_90a)
+#endif
+}
+
+extern "C" __global__ void __launch_bounds__(SPARSE_MLA_SPLIT_WGMMA_WS_THREADS, 1)
+sparse_mla_split_wgmma_ws_fp8(const bf16* __restrict__ q, const unsigned char* __restrict__ codes,
+                              const float* __restrict__ row_scale, const int* __restrict__ page_table,
+                              const int* __restrict__ selection, float* __restrict__ part_acc,
+                              float* __restrict__ part_ml, int M, int W, int pages_per_stream, int page_size,
+                              int splits, float scale) {
+#ifdef SPARSE_MLA_WGMMA_ENABLED
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    ws_split<true>(smem_raw, q, codes, row_scale, page_table, selection, part_acc, part_ml, M, W, pages_per_stream,
+                   page_size, splits, scale);
+#else
+    __trap();  // compiled without sm_90a: no wgmma (the launcher passes -arch=sm_90a)
+#endif
+}
+
+// split_wgmma_ws without the L2 look-ahead (the same rows resolved, no prefetch): what the
+// look-ahead buys once the consumers carry no copy work (NOTES.md, split_wgmma_ws).
+extern "C" __global__ void __launch_bounds__(SPARSE_MLA_SPLIT_WGMMA_WS_THREADS, 1)
+sparse_mla_split_wgmma_ws_nol2(const bf16* __restrict__ q, const bf16* __restrict__ arena,
+                               const int* __restrict__ page_table, const int* __restrict__ selection,
+                               float* __restrict__ part_acc, float* __restrict__ part_ml, int M, int W,
+                               int pages_per_stream, int page_size, int splits, float scale) {
+#ifdef SPARSE_MLA_WGMMA_ENABLED
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    ws_split<false, false>(smem_raw, q, arena, nullptr, page_table, selection, part_acc, part_ml, M, W,
+                           pages_per_stream, page_size, splits, scale);
+#else
+    __trap();  // compiled without sm_90a: no wgmma (the launcher passes -arch=sm_90a)
+#endif
+}
