@@ -56,20 +56,24 @@ def _judge(out: np.ndarray, scores: np.ndarray, k: int) -> None:
 
 @pytest.mark.parametrize("kind", ["random", "ties", "few_eligible", "all_inf", "special", "ascending", "descending"])
 @pytest.mark.parametrize("S", [1, 3, 8])
-def test_model_matches_reference_topk(kind, S):
-    """Small k so the buffers fill and shrink many times; random append order within every round."""
+@pytest.mark.parametrize("R", [model.ROUND_TILES, model.ROUND_TILES_LONG])
+def test_model_matches_reference_topk(kind, S, R):
+    """Small k so the buffers fill and shrink many times; random append order within every round;
+    R: the tiles a warp scores between count checks (fused_mma's 2, fused_mma_r16's 16)."""
     # a fixed seed per case (hash() of a str changes with every process: the buffer-full path was
     # exercised or not depending on the run)
-    rng = np.random.default_rng(zlib.crc32(f"{kind}-{S}".encode()))
-    for C, k in ((1500, 7), (3001, 64), (777, 300), (4096, 1)):
+    rng = np.random.default_rng(zlib.crc32(f"{kind}-{S}-{R}".encode()))
+    # (20000, 64): several 16-tile rounds a slice, so the long rounds shrink mid-slice too
+    for C, k in ((1500, 7), (3001, 64), (777, 300), (4096, 1), (20000, 64)):
         scores, elig = _row(kind, C, k, rng)
         tiles = -(-(-(-C // model.TILE)) // S)
         trace: dict = {}
-        out = model.select_row(scores, elig, k, -(-(-(-C // model.TILE)) // tiles), tiles, rng, trace)
+        out = model.select_row(scores, elig, k, -(-(-(-C // model.TILE)) // tiles), tiles, rng, trace, R)
         _judge(out, scores, k)
         if kind != "special":   # a +inf pick is written -1 where it falls among the members
             assert np.all(out[:np.count_nonzero(out >= 0)] >= 0), "members first, then -1"
-        if kind == "random" and k <= 64 and S <= 3:
+        rounds = -(-(-(-tiles // model.WARPS)) // R)   # count checks a slice
+        if kind == "random" and k <= 64 and S <= 3 and rounds > 2:
             assert trace["shrinks"] > S, "the buffer-full path was not exercised"
 
 
@@ -123,12 +127,18 @@ def test_plan_fills_the_gpu_within_the_merge():
         assert 1 <= S <= model.MERGE_MAX_SLICES and S * k * 8 <= model.MERGE_SMEM_MAX
         assert (S - 1) * tiles < ntiles <= S * tiles, "every slice holds a tile"
         assert M * S <= max(M, 132 * 3)
-    assert model.capacity(2048) - model.HEAD >= 2048   # a shrink to k leaves room for a round
+    for R in (model.ROUND_TILES, model.ROUND_TILES_LONG):   # a shrink to k leaves room for a round
+        assert model.capacity(2048, R) - model.head(R) >= 2048
+    assert model.capacity(2048, model.ROUND_TILES_LONG) * 8 * 3 <= 228 << 10   # 3 CTAs an SM still fit
 
 
 def test_kernel_constants_agree_with_the_model():
     src = (model.HERE / model.SOURCE).read_text()
-    assert "#define SEL_HEAD (SEL_WARPS * SEL_ROUND_TILES * MMA_TILE_KEYS)" in src
+    assert "#define SEL_HEAD_OF(R) (SEL_WARPS * (R) * MMA_TILE_KEYS)" in src
+    assert "#define SEL_HEAD SEL_HEAD_OF(SEL_ROUND_TILES)" in src
+    assert "if (count > cap - SEL_HEAD_OF(R)) shrink(buf, k, st);" in src
+    assert (model.ROUND_TILES, model.ROUND_TILES_LONG) == (2, 16)
+    assert "SEL_FUSED_KERNELS(, SEL_ROUND_TILES)" in src and "SEL_FUSED_KERNELS(_r16, SEL_ROUND_TILES_LONG)" in src
     assert "#define MMA_TILE_KEYS 16" in (model.HERE / "scan_mma_tile.cuh").read_text()
     assert model.define("SEL_THREADS") == 32 * model.WARPS
 

@@ -34,6 +34,14 @@ select_merge: grid M, block MERGE_THREADS, dynamic shared memory S k x 8 bytes. 
     (the same select_kth), and writes every key >= T as its index (or -1 for +inf), then -1 to
     the end of the row.
 
+Long rounds (select_fused_mma_r16_*, issue 14's tuning): the same kernel with rounds of
+SEL_ROUND_TILES_LONG = 16 tiles a warp between the count checks, so the two block barriers a
+round come 8x less often (at 2 tiles a round they hold the 4 warps in lockstep, each barrier
+waiting on the slowest warp's loads); the headroom SEL_HEAD_OF(16) = 1024 keys, cap = 2k + 1024.
+The threshold a warp filters with is then up to 16 tiles stale: more keys may enter than at 2,
+never a wrong one (a key enters only above a threshold that every later one is at least), and a
+shrink still comes as soon as a round leaves more than 2k.
+
 What reaches memory beyond the keys: S x k x 8 bytes of candidate keys a stream (written, read
 back from L2) and M k 4 of indices, against C x 4 of scores written and read twice (SELECT_NOTES).
 Offsets are size_t where M C 128 can pass 2^31.
@@ -45,7 +53,10 @@ Offsets are size_t where M C 128 can pass 2^31.
 #define SEL_WARPS 4
 static_assert(SEL_WARPS * 32 == SEL_THREADS, "warps per CTA");
 #define SEL_ROUND_TILES 2                                    // tiles a warp scores between barriers
-#define SEL_HEAD (SEL_WARPS * SEL_ROUND_TILES * MMA_TILE_KEYS)  // most keys entering in one round
+#define SEL_ROUND_TILES_LONG 16                              // the _r16 kernels' (header, "Long rounds")
+// most keys entering in one round of R tiles a warp (the buffer's headroom above 2k)
+#define SEL_HEAD_OF(R) (SEL_WARPS * (R) * MMA_TILE_KEYS)
+#define SEL_HEAD SEL_HEAD_OF(SEL_ROUND_TILES)
 #define SEL_KMAX 4096                                        // largest k (cap = 2k + 128: 66 KiB)
 #define MERGE_THREADS 1024
 #define MERGE_MAX_SLICES 64                                  // slices a stream at most
@@ -221,7 +232,7 @@ __device__ __forceinline__ void fused_tile(Tile<FP8>& cur, Tile<FP8>& nxt, int j
     }
 }
 
-template <bool FP8>
+template <bool FP8, int R>
 __device__ __forceinline__ void select_fused(const bf16* __restrict__ q, const float* __restrict__ w,
                                              const unsigned char* __restrict__ keys,
                                              const float* __restrict__ scales, const int* __restrict__ eligible,
@@ -240,7 +251,7 @@ __device__ __forceinline__ void select_fused(const bf16* __restrict__ q, const f
     const int nt = max(0, min(t0 + slice_tiles, etiles) - t0);
     const int first_tile = t0 + warp;
     const int nw = nt > warp ? (nt - warp + SEL_WARPS - 1) / SEL_WARPS : 0;   // this warp's tiles
-    const int rounds = ((nt + SEL_WARPS - 1) / SEL_WARPS + SEL_ROUND_TILES - 1) / SEL_ROUND_TILES;  // uniform
+    const int rounds = ((nt + SEL_WARPS - 1) / SEL_WARPS + R - 1) / R;  // uniform
 
     if (threadIdx.x == 0) {
         st.count = 0;
@@ -257,14 +268,20 @@ __device__ __forceinline__ void select_fused(const bf16* __restrict__ q, const f
 #pragma unroll 1
     for (int r = 0; r < rounds; ++r) {
         const u64 thr = st.thresh;  // stable: written only inside shrink, between barriers
-        const int j = SEL_ROUND_TILES * r;
-        if (j < nw) fused_tile<FP8>(a, b, j, nw, first_tile, stream, elig, thr, buf, st, bq, wr, keys, scales, g, t, lane);
-        if (j + 1 < nw)
-            fused_tile<FP8>(b, a, j + 1, nw, first_tile, stream, elig, thr, buf, st, bq, wr, keys, scales, g, t, lane);
+        const int j = R * r;
+#pragma unroll
+        for (int u = 0; u < R; u += 2) {  // the two tile buffers alternate: R is even
+            if (j + u < nw)
+                fused_tile<FP8>(a, b, j + u, nw, first_tile, stream, elig, thr, buf, st, bq, wr, keys, scales, g, t,
+                                lane);
+            if (j + u + 1 < nw)
+                fused_tile<FP8>(b, a, j + u + 1, nw, first_tile, stream, elig, thr, buf, st, bq, wr, keys, scales, g,
+                                t, lane);
+        }
         __syncthreads();
         const int count = st.count;
         __syncthreads();  // every thread has read the count before the next round adds to it
-        if (count > cap - SEL_HEAD) shrink(buf, k, st);  // uniform
+        if (count > cap - SEL_HEAD_OF(R)) shrink(buf, k, st);  // uniform
     }
     if (st.count > k) shrink(buf, k, st);
     const int n = st.count;  // <= k
@@ -273,19 +290,25 @@ __device__ __forceinline__ void select_fused(const bf16* __restrict__ q, const f
     if (threadIdx.x == 0) cand_counts[m * S + s] = n;
 }
 
-extern "C" __global__ void __launch_bounds__(SEL_THREADS, 3)
-select_fused_mma_bf16(const bf16* __restrict__ q, const float* __restrict__ w, const unsigned char* __restrict__ keys,
-                      const int* __restrict__ eligible, u64* __restrict__ cand_keys, int* __restrict__ cand_counts,
-                      int C, int k, int cap, int slice_tiles) {
-    select_fused<false>(q, w, keys, nullptr, eligible, cand_keys, cand_counts, C, k, cap, slice_tiles);
-}
-
-extern "C" __global__ void __launch_bounds__(SEL_THREADS, 3)
-select_fused_mma_fp8(const bf16* __restrict__ q, const float* __restrict__ w, const unsigned char* __restrict__ keys,
-                     const float* __restrict__ scales, const int* __restrict__ eligible, u64* __restrict__ cand_keys,
-                     int* __restrict__ cand_counts, int C, int k, int cap, int slice_tiles) {
-    select_fused<true>(q, w, keys, scales, eligible, cand_keys, cand_counts, C, k, cap, slice_tiles);
-}
+// The fused kernels: select_fused_mma<TAG>_{bf16,fp8} is select_fused<FP8, R>; the launcher gives
+// cap = 2k + SEL_HEAD_OF(R) keys of dynamic shared memory.
+#define SEL_FUSED_KERNELS(TAG, R)                                                                            \
+    extern "C" __global__ void __launch_bounds__(SEL_THREADS, 3)                                             \
+    select_fused_mma##TAG##_bf16(const bf16* __restrict__ q, const float* __restrict__ w,                    \
+                                 const unsigned char* __restrict__ keys, const int* __restrict__ eligible,   \
+                                 u64* __restrict__ cand_keys, int* __restrict__ cand_counts, int C, int k,   \
+                                 int cap, int slice_tiles) {                                                 \
+        select_fused<false, R>(q, w, keys, nullptr, eligible, cand_keys, cand_counts, C, k, cap, slice_tiles); \
+    }                                                                                                        \
+    extern "C" __global__ void __launch_bounds__(SEL_THREADS, 3)                                             \
+    select_fused_mma##TAG##_fp8(const bf16* __restrict__ q, const float* __restrict__ w,                     \
+                                const unsigned char* __restrict__ keys, const float* __restrict__ scales,    \
+                                const int* __restrict__ eligible, u64* __restrict__ cand_keys,               \
+                                int* __restrict__ cand_counts, int C, int k, int cap, int slice_tiles) {     \
+        select_fused<true, R>(q, w, keys, scales, eligible, cand_keys, cand_counts, C, k, cap, slice_tiles);  \
+    }
+SEL_FUSED_KERNELS(, SEL_ROUND_TILES)
+SEL_FUSED_KERNELS(_r16, SEL_ROUND_TILES_LONG)
 
 // grid M, block MERGE_THREADS, dynamic shared memory S k x 8 bytes; S <= MERGE_MAX_SLICES.
 extern "C" __global__ void __launch_bounds__(MERGE_THREADS, 1)

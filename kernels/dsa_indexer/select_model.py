@@ -27,15 +27,23 @@ def define(name: str) -> int:
 
 
 WARPS, ROUND_TILES = define("SEL_WARPS"), define("SEL_ROUND_TILES")
-HEAD = WARPS * ROUND_TILES * TILE                   # SEL_HEAD
+ROUND_TILES_LONG = define("SEL_ROUND_TILES_LONG")   # the _r16 kernels' rounds
+
+
+def head(round_tiles: int = ROUND_TILES) -> int:
+    """SEL_HEAD_OF(R): the most keys entering in one round of R tiles a warp."""
+    return WARPS * round_tiles * TILE
+
+
+HEAD = head()                                       # SEL_HEAD
 KMAX, MERGE_MAX_SLICES, BINS = define("SEL_KMAX"), define("MERGE_MAX_SLICES"), define("SEL_BINS")
 ORDERED_POS_INF = np.uint32(0xFF800000)
 
 
-def capacity(k: int) -> int:
-    """Buffer entries of a CTA (the launcher's dynamic shared memory / 8): 2k + SEL_HEAD, so a
+def capacity(k: int, round_tiles: int = ROUND_TILES) -> int:
+    """Buffer entries of a CTA (the launcher's dynamic shared memory / 8): 2k + SEL_HEAD_OF(R), so a
     shrink (to k) leaves at least k entries of room before the next."""
-    return 2 * k + HEAD
+    return 2 * k + head(round_tiles)
 
 
 def plan(M: int, C: int, k: int, sms: int, ctas_per_sm: int, merge_smem: int = MERGE_SMEM_MAX) -> tuple[int, int]:
@@ -107,11 +115,12 @@ def _shrink(buf: list, k: int) -> tuple[list, int]:
 
 
 def cta(scores: np.ndarray, first: int, elig: int, k: int, tiles: int, rng: np.random.Generator | None,
-        trace: dict | None = None) -> np.ndarray:
+        trace: dict | None = None, round_tiles: int = ROUND_TILES) -> np.ndarray:
     """One CTA of select_fused: its slice's tiles [first / 16, + tiles) of a row's scores (float32,
     the whole row), keys below ``elig``; returns its (<= k) keys. rng: the order in which the
-    round's (warp, tile) groups append (any order is legal); None: in order."""
-    cap = capacity(k)
+    round's (warp, tile) groups append (any order is legal); None: in order. round_tiles: R, the
+    tiles a warp scores between the count checks (2; the _r16 kernels 16)."""
+    cap, HEAD, ROUND_TILES = capacity(k, round_tiles), head(round_tiles), round_tiles
     t0 = first // TILE
     etiles = -(-elig // TILE)
     nt = max(0, min(t0 + tiles, etiles) - t0)
@@ -156,17 +165,19 @@ def merge(lists: list[np.ndarray], k: int) -> np.ndarray:
 
 
 def select_row(scores: np.ndarray, elig: int, k: int, S: int, slice_tiles: int,
-               rng: np.random.Generator | None = None, trace: dict | None = None) -> np.ndarray:
+               rng: np.random.Generator | None = None, trace: dict | None = None,
+               round_tiles: int = ROUND_TILES) -> np.ndarray:
     """One stream through both kernels: [k] int32."""
-    lists = [cta(scores, s * slice_tiles * TILE, elig, k, slice_tiles, rng, trace) for s in range(S)]
+    lists = [cta(scores, s * slice_tiles * TILE, elig, k, slice_tiles, rng, trace, round_tiles) for s in range(S)]
     if trace is not None:
         trace["written"] = trace.get("written", 0) + sum(len(x) for x in lists)
     return merge(lists, k)
 
 
 def select(scores: np.ndarray, eligible: np.ndarray, k: int, sms: int, ctas_per_sm: int,
-           rng: np.random.Generator | None = None) -> np.ndarray:
+           rng: np.random.Generator | None = None, round_tiles: int = ROUND_TILES) -> np.ndarray:
     """Every stream ([M, C] float32 scores, [M] eligible) with the launcher's plan: [M, k] int32."""
     M, C = scores.shape
     S, tiles = plan(M, C, k, sms, ctas_per_sm)
-    return np.stack([select_row(scores[m], int(eligible[m]), k, S, tiles, rng) for m in range(M)])
+    return np.stack([select_row(scores[m], int(eligible[m]), k, S, tiles, rng, round_tiles=round_tiles)
+                     for m in range(M)])

@@ -63,17 +63,28 @@ def _indices_step(backend, kernels, buffers, poison, k_note: str) -> KernelStep:
     return step.ready()
 
 
-def build_fused(geometry, point, inputs, backend) -> KernelStep:
+def make_fused_build(tag: str = "", round_tiles: int = select_model.ROUND_TILES):
+    """The launcher of select_fused_mma<tag>_{bf16,fp8} (select_fused<FP8, round_tiles>)."""
+    name = f"fused_mma{tag}"
+
+    def build(geometry, point, inputs, backend) -> KernelStep:
+        return _build_fused(name, tag, round_tiles, geometry, point, inputs, backend)
+
+    build.__name__ = f"build_{name}"
+    return build
+
+
+def _build_fused(name, tag, round_tiles, geometry, point, inputs, backend) -> KernelStep:
     reason = _supports_fused(geometry, point)
     if reason:
-        raise ValueError(f"fused_mma: {reason}")
+        raise ValueError(f"{name}: {reason}")
     cp = backend.cp
     d = scan_variants._Device(backend, inputs)
     Mn, C, k = int(point["M"]), spec.n_candidates(geometry, point), spec.k_selected(geometry, point)
     fp8 = point["key_dtype"] == "fp8"
     threads, mthreads = select_model.define("SEL_THREADS"), select_model.define("MERGE_THREADS")
-    cap = select_model.capacity(k)
-    fn = _kernel(backend, FUSED_SOURCE, f"select_fused_mma_{point['key_dtype']}", 8 * cap)
+    cap = select_model.capacity(k, round_tiles)
+    fn = _kernel(backend, FUSED_SOURCE, f"select_fused_mma{tag}_{point['key_dtype']}", 8 * cap)
     merge0 = get_kernel(backend, HERE / FUSED_SOURCE, "select_merge")
     optin = int(backend.props.get("sharedMemPerBlockOptin", 232448))
     merge_room = min(select_model.MERGE_SMEM_MAX, optin - int(merge0.shared_size_bytes))
@@ -146,16 +157,23 @@ def _reference_rows(scores, eligible, k):
     return np.stack([reference.topk(row, k) for row in scores])
 
 
-def _model_rows(scores, eligible, k):
-    return select_model.select(scores, eligible, k, H200_SMS, FUSED_CTAS_PER_SM, rng=np.random.default_rng(0))
+def _model_rows(scores, eligible, k, round_tiles=select_model.ROUND_TILES):
+    return select_model.select(scores, eligible, k, H200_SMS, FUSED_CTAS_PER_SM, rng=np.random.default_rng(0),
+                               round_tiles=round_tiles)
 
 
 SELECT_VARIANTS = (
-    Variant("fused_mma", "cuda", build_fused,
+    Variant("fused_mma", "cuda", make_fused_build(),
             why="the scan's tensor-core tiles (scan_mma's fragments and pipeline) scored straight into a "
                 "shared-memory threshold buffer of 64-bit (score, lower-index-first) keys per CTA, shrunk "
                 "to its top k by a radix select whenever it fills; S x k candidates a stream reach memory "
                 "instead of C scores, and one CTA a stream merges them",
+            supports=_supports_fused, sources=(FUSED_SOURCE,)),
+    # Issue 14, the fused design's tuning: its measured 1.46x the scan (SELECT_NOTES.md).
+    Variant("fused_mma_r16", "cuda", make_fused_build("_r16", select_model.ROUND_TILES_LONG),
+            why="fused_mma with rounds of 16 tiles a warp between the buffer's count checks instead of 2: "
+                "the two block barriers a round, which hold the 4 warps in lockstep on the slowest "
+                "warp's loads, 8x less often (headroom 1024 keys, cap 2k + 1024)",
             supports=_supports_fused, sources=(FUSED_SOURCE,)),
     Variant("scan_then_topk", "cuda", build_unfused,
             why="the unfused pair in one step: scan_mma writes scores [M, C], then radix_cluster selects "
