@@ -34,17 +34,9 @@ typedef decltype(sizeof(0)) size_t;
 #define KPOOL_DIM 128                    // channels a key (indexer.head_dim)
 #define KPOOL_GROUPS (KPOOL_DIM / 8)     // 16-byte channel groups a row
 
-// Copied from kernels/sparse_mla/sparse_mla_common.cuh (a header of another family; NVRTC gets only
-// this folder on its include path): bf16 halves of a word, the bf16x2 pack, the read-only load.
-__device__ __forceinline__ float bf_lo(unsigned w) { return __uint_as_float(w << 16); }
-__device__ __forceinline__ float bf_hi(unsigned w) { return __uint_as_float(w & 0xFFFF0000u); }
+#include "../common/device.cuh"  // bf_lo / bf_hi, pack_bf16x2
 
-__device__ __forceinline__ unsigned pack_bf16x2(float lo, float hi) {
-    unsigned r;
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
-}
-
+// The read-only 16-byte load (sparse_mla_common.cuh has the same; scan_common.cuh's is volatile).
 __device__ __forceinline__ uint4 ld_nc_v4(const void* p) {
     uint4 r;
     asm("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];"

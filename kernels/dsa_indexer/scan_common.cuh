@@ -22,6 +22,7 @@ to create).
 */
 #ifndef SCAN_COMMON_CUH
 #define SCAN_COMMON_CUH
+#include "../common/device.cuh"  // neg_inf, bf_lo / bf_hi
 
 typedef unsigned short bf16;  // raw bf16 bits
 typedef decltype(sizeof(0)) size_t;
@@ -30,11 +31,6 @@ typedef decltype(sizeof(0)) size_t;
 #define SCAN_DIM 128
 #define FULL_MASK 0xffffffffu
 
-__device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
-
-// The two bf16 of one 32-bit word: the lower-addressed element is the low half (little endian).
-__device__ __forceinline__ float bf_lo(unsigned w) { return __uint_as_float(w << 16); }
-__device__ __forceinline__ float bf_hi(unsigned w) { return __uint_as_float(w & 0xFFFF0000u); }
 
 // Two e4m3 codes (the low byte is the lower-addressed element) -> two f16 in one word, the low
 // byte's value in the low half (cvt.rn.f16x2.e4m3x2, sm_89+; exact: every e4m3 value is an f16).

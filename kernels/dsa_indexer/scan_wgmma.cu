@@ -101,14 +101,10 @@ __device__ __forceinline__ void cp_async16(unsigned dst, const void* src, int by
 __device__ __forceinline__ void cp_async4(unsigned dst, const void* src, int bytes) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 __device__ __forceinline__ void cp_async_wait_stages() {
     asm volatile("cp.async.wait_group %0;" ::"n"(SCAN_WGMMA_STAGES - 2) : "memory");
 }
-__device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
-
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+#include "../common/wgmma.cuh"  // fence_proxy_async_shared, wgmma_fence / _commit (cp_async_commit: ../common/device.cuh)
 
 // wait_group 0 naming the accumulators: the epilogue's reads of d cannot be scheduled above it.
 __device__ __forceinline__ void wgmma_wait_all(float (&d)[16]) {
@@ -246,7 +242,7 @@ scan_wgmma_e4m3(const unsigned char* __restrict__ q, const float* __restrict__ q
             write_q(smem, wr, q, q_scales, w, cur.m, t);
             q_stream = cur.m;
         }
-        fence_async_shared();
+        fence_proxy_async_shared();
         __syncthreads();         // every thread's tile-k copies (and q) visible; tile k - 1 fully consumed
         if (first + k + SCAN_WGMMA_STAGES - 1 < last) {
             issue_tile(ahead, base, dst0, (k + SCAN_WGMMA_STAGES - 1) % SCAN_WGMMA_STAGES, keys, scales, C);

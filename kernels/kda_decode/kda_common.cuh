@@ -31,6 +31,7 @@ Every template is instantiated as kda_<variant>_bf16 (bf16 state) and kda_<varia
 */
 #ifndef KDA_COMMON_CUH
 #define KDA_COMMON_CUH
+#include "../common/device.cuh"  // neg_inf, pack_bf16x2, smem_addr, dynamic_smem_bytes, cp_async_commit / _wait
 
 typedef unsigned short bf16;  // raw bf16 bits
 // Same type as the builtin size_t (redeclaring a typedef to the same type is legal), so the file
@@ -55,15 +56,6 @@ __device__ __forceinline__ unsigned short f2bf(float f) {
     return (unsigned short)(u >> 16);
 }
 
-// Two floats -> one word of two bf16 (lo in the low half), round to nearest even, NaN stays NaN:
-// the same result as f2bf on each, in ONE instruction (cvt.rn.bf16x2.f32, sm_80+) instead of about
-// six per element. With a BF16 state the SM issues ~2x the arithmetic per byte of an FP32 state, so
-// the store-side conversion is a visible share of the instruction budget.
-__device__ __forceinline__ unsigned pack_bf16x2(float lo, float hi) {
-    unsigned r;
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
-}
 
 // ------------------------------------------------------------------------------------------------
 // N consecutive state elements <-> N floats, with the widest single access the byte count allows
@@ -229,15 +221,6 @@ __device__ __forceinline__ Norms warp_norms_bf16(const bf16* sq, const bf16* sk,
 // stalls at the store); batching keeps 16 loads per thread in flight.
 #define ROW_BATCH 16
 
-// ------------------------------------------------------------------------------------------------
-// The dynamic shared memory this launch gave the block: the designs that stage tiles there trap
-// when it is too small instead of reading past it.
-
-__device__ __forceinline__ unsigned dynamic_smem_bytes() {
-    unsigned r;
-    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(r));
-    return r;
-}
 
 // ================================================================================================
 // 16-byte tiles: shared geometry of regs_v16, lazy_v16 and pipelined_cpasync.
@@ -313,21 +296,11 @@ struct TileG {
 // ================================================================================================
 // cp.async: 16-byte global -> shared copies that complete per commit group (pipelined_cpasync, ring).
 
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-    unsigned r;
-    asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(r) : "l"(p));
-    return r;
-}
-
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
     // .cg: bypass L1; the state is touched once per step, so L1 allocation only evicts q/k/g.
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(smem)), "l"(gmem) : "memory");
 }
 
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 
 // ================================================================================================
 // How a launch meets its neighbours in a stream (ring and regs_wide; kda_conv_update uses the same

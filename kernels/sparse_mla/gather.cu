@@ -34,11 +34,6 @@ flight, and whether rows carry a scale.
 #define GATHER_WARPS (GATHER_THREADS / 32)
 #define GATHER_BATCH_BYTES 128  // bytes a lane has in flight before it XORs any (4 BF16 rows, 8 FP8 rows)
 
-__device__ __forceinline__ float ld_nc_f32(const float* p) {
-    float r;
-    asm("ld.global.nc.f32 %0, [%1];" : "=f"(r) : "l"(p));
-    return r;
-}
 
 // LOADS: 16-byte words a lane reads of a row (2: BF16 rows of 1 KiB; 1: FP8 codes of 512 B).
 // SCALED: the rows carry an FP32 scale each (row_scale[row]), XORed into word 4 of the partial.

@@ -27,6 +27,7 @@ include path, compiles every file of this folder as is.
 */
 #ifndef SPARSE_MLA_COMMON_CUH
 #define SPARSE_MLA_COMMON_CUH
+#include "../common/device.cuh"  // neg_inf, bf_lo / bf_hi, pack_bf16x2, smem_addr, dynamic_smem_bytes, cp_async_commit / _wait
 
 typedef unsigned short bf16;  // raw bf16 bits
 // Same type as the builtin size_t (redeclaring a typedef to the same type is legal), so the file
@@ -38,17 +39,10 @@ typedef decltype(sizeof(0)) size_t;
 #define SMLA_ROW_CHUNKS 64 // 16-byte chunks per arena / q row (512 * 2 / 16)
 #define FULL_MASK 0xffffffffu
 
-// -inf as a bit pattern (0xff800000): no <math.h> INFINITY, and fast-math cannot fold it.
-__device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
-
 // ------------------------------------------------------------------------------------------------
-// bf16 <-> float by bit manipulation (the same helpers as kda_common.cuh).
+// bf16 <-> float by bit manipulation (bf_lo / bf_hi: ../common/device.cuh).
 
 __device__ __forceinline__ float bf2f(unsigned short x) { return __uint_as_float(((unsigned)x) << 16); }
-
-// The two bf16 of one 32-bit word: the lower-addressed element is the low half (little endian).
-__device__ __forceinline__ float bf_lo(unsigned w) { return __uint_as_float(w << 16); }
-__device__ __forceinline__ float bf_hi(unsigned w) { return __uint_as_float(w & 0xFFFF0000u); }
 
 // 8 bf16 of one 16-byte word -> 8 floats, in element order.
 __device__ __forceinline__ void unpack8(const uint4& r, float (&f)[8]) {
@@ -56,14 +50,6 @@ __device__ __forceinline__ void unpack8(const uint4& r, float (&f)[8]) {
     f[2] = bf_lo(r.y); f[3] = bf_hi(r.y);
     f[4] = bf_lo(r.z); f[5] = bf_hi(r.z);
     f[6] = bf_lo(r.w); f[7] = bf_hi(r.w);
-}
-
-// Two floats -> one word of two bf16 (lo in the low half), round to nearest even, NaN stays NaN
-// (cvt.rn.bf16x2.f32, sm_80+): the same result as the bit-manipulation rounding, one instruction.
-__device__ __forceinline__ unsigned pack_bf16x2(float lo, float hi) {
-    unsigned r;
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -74,6 +60,12 @@ __device__ __forceinline__ unsigned pack_bf16x2(float lo, float hi) {
 __device__ __forceinline__ int ld_nc_s32(const int* p) {
     int r;
     asm("ld.global.nc.s32 %0, [%1];" : "=r"(r) : "l"(p));
+    return r;
+}
+
+__device__ __forceinline__ float ld_nc_f32(const float* p) {
+    float r;
+    asm("ld.global.nc.f32 %0, [%1];" : "=f"(r) : "l"(p));
     return r;
 }
 
@@ -116,31 +108,12 @@ __device__ __forceinline__ bool slot_row(const int* __restrict__ sel_m, const in
 // ------------------------------------------------------------------------------------------------
 // cp.async: 16-byte global -> shared copies that complete per commit group.
 
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-    unsigned r;
-    asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(r) : "l"(p));
-    return r;
-}
-
 // Copies src_bytes (16 or 0) bytes and zero-fills the rest of the 16: an invalid slot becomes a
 // zero row without a separate shared store. .cg: bypass L1 (each row is read once per CTA).
 __device__ __forceinline__ void cp_async16_zfill(void* smem, const void* gmem, unsigned src_bytes) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem),
                  "r"(src_bytes)
                  : "memory");
-}
-
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
-
-// The dynamic shared memory this launch gave the block: a design that stages tiles there traps
-// when it is too small instead of writing past it.
-__device__ __forceinline__ unsigned dynamic_smem_bytes() {
-    unsigned r;
-    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(r));
-    return r;
 }
 
 // ROWS selected rows of one stream's chunk [j0, end) into a tile buffer by cp.async (split_cc and

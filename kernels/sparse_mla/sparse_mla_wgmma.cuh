@@ -28,10 +28,7 @@ __device__ __forceinline__ unsigned long long wg_desc(unsigned addr, unsigned lb
            ((unsigned long long)(sbo >> 4) << 32) | (1ull << 62);
 }
 
-__device__ __forceinline__ void wg_fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void wgmma_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
+#include "../common/wgmma.cuh"  // fence_proxy_async_shared, wgmma_fence / _commit / _wait0
 
 // CUTLASS's warpgroup_fence_operand: pins the registers at this point of the instruction order.
 template <int N>

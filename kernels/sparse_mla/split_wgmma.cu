@@ -312,7 +312,7 @@ __device__ __forceinline__ void wg_split(unsigned char* smem_raw, const bf16* __
         // Groups committed so far: L (prologue) + it (one an iteration) = tiles 0 .. it + L - 1;
         // all but the newest L - 1 complete = tile it landed (and, at it = 0, q).
         cp_async_wait<STAGES - 2>();
-        wg_fence_async_shared();  // this thread's copies visible to the async proxy
+        fence_proxy_async_shared();  // this thread's copies visible to the async proxy
         __syncthreads();          // every thread's copies; both warpgroups done with tile it - 1 and xbuf
         if constexpr (!issue_after_s)
             wg_ahead<TILE, STAGES>(smem + WG_RING_AT, arena, sel_m, pt_m, start, end, ntiles, it, page_size, lane, tq, pg);

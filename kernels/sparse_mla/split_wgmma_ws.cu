@@ -164,11 +164,6 @@ __device__ __forceinline__ void regs_inc() {
 __device__ __forceinline__ void cp_async16_sh(unsigned saddr, const void* gmem, unsigned src_bytes) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(saddr), "l"(gmem), "r"(src_bytes) : "memory");
 }
-__device__ __forceinline__ float ld_nc_f32(const float* p) {
-    float r;
-    asm("ld.global.nc.f32 %0, [%1];" : "=f"(r) : "l"(p));
-    return r;
-}
 __device__ __forceinline__ void st_shared_v4(unsigned addr, unsigned a, unsigned b, unsigned c, unsigned d) {
     asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
 }
@@ -371,7 +366,7 @@ __device__ __forceinline__ void ws_producer(unsigned char* smem, unsigned base, 
             }
         }
         // 4. this thread's writes of the stage (and of q) visible to the async proxy, then full[s]
-        wg_fence_async_shared();
+        fence_proxy_async_shared();
         mbar_arrive(bar + 8 * s);
         // 5. the rows one tile on
 #pragma unroll
