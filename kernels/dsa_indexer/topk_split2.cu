@@ -341,30 +341,11 @@ struct S2CandOut {
     __device__ __forceinline__ void put(unsigned slot, unsigned pay, unsigned key) const {
         seg[slot] = make_uint2(key, pay);
     }
-    // topk_take_ties's tiles and block scan (topk_common.cuh), writing pairs (T, index): the first
-    // Q keys == T of row[lo, hi) in index order at slots at + rank
+    // the first Q keys == T of row[lo, hi) in index order as pairs (T, index) at slots at + rank
     __device__ __forceinline__ void take_ties(unsigned T, unsigned Q, unsigned at, unsigned* scan) const {
-        unsigned taken = 0u;
-        for (unsigned t0 = lo; t0 < hi && taken < Q; t0 += 4u * ONE_THREADS) {
-            const unsigned e0 = t0 + 4u * threadIdx.x;
-            bool eq[4];
-            unsigned n = 0u;
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                eq[j] = e0 + j < hi && topk_key(ld_nc_f32(row + e0 + j)) == T;
-                n += eq[j];
-            }
-            unsigned tile_total;
-            unsigned r = taken + one_block_scan(n, scan, &tile_total);
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                if (eq[j]) {
-                    if (r < Q) seg[at + r] = make_uint2(T, e0 + j);
-                    ++r;
-                }
-            }
-            taken += tile_total;
-        }
+        uint2* sg = seg;
+        topk_take_ties_to<ONE_WARPS>(row, lo, hi, T, Q, at, scan,
+                                     [&](unsigned slot, unsigned e) { sg[slot] = make_uint2(T, e); });
     }
     __device__ __forceinline__ void fill(unsigned F, unsigned) const {
         for (unsigned j = F + threadIdx.x; j < kp; j += ONE_THREADS) seg[j] = make_uint2(0u, 0u);   // no candidate
@@ -403,18 +384,7 @@ extern "C" __global__ void __launch_bounds__(ONE_THREADS, 1)
     // stage 1: the slice's top k as candidates (+inf kept as a key: DROP false)
     s2_select<false, 1>(S2Src<false>{row + lo, hi - lo, lo, (C & 3u) == 0u, ring}, S2CandOut{row, lo, hi, kp, seg},
                         k, s);
-    __syncthreads();                     // every thread's candidate writes before thread 0's fence
-    if (threadIdx.x == 0) {
-        __threadfence();
-        const unsigned done = atomicAdd(count + m, 1u);
-        if (done == P - 1u) {
-            count[m] = 0u;               // every CTA of the row has counted: ready for the next launch
-            __threadfence();             // the other CTAs' candidates, fenced before their adds, are visible
-        }
-        last = done == P - 1u;
-    }
-    __syncthreads();
-    if (!last) {
+    if (!split_last_cta(count, m, P, &last)) {
         TK_MARK(TK_EXIT);
         return;
     }
