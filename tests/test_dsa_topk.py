@@ -731,3 +731,45 @@ def test_the_split2_launcher_reads_the_kernel_declarations():
         topk_variants.make_split_build(design="split3")
     comp = registry.get("dsa_topk")
     assert comp.variant("radix_split2").sources == (topk_variants.SPLIT2_SOURCE,)
+
+
+@pytest.mark.parametrize("pairs,n,k", [(False, 16384, 512), (False, 65536, 2048), (True, 8192, 2048),
+                                       (False, 4100, 0), (True, 2048, 512)])
+def test_the_split2_pass2_hit_loop_fills_each_slot_once(pairs, n, k):
+    """s2_select's pass 2, emulated per warp and lane: two masks a lane (members above bin b0, keys
+    of bin b0), one packed warp scan and one counter claim a warp (warps claiming in a random
+    order), then each lane's loop over its set bits in increasing j writing member slots pm.. and
+    buffer slots pb..: the members fill [0, #members) and the buffer [0, #bin) each exactly once,
+    every slot with the position of a key of its class (the payload reload gives)."""
+    T = topk_variants.onecta_define("ONE_THREADS")
+    rng = np.random.default_rng(n + k)
+    key = topk_model.keys(rng.standard_normal(n).astype(np.float32)).astype(np.int64)
+    key[rng.random(n) < 0.01] = 0                                  # -inf / NaN: never a hit
+    b0 = int(np.sort(key)[-k] >> 20) if k else 0                   # the k-th key's bin (k = 0: b0 = 0)
+    pos, _, _ = topk_model.split2_positions(n, pairs, T)
+    kb = np.where(pos < n, key[np.minimum(pos, n - 1)], 0)       # [batch, thread, j]
+    member = (kb >> 20) > b0
+    inbin = (kb != 0) & ((kb >> 20) == b0)
+    slots_m, slots_b = np.full(n, -1), np.full(n, -1)
+    cnt = nbuf = 0
+    for b in range(pos.shape[0]):
+        for w in rng.permutation(T // 32):                          # warps claim in any order
+            lanes = slice(32 * w, 32 * w + 32)
+            nm, nbn = member[b, lanes].sum(axis=1), inbin[b, lanes].sum(axis=1)
+            pm = cnt + np.cumsum(nm) - nm                            # warp base + exclusive scan
+            pb = nbuf + np.cumsum(nbn) - nbn
+            cnt, nbuf = cnt + int(nm.sum()), nbuf + int(nbn.sum())
+            for lane in range(32):
+                t = 32 * w + lane
+                for j in np.flatnonzero(member[b, t] | inbin[b, t]):   # __ffs order
+                    p = int(pos[b, t, j])
+                    if member[b, t, j]:
+                        slots_m[p], pm[lane] = pm[lane], pm[lane] + 1
+                    else:
+                        slots_b[p], pb[lane] = pb[lane], pb[lane] + 1
+    is_m = (key >> 20) > b0
+    is_b = (key != 0) & ((key >> 20) == b0)
+    assert np.array_equal(np.sort(slots_m[is_m]), np.arange(int(is_m.sum()))) and (slots_m[~is_m] == -1).all()
+    assert np.array_equal(np.sort(slots_b[is_b]), np.arange(int(is_b.sum()))) and (slots_b[~is_b] == -1).all()
+    assert cnt == int(is_m.sum()) and nbuf == int(is_b.sum())
+    assert (k == 0) == (nbuf == 0) and cnt < (k or n)               # the buffer path runs where b0 > 0

@@ -424,7 +424,8 @@ class SplitTrace:
 
 def select_row_split(scores: np.ndarray, k: int, P: int, cap: int, rng: np.random.Generator | None = None
                      ) -> tuple[np.ndarray, SplitTrace]:
-    """One row as topk_split.cu's P CTAs: ``(out [k] int32, trace)``.
+    """One row as topk_split.cu's P CTAs (and topk_split2.cu's: the same decisions, slots and
+    candidates, there stored as (key, index) pairs): ``(out [k] int32, trace)``.
 
     Stage 1, each slice: _one_select over its keys without drop (+inf a key like any other), its
     members as (key, row index) candidates in the slice's segment of kp = k rounded up to 4 slots
