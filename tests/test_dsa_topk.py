@@ -666,3 +666,110 @@ def test_the_split_launcher_reads_the_kernel_declarations():
     assert ring + 45216 <= 232448
     text = (topk_variants.HERE / topk_variants.SPLIT_SOURCE).read_text()
     assert "struct OneShared" not in text and '#include "topk_onecta.cuh"' in text   # onecta's code, not a copy
+
+
+# ---- topk_split2.cu: radix_split's decisions with a cheaper pass 2 and bin search ---------------
+
+
+@pytest.mark.parametrize("nb", [4096, 1024])
+def test_the_split2_bin_search_gives_one_finds_answer(nb):
+    """s2_find (2 barriers: warp totals published, every warp scanning them) finds the same bin and
+    count above as one_find's block scan, on sparse, dense, one-bin and empty histograms and at
+    every kk from 1 past the total (topk_model.find_two_barriers emulates its thread and warp
+    ownership: a slip in the descending order or the warp prefix shows as a different bin)."""
+    rng = np.random.default_rng(nb)
+    hists = [rng.integers(0, 5, nb) * (rng.random(nb) < p) for p in (0.002, 0.05, 0.5, 1.0)]
+    one = np.zeros(nb, np.int64)
+    one[nb - 37] = 3000
+    edge = np.zeros(nb, np.int64)
+    edge[[0, 3, 4, nb - 1]] = [5, 1, 2, 1]                     # thread 1023's bins 0..3, thread 0's top bin
+    hists += [one, edge, np.zeros(nb, np.int64)]
+    for h in hists:
+        total = int(h.sum())
+        kks = {1, 2, total, total + 1, max(1, total // 2)} | set(rng.integers(1, total + 2, 40).tolist())
+        for kk in sorted(kk for kk in kks if kk >= 1):            # kk >= 1 in every call
+            assert topk_model.find_two_barriers(h, kk) == topk_model._find_desc(h, kk), (int(h.sum()), kk)
+
+
+@pytest.mark.parametrize("pairs", [False, True])
+@pytest.mark.parametrize("n", [1, 5, 4096, 8192, 16384, 22528, 32768, 32772, 65536, 70001])
+def test_the_split2_source_mapping_covers_the_source_once(n, pairs):
+    """S2Src: over every batch, thread and key j, the positions below n are 0 .. n - 1 exactly once
+    (each hit's reload names the key the batch counted); the ring slot a key is re-read from is the
+    one issue(b) filled with its float4; a batch's slots are distinct from the other in-flight
+    batches' (b .. b + 3); a source of at most 4 batches (32768 scores, 16384 pairs: 8192
+    candidates at M = 32 take 2) stays whole in the ring."""
+    T = topk_variants.onecta_define("ONE_THREADS")
+    d = lambda name: topk_variants.split_define(name, "split2")   # noqa: E731
+    vecs, rb = d("S2_VECS"), d("S2_RING_BATCHES")
+    assert d("S2_RING_BYTES") == rb * vecs * T * 16
+    pos, ring, src_slot = topk_model.split2_positions(n, pairs, T, vecs, rb)
+    per = 2 if pairs else 4
+    valid = pos < n
+    assert np.array_equal(np.sort(pos[valid]), np.arange(n))
+    assert (pos // per == src_slot).all()
+    # issue(b) puts source float4 b step + u T + t at ring ((b % rb) vecs + u) T + t
+    b = np.arange(pos.shape[0])[:, None, None]
+    u = (src_slot - b * vecs * T) // T
+    assert ((u >= 0) & (u < vecs)).all() and (ring == ((b % rb) * vecs + u) * T + (src_slot % T)).all()
+    for b0 in range(pos.shape[0]):                                # in flight together: b0 .. b0 + rb - 1
+        live = ring[b0:b0 + rb].reshape(-1)
+        assert len(np.unique(live)) == len(live) // per
+    held = pos.shape[0] <= rb
+    assert held == (n <= (rb * vecs * T * per))
+    if held:
+        assert len(np.unique(ring)) == ring.size // per          # every batch its own slots
+
+
+def test_the_split2_launcher_reads_the_kernel_declarations():
+    d = lambda name: topk_variants.split_define(name, "split2")   # noqa: E731
+    assert d("S2_RING_BYTES") + 45216 <= 232448                   # one CTA an SM, as radix_split
+    text = (topk_variants.HERE / topk_variants.SPLIT2_SOURCE).read_text()
+    assert "dsa_topk_split2(" in text and '#include "topk_onecta.cuh"' in text
+    assert "struct OneShared" not in text                           # onecta's shared layout, not a copy
+    with pytest.raises(ValueError, match="allowed"):
+        topk_variants.make_split_build(design="split3")
+    comp = registry.get("dsa_topk")
+    assert comp.variant("radix_split2").sources == (topk_variants.SPLIT2_SOURCE,)
+
+
+@pytest.mark.parametrize("pairs,n,k", [(False, 16384, 512), (False, 65536, 2048), (True, 8192, 2048),
+                                       (False, 4100, 0), (True, 2048, 512)])
+def test_the_split2_pass2_hit_loop_fills_each_slot_once(pairs, n, k):
+    """s2_select's pass 2, emulated per warp and lane: two masks a lane (members above bin b0, keys
+    of bin b0), one packed warp scan and one counter claim a warp (warps claiming in a random
+    order), then each lane's loop over its set bits in increasing j writing member slots pm.. and
+    buffer slots pb..: the members fill [0, #members) and the buffer [0, #bin) each exactly once,
+    every slot with the position of a key of its class (the payload reload gives)."""
+    T = topk_variants.onecta_define("ONE_THREADS")
+    rng = np.random.default_rng(n + k)
+    key = topk_model.keys(rng.standard_normal(n).astype(np.float32)).astype(np.int64)
+    key[rng.random(n) < 0.01] = 0                                  # -inf / NaN: never a hit
+    b0 = int(np.sort(key)[-k] >> 20) if k else 0                   # the k-th key's bin (k = 0: b0 = 0)
+    pos, _, _ = topk_model.split2_positions(n, pairs, T)
+    kb = np.where(pos < n, key[np.minimum(pos, n - 1)], 0)       # [batch, thread, j]
+    member = (kb >> 20) > b0
+    inbin = (kb != 0) & ((kb >> 20) == b0)
+    slots_m, slots_b = np.full(n, -1), np.full(n, -1)
+    cnt = nbuf = 0
+    for b in range(pos.shape[0]):
+        for w in rng.permutation(T // 32):                          # warps claim in any order
+            lanes = slice(32 * w, 32 * w + 32)
+            nm, nbn = member[b, lanes].sum(axis=1), inbin[b, lanes].sum(axis=1)
+            pm = cnt + np.cumsum(nm) - nm                            # warp base + exclusive scan
+            pb = nbuf + np.cumsum(nbn) - nbn
+            cnt, nbuf = cnt + int(nm.sum()), nbuf + int(nbn.sum())
+            for lane in range(32):
+                t = 32 * w + lane
+                for j in np.flatnonzero(member[b, t] | inbin[b, t]):   # __ffs order
+                    p = int(pos[b, t, j])
+                    if member[b, t, j]:
+                        slots_m[p], pm[lane] = pm[lane], pm[lane] + 1
+                    else:
+                        slots_b[p], pb[lane] = pb[lane], pb[lane] + 1
+    is_m = (key >> 20) > b0
+    is_b = (key != 0) & ((key >> 20) == b0)
+    assert np.array_equal(np.sort(slots_m[is_m]), np.arange(int(is_m.sum()))) and (slots_m[~is_m] == -1).all()
+    assert np.array_equal(np.sort(slots_b[is_b]), np.arange(int(is_b.sum()))) and (slots_b[~is_b] == -1).all()
+    assert cnt == int(is_m.sum()) and nbuf == int(is_b.sum())
+    assert (k == 0) == (nbuf == 0) and cnt < (k or n)               # the buffer path runs where b0 > 0

@@ -119,12 +119,12 @@ __device__ __forceinline__ void cp_async_wait_group() {
     asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
-// The first `quota` keys equal to T of row[lo, hi) in index order, written at orow[at + rank]: tiles
-// of 4 x 32 WARPS elements, one block exclusive scan a tile (the lowest indices first), stopping
-// once the quota is taken. Block-uniform: every thread of the block calls it.
-template <unsigned WARPS>
-__device__ __forceinline__ void topk_take_ties(const float* __restrict__ row, unsigned lo, unsigned hi, unsigned T,
-                                               unsigned quota, int* __restrict__ orow, unsigned at, unsigned* scratch) {
+// The first `quota` keys equal to T of row[lo, hi) in index order, put(at + rank, index): tiles of
+// 4 x 32 WARPS elements, one block exclusive scan a tile (the lowest indices first), stopping once
+// the quota is taken. Block-uniform: every thread of the block calls it.
+template <unsigned WARPS, class Put>
+__device__ __forceinline__ void topk_take_ties_to(const float* __restrict__ row, unsigned lo, unsigned hi, unsigned T,
+                                                  unsigned quota, unsigned at, unsigned* scratch, Put&& put) {
     unsigned taken = 0u;
     for (unsigned t0 = lo; t0 < hi && taken < quota; t0 += 4u * 32u * WARPS) {
         const unsigned e0 = t0 + 4u * threadIdx.x;
@@ -140,10 +140,39 @@ __device__ __forceinline__ void topk_take_ties(const float* __restrict__ row, un
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
             if (eq[j]) {
-                if (r < quota) orow[at + r] = (int)(e0 + j);
+                if (r < quota) put(at + r, e0 + j);
                 ++r;
             }
         }
         taken += tile_total;
     }
+}
+
+// topk_take_ties_to writing the index at orow[at + rank].
+template <unsigned WARPS>
+__device__ __forceinline__ void topk_take_ties(const float* __restrict__ row, unsigned lo, unsigned hi, unsigned T,
+                                               unsigned quota, int* __restrict__ orow, unsigned at, unsigned* scratch) {
+    topk_take_ties_to<WARPS>(row, lo, hi, T, quota, at, scratch,
+                             [&](unsigned slot, unsigned e) { orow[slot] = (int)e; });
+}
+
+// ---- the split kernels' hand-off (topk_split.cu, topk_split2.cu) ------------------------------
+
+// After a CTA's candidates are written: true in the row's last CTA to finish (count[m] reached P),
+// which has reset the counter to 0 for the next launch and may read every CTA's candidates (each
+// fenced before its add); every other CTA gets false and may exit. The cooperative-groups
+// grid-sync pattern without the wait. last: a shared word. Block-uniform (two barriers).
+__device__ __forceinline__ bool split_last_cta(unsigned* count, unsigned m, unsigned P, unsigned* last) {
+    __syncthreads();                     // every thread's candidate writes before thread 0's fence
+    if (threadIdx.x == 0) {
+        __threadfence();
+        const unsigned done = atomicAdd(count + m, 1u);
+        if (done == P - 1u) {
+            count[m] = 0u;               // every CTA of the row has counted: ready for the next launch
+            __threadfence();             // the other CTAs' candidates, fenced before their adds, are visible
+        }
+        *last = done == P - 1u;
+    }
+    __syncthreads();
+    return *last;
 }

@@ -424,7 +424,8 @@ class SplitTrace:
 
 def select_row_split(scores: np.ndarray, k: int, P: int, cap: int, rng: np.random.Generator | None = None
                      ) -> tuple[np.ndarray, SplitTrace]:
-    """One row as topk_split.cu's P CTAs: ``(out [k] int32, trace)``.
+    """One row as topk_split.cu's P CTAs (and topk_split2.cu's: the same decisions, slots and
+    candidates, there stored as (key, index) pairs): ``(out [k] int32, trace)``.
 
     Stage 1, each slice: _one_select over its keys without drop (+inf a key like any other), its
     members as (key, row index) candidates in the slice's segment of kp = k rounded up to 4 slots
@@ -457,3 +458,58 @@ def select_split(scores: np.ndarray, k: int, P: int, cap: int) -> np.ndarray:
     """Every row of ``scores`` [M, C] float32 -> [M, k] int32 (select_row_split)."""
     rng = np.random.default_rng(2)
     return np.stack([select_row_split(row, k, P, cap, rng)[0] for row in scores])
+
+
+# ---- topk_split2.cu (dsa_topk_split2): the same decisions; its 2-barrier bin search ------------
+
+
+def find_two_barriers(hist: np.ndarray, kk: int, threads: int = 1024) -> tuple[int, int]:
+    """topk_split2.cu's s2_find, step by step: thread t owns the PB = NB / threads bins
+    NB - PB (t + 1) .. NB - PB t - 1 (read in descending order), a warp scans its lanes' sums, lane
+    31 publishes the warp's total; every warp then scans the 32 totals itself, so thread t's
+    exclusive prefix is (warps before it) + (lanes before it in its warp); the one thread whose
+    range holds the kk-th largest key finds the bin in its own PB counts. (0, total) when fewer than
+    kk are counted. Must equal _find_desc (one_find) on every histogram."""
+    nb = len(hist)
+    pb = nb // threads
+    assert pb * threads == nb and threads == 32 * 32
+    h = np.asarray(hist, np.int64)
+    c = np.stack([h[nb - pb * np.arange(threads) - 1 - b] for b in range(pb)], axis=1)   # [t, b] descending
+    mine = c.sum(axis=1)
+    lanes = mine.reshape(32, 32)                                   # [warp, lane]
+    incl = np.cumsum(lanes, axis=1)
+    warp_tot = incl[:, 31]                                         # lane 31's publish
+    wincl = np.cumsum(warp_tot)
+    total = int(wincl[31])
+    before = ((wincl - warp_tot)[:, None] + incl - lanes).ravel()  # exclusive prefix a thread
+    if total < kk:
+        return 0, total
+    t = np.flatnonzero((before < kk) & (before + mine >= kk))
+    assert len(t) == 1, "exactly one thread holds the crossing"
+    t = int(t[0])
+    run = int(before[t])
+    for b in range(pb):
+        if run + int(c[t, b]) >= kk:
+            return nb - pb * t - 1 - b, run
+        run += int(c[t, b])
+    raise AssertionError("the crossing thread's bins hold the kk-th key")
+
+
+def split2_positions(n: int, pairs: bool, threads: int = 1024, vecs: int = 2, ring_batches: int = 4):
+    """topk_split2.cu's S2Src mapping for a source of n keys: ``(pos, ring, source_slot)`` arrays
+    [batches, threads, KEYS]: key j of thread t's batch b is source position pos (PER keys a float4
+    slot: 4 scores or 2 pairs), read from ring float4 slot ring, which issue(b) filled from the
+    source's float4 source_slot. pos >= n: past the end (key 0, never a hit)."""
+    per = 2 if pairs else 4
+    keys = per * vecs
+    step = vecs * threads
+    nb = -(-n // (per * step))
+    b = np.arange(nb)[:, None, None]
+    t = np.arange(threads)[None, :, None]
+    j = np.arange(keys)[None, None, :]
+    u = j // per
+    src_slot = b * step + u * threads + t                          # S2Src::slot
+    pos = per * src_slot + j % per                                 # S2Src::pos
+    ring = ((b % ring_batches) * vecs + u) * threads + t           # S2Src::ring_slot
+    # issue(b): source float4 i = b step + u T + t -> ring ((b % RB) VECS + u) T + t, for every u
+    return pos, ring, src_slot

@@ -207,18 +207,7 @@ extern "C" __global__ void __launch_bounds__(ONE_THREADS, 1)
     // stage 1: the slice's top k as candidates (C % 4 == 0: the slice is float4-aligned)
     one_select<false, true>(SplitSrc<false>{row + lo, hi - lo, (C & 3u) == 0u, ring},
                             CandOut{row, lo, hi, kp, ws_key + seg, ws_idx + seg}, k, s);
-    __syncthreads();                     // every thread's candidate writes before thread 0's fence
-    if (threadIdx.x == 0) {
-        __threadfence();
-        const unsigned done = atomicAdd(count + m, 1u);
-        if (done == P - 1u) {
-            count[m] = 0u;               // every CTA of the row has counted: ready for the next launch
-            __threadfence();             // the other CTAs' candidates, fenced before their adds, are visible
-        }
-        last = done == P - 1u;
-    }
-    __syncthreads();
-    if (!last) {
+    if (!split_last_cta(count, m, P, &last)) {
         TK_MARK(TK_EXIT);
         return;
     }

@@ -32,10 +32,14 @@ say so below. The tool orders a CTA's marks by clock64 and names each phase by t
 #define TK_WRITE 12    // thread 0's members written and the -1 fill issued (thread 0's view: no barrier)
 #define TK_EXIT 13     // after the exit barrier (cluster), the last instruction
 #define TK_FINAL 14    // split: the row's last CTA has written the final select (stage 2)
-#define TK_MARKS 15
+#define TK_FSTART 15   // split2: the row's last CTA past the hand-off (counter, fences, barrier)
+#define TK_FREAD 16    // split2's final select: pass 1 over the candidates done (digit 0 counted)
+#define TK_FPASS2 17   // split2's final select: pass 2 done (members above the bin written, bin buffered)
+#define TK_FDIGITS 18  // split2's final select: digits 0..2 decided (T known)
+#define TK_MARKS 19
 
 #ifdef DSA_TOPK_TIMELINE
-#define TK_SLOTS 32
+#define TK_SLOTS 40
 #define TK_CAPACITY (1 << 16)
 __device__ unsigned long long dsa_topk_timeline[TK_CAPACITY];
 

@@ -20,7 +20,8 @@
 - ``radix_split`` (ours): ``topk_split.cu``, P CTAs a row in one launch, no cluster and no
   grid-wide wait: radix_onecta's select (``topk_onecta.cuh``) over each slice writes the slice's top
   k as candidates to a workspace the step owns, and the row's last CTA (a per-row counter) selects
-  the final k from them.
+  the final k from them. ``radix_split2`` (ours): ``topk_split2.cu``, the same design and decisions
+  with a pass 2 over each lane's hits only, (key, index) candidate pairs and 2-barrier bin searches.
 - ``torch_topk`` (peer): ``torch.topk`` unsorted on our stream, non-finite picks mapped to -1 as a
   caller would.
 - ``flashinfer_topk`` / ``flashinfer_topk_lower`` (peers): ``flashinfer.top_k(x, k)`` as called by
@@ -185,45 +186,61 @@ def _onecta_build(geometry, point, inputs, backend) -> KernelStep:
 
 
 SPLIT_SOURCE = "topk_split.cu"
+SPLIT2_SOURCE = "topk_split2.cu"
+# design -> (source, kernel, the #define of its ring's dynamic shared memory, workspace layout):
+# "split" writes the candidates' keys and indices to two arrays, "split2" (key, index) uint2 pairs
+SPLIT_DESIGNS = {"split": (SPLIT_SOURCE, "dsa_topk_split", "SPLIT_RING_BYTES", "two arrays"),
+                 "split2": (SPLIT2_SOURCE, "dsa_topk_split2", "S2_RING_BYTES", "pairs")}
 
 
-def split_define(name: str) -> int:
-    """A ``#define`` of topk_split.cu (the ring's dynamic shared memory)."""
-    return source_define(str(HERE / SPLIT_SOURCE), name)
+def split_define(name: str, design: str = "split") -> int:
+    """A ``#define`` of a split design's source (the ring's dynamic shared memory)."""
+    return source_define(str(HERE / SPLIT_DESIGNS[design][0]), name)
 
 
-def make_split_build(P_fixed: int | None = None):
-    """radix_split's launcher: dsa_topk_split at topk_model.pick_split's P, or at ``P_fixed`` CTAs
-    a row (a test's way to run more CTAs than fit at once: the kernel needs no co-residency)."""
+def make_split_build(P_fixed: int | None = None, design: str = "split"):
+    """radix_split's (design "split") or radix_split2's ("split2") launcher at topk_model.pick_split's
+    P, or at ``P_fixed`` CTAs a row (a test's way to run more CTAs than fit at once: the kernels need
+    no co-residency)."""
+    if design not in SPLIT_DESIGNS:
+        raise ValueError(f"design: {design!r}; allowed: {sorted(SPLIT_DESIGNS)}")
 
     def build(geometry, point, inputs, backend) -> KernelStep:
-        return _split_step(geometry, point, inputs, backend, P_fixed)
+        return _split_step(geometry, point, inputs, backend, P_fixed, design)
     return build
 
 
-def _split_step(geometry, point, inputs, backend, P_fixed: int | None) -> KernelStep:
-    """dsa_topk_split on grid (P, M), P = topk_model.pick_split; the step owns its candidate
+def _split_step(geometry, point, inputs, backend, P_fixed: int | None, design: str = "split") -> KernelStep:
+    """A split kernel on grid (P, M), P = topk_model.pick_split; the step owns its candidate
     workspace (poisoned with the output: every slot stage 1 should write is checked through stage
     2) and the per-row counters (zero at allocation and after every launch; put back to zero by
     ``poison`` too, so a launch that was cut short cannot leave the next one a wrong count)."""
     cp = backend.cp
+    source, symbol, ring_define, layout = SPLIT_DESIGNS[design]
     Mn, C, k = int(point["M"]), spec.n_candidates(geometry, point), spec.k_selected(geometry, point)
     P = P_fixed or topk_model.pick_split(Mn, C, k, int(backend.props["multiProcessorCount"]))
     kp = (k + 3) & ~3
-    ring = split_define("SPLIT_RING_BYTES")
-    fn = get_kernel(backend, HERE / SPLIT_SOURCE, "dsa_topk_split", dyn_smem=ring)
+    ring = split_define(ring_define, design)
+    fn = get_kernel(backend, HERE / source, symbol, dyn_smem=ring)
     scores = backend.to_device(inputs["scores"])
+    poison_u32 = topk_model.POISON.view(np.uint32)
     with backend.stream:
-        buffers = {"indices": cp.empty((Mn, k), cp.int32), "ws_key": cp.empty((Mn, P, kp), cp.uint32),
-                   "ws_idx": cp.empty((Mn, P, kp), cp.int32), "count": cp.zeros(Mn, cp.uint32)}
+        buffers = {"indices": cp.empty((Mn, k), cp.int32), "count": cp.zeros(Mn, cp.uint32)}
+        if layout == "pairs":
+            buffers["ws"] = cp.empty((Mn, P, kp, 2), cp.uint32)
+            poison = {"indices": topk_model.POISON, "ws": poison_u32}
+            args = lambda b: (scores, b["indices"], b["ws"], b["count"], np.int32(C), np.int32(k))  # noqa: E731
+        else:
+            buffers["ws_key"] = cp.empty((Mn, P, kp), cp.uint32)
+            buffers["ws_idx"] = cp.empty((Mn, P, kp), cp.int32)
+            poison = {"indices": topk_model.POISON, "ws_key": poison_u32, "ws_idx": topk_model.POISON}
+            args = lambda b: (scores, b["indices"], b["ws_key"], b["ws_idx"], b["count"], np.int32(C),  # noqa: E731
+                              np.int32(k))
         zero = cp.zeros(Mn, cp.uint32)
-    kernels = [KernelCall(fn, (P, Mn), onecta_define("ONE_THREADS"), ring,
-                          lambda b: (scores, b["indices"], b["ws_key"], b["ws_idx"], b["count"], np.int32(C),
-                                     np.int32(k)))]
-    poison = {"indices": topk_model.POISON, "ws_key": topk_model.POISON.view(np.uint32), "ws_idx": topk_model.POISON}
+    kernels = [KernelCall(fn, (P, Mn), onecta_define("ONE_THREADS"), ring, args)]
     step = KernelStep(backend, kernels, buffers, {"count": zero}, poison,
                       lambda b: {"indices": backend.to_host(b["indices"])}, dependent=False)
-    step.note = (f"dsa_topk_split: {P} CTAs a row ({Mn * P} CTAs, no cluster), slices of "
+    step.note = (f"{symbol}: {P} CTAs a row ({Mn * P} CTAs, no cluster), slices of "
                  f"{topk_model.split_slices(C, P)[0][1]} keys, {P * kp} candidates for the row's last CTA")
     return step.ready()
 
@@ -448,6 +465,13 @@ TOPK_VARIANTS = (
                 "and writes its top k as (key, index) candidates; the row's last CTA (a counter) selects "
                 "the final k from the P k candidates; deadlock-free in any number of waves",
             supports=_supports_radix, sources=(SPLIT_SOURCE,)),
+    Variant("radix_split2", "cuda", make_split_build(design="split2"),
+            why="radix_split with its two measured costs cut (eb63d69's timeline): pass 2 classifies each key "
+                "and loops over a lane's hits only (members and threshold-bin keys, re-read from the ring), "
+                "not eight unrolled branch regions a batch (~0.25 ns a key whether the slice came from shared "
+                "memory or L2); a held slice's keys converted once; candidates as (key, index) pairs so the "
+                "final CTA's members need no dependent L2 load; bin searches of 2 block barriers, not 5",
+            supports=_supports_radix, sources=(SPLIT2_SOURCE,)),
     Variant("torch_topk", "cuda", lambda g, p, i, b: _TorchTopk(g, p, i, b),
             why="torch.topk(k, sorted=False) on our stream, non-finite picks mapped to -1",
             supports=lambda g, p: _torch_ready(), peer=True),
