@@ -14,7 +14,7 @@ import pytest
 from harness import backends, registry, runner
 from harness.verify import compare
 from kernels import fp8
-from kernels.dsa_indexer import expand_spec, kpool_variants, topk_spec
+from kernels.dsa_indexer import expand_spec, kpool_variants, topk_model, topk_spec
 from kernels.dsa_indexer import reference as rules
 from kernels.dsa_layer import spec
 from kernels.kda_decode.reference import bf16_to_float, float_to_bf16
@@ -285,8 +285,7 @@ class _EmulatedDevice:
 
     def launch(self, fn, grid, block, args, shared_mem=0, programmatic=False):
         self.launched.append((fn.symbol, grid, block, programmatic))
-        name = fn.symbol.rstrip("0123456789").removesuffix("_c") if fn.symbol.startswith("dsa_topk") else fn.symbol
-        getattr(self, "_" + name)(grid, block, *args)
+        getattr(self, "_" + fn.symbol)(grid, block, *args)
 
     def _kpool_compress_v1(self, grid, block, keys, gates, ape, lengths, pooled, M, P):
         assert keys.shape == gates.shape == (M, 4 * P, 128) and pooled.shape == (M, P, 128)
@@ -311,9 +310,12 @@ class _EmulatedDevice:
             s[int(eligible[m]):] = -np.inf
             scores[m] = s
 
-    def _dsa_topk_lean(self, grid, block, scores, out, C, k):
-        M = grid[1]
-        assert scores.shape == (M, C) and out.shape == (M, k) and block[0] == 512
+    def _dsa_topk_split2(self, grid, block, scores, out, ws, count, C, k):
+        P, M = grid
+        kp = (k + 3) & ~3
+        assert scores.shape == (M, C) and out.shape == (M, k) and block[0] == 1024
+        assert ws.shape == (M, P, kp, 2) and count.shape == (M,) and not count.any()   # zero before a launch
+        assert P == topk_model.pick_split(M, C, k, 132)
         out[:] = np.stack([rules.topk(row, k) for row in scores])
 
     def _expand_v1(self, grid, block, pools, positions, selection, M, k, W):
@@ -355,8 +357,7 @@ def test_the_chained_step_is_wired_right_on_an_emulated_device(geometry, key_cac
     step()
     order = [s for s, *_ in device.launched]
     scan = "scan_wgmma_e4m3" if index_dtype == "fp8" else "scan_mma_bf16"
-    # radix_lean: pick_cluster_len gives 3 rows shorter than LONG_ROW clusters of 4
-    assert order == (["kpool_compress_v1"] if key_caching == "compress" else []) + [scan, "dsa_topk_lean_c4"] \
+    assert order == (["kpool_compress_v1"] if key_caching == "compress" else []) + [scan, "dsa_topk_split2"] \
         + ([] if key_caching == "per_token" else ["expand_v1"]) + ["sparse_mla_split_wgmma", "sparse_mla_combine"]
     assert not any(p for *_, p in device.launched)                         # plain stream order, no PDL
     streams = runner.reference_streams(comp, geometry, point)

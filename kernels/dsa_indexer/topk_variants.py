@@ -210,18 +210,28 @@ def make_split_build(P_fixed: int | None = None, design: str = "split"):
     return build
 
 
+def split_launch(backend, M: int, C: int, k: int, design: str = "split", P_fixed: int | None = None):
+    """A split design's launch for M rows of C scores: (kernel, P CTAs a row, kp = k rounded up to
+    4 candidate slots a CTA, ring bytes of dynamic shared memory, the workspace layout: "pairs"
+    [M][P][kp][2] uint32 or "two arrays" [M][P][kp] keys + indices). Grid (P, M), block
+    ONE_THREADS; the caller owns the workspace and the [M] uint32 row counters, zero before every
+    launch (the kernel leaves them zero)."""
+    source, symbol, ring_define, layout = SPLIT_DESIGNS[design]
+    P = P_fixed or topk_model.pick_split(M, C, k, int(backend.props["multiProcessorCount"]))
+    ring = split_define(ring_define, design)
+    fn = get_kernel(backend, HERE / source, symbol, dyn_smem=ring)
+    return fn, P, (k + 3) & ~3, ring, layout
+
+
 def _split_step(geometry, point, inputs, backend, P_fixed: int | None, design: str = "split") -> KernelStep:
     """A split kernel on grid (P, M), P = topk_model.pick_split; the step owns its candidate
     workspace (poisoned with the output: every slot stage 1 should write is checked through stage
     2) and the per-row counters (zero at allocation and after every launch; put back to zero by
     ``poison`` too, so a launch that was cut short cannot leave the next one a wrong count)."""
     cp = backend.cp
-    source, symbol, ring_define, layout = SPLIT_DESIGNS[design]
     Mn, C, k = int(point["M"]), spec.n_candidates(geometry, point), spec.k_selected(geometry, point)
-    P = P_fixed or topk_model.pick_split(Mn, C, k, int(backend.props["multiProcessorCount"]))
-    kp = (k + 3) & ~3
-    ring = split_define(ring_define, design)
-    fn = get_kernel(backend, HERE / source, symbol, dyn_smem=ring)
+    fn, P, kp, ring, layout = split_launch(backend, Mn, C, k, design, P_fixed)
+    symbol = SPLIT_DESIGNS[design][1]
     scores = backend.to_device(inputs["scores"])
     poison_u32 = topk_model.POISON.view(np.uint32)
     with backend.stream:

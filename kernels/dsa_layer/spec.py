@@ -93,12 +93,13 @@ AXES = (M, dsa_axes.CONTEXT, KEY_CACHING, INDEX_DTYPE)
 # The design each part of the step runs, named once: variants.build_chained launches these variants'
 # kernels with their own launchers' geometry, and part_points names the same variants' rows. The
 # families' fastest measured on the H200 at M = 32, 262144: scan_mma (BF16, 91% of its stream floor)
-# and scan_wgmma_e4m3 (FP8, at its floor: reports/2026-12-01-indexer_scan-h200-153503), radix_lean
-# (51.17 us at 2048 of 262144, 22.82 at 512 of 65536: reports/2026-12-01-dsa_select-h200-144501),
+# and scan_wgmma_e4m3 (FP8, at its floor: reports/2026-12-01-indexer_scan-h200-153503), radix_split2
+# (44.00 us at 2048 of 262144, 18.99 at 512 of 65536, radix_lean 51.38 and 22.96 beside it:
+# reports/2026-12-01-dsa_select-h200-205200),
 # split_wgmma_1wave (49.34 us grouped, split_mma_ahead_1wave 87.87 beside it:
 # reports/2026-12-01-sparse_mla-h200-172142).
 SCAN_DESIGNS = {"bf16": "scan_mma", "fp8": "scan_wgmma_e4m3"}
-TOPK_DESIGN = "radix_lean"
+TOPK_DESIGN = "radix_split2"
 MLA_DESIGN = "split_wgmma_1wave"
 
 PAGE_SIZE = 64                # the latent arena's pages (sparse_mla's default)

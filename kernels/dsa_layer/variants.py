@@ -3,9 +3,9 @@
 - ``chained`` (ours): one ``harness.cuda.KernelStep`` of the families' best kernels (the designs
   spec.SCAN_DESIGNS, TOPK_DESIGN and MLA_DESIGN name) on shared device buffers, get_kernel'd from
   the families' own .cu files with their own launch geometry: [compress_cuda (kpool_compress.cu)]
-  -> scan_mma (scan_mma.cu; index_dtype fp8: scan_wgmma_e4m3, scan_wgmma.cu, sm_90a) -> radix_lean
-  (topk_radix.cu) -> [expand_cuda (expand.cu)] -> split_wgmma_1wave + combine
-  (sparse_mla/split_wgmma.cu, sm_90a). Plain stream order (dependent=False): the scans, topk_radix, the
+  -> scan_mma (scan_mma.cu; index_dtype fp8: scan_wgmma_e4m3, scan_wgmma.cu, sm_90a) -> radix_split2
+  (topk_split2.cu) -> [expand_cuda (expand.cu)] -> split_wgmma_1wave + combine
+  (sparse_mla/split_wgmma.cu, sm_90a). Plain stream order (dependent=False): the scans, the top-k, the
   split and the combine do not griddepcontrol.wait before reading their predecessor's output (only
   kpool_compress and expand do), so a programmatic launch of them could read a buffer still being
   written.
@@ -21,7 +21,7 @@ import numpy as np
 
 from harness.cuda import KernelCall, KernelStep, get_kernel
 from harness.registry import Launch, Variant
-from kernels.dsa_indexer import kpool_variants, scan_variants, topk_variants
+from kernels.dsa_indexer import kpool_variants, scan_variants, topk_model, topk_variants
 from kernels.dsa_indexer import reference as rules
 from kernels.dsa_indexer.kpool_variants import INDEX_POISON
 from kernels.kda_decode.reference import bf16_to_float
@@ -37,12 +37,12 @@ from . import spec
 SPLIT_DESIGN = spec.MLA_DESIGN.removesuffix("_1wave")
 SPLIT_SOURCE, SPLIT_SYMBOL, SPLIT_SMEM, SPLIT_THREADS, _ = mla_variants.SPLIT_DESIGNS[SPLIT_DESIGN]
 SPLIT_OPTIONS = mla_variants.SPLIT_OPTIONS.get(SPLIT_DESIGN, ())
-# the top-k: radix_lean (spec.TOPK_DESIGN), the lean kernels at pick_cluster_len's cluster size
-TOPK_KERNEL = "lean"
+# the top-k: radix_split2 (spec.TOPK_DESIGN), its launcher's P CTAs a row, workspace and counters
+TOPK_SPLIT_DESIGN = spec.TOPK_DESIGN.removeprefix("radix_")
 SOURCES = {
     "compress": kpool_variants.HERE / "kpool_compress.cu",
     "scan": scan_variants.HERE / "scan_mma.cu",
-    "topk": topk_variants.HERE / topk_variants.RADIX_SOURCE,
+    "topk": topk_variants.HERE / topk_variants.SPLIT_DESIGNS[TOPK_SPLIT_DESIGN][0],
     "expand": kpool_variants.HERE / "expand.cu",
     "split": mla_variants.HERE / SPLIT_SOURCE,
 }
@@ -95,8 +95,9 @@ def build_chained(geometry, point, inputs, backend) -> KernelStep:
     else:
         scan_fn = get_kernel(backend, SOURCES["scan"], "scan_mma_bf16")
         scan_threads, scan_ctas, tpw = scan_variants.mma_launch(backend, scan_fn, Mn, C)
-    cs = topk_variants.pick_cluster_len(Mn, C, sms)
-    topk_fn = get_kernel(backend, SOURCES["topk"], f"dsa_topk_{TOPK_KERNEL}_c{cs}")
+    topk_fn, P, kp, topk_ring, ws_layout = topk_variants.split_launch(backend, Mn, C, k, TOPK_SPLIT_DESIGN)
+    if ws_layout != "pairs":
+        raise ValueError(f"{spec.TOPK_DESIGN}: the layer holds a (key, index) pairs workspace; got {ws_layout}")
     splits = mla_variants.one_wave_splits(Mn, W, sms)
     split_smem = mla_variants.source_define(SPLIT_SOURCE, SPLIT_SMEM)
     if SPLIT_OPTIONS == mla_variants.WGMMA_OPTIONS:
@@ -108,7 +109,9 @@ def build_chained(geometry, point, inputs, backend) -> KernelStep:
         b0 = {"scores": cp.empty((Mn, C), cp.float32), "indices": cp.empty((Mn, k), cp.int32),
               "part_acc": cp.empty((Mn, splits, H, D), cp.float32),
               "part_ml": cp.empty((Mn, splits, H, 2), cp.float32),
-              "out": cp.empty((Mn, H, D), cp.uint16), "lse": cp.empty((Mn, H), cp.float32)}
+              "out": cp.empty((Mn, H, D), cp.uint16), "lse": cp.empty((Mn, H), cp.float32),
+              "topk_ws": cp.empty((Mn, P, kp, 2), cp.uint32), "topk_count": cp.zeros(Mn, cp.uint32)}
+        counters_zero = cp.zeros(Mn, cp.uint32)   # the row counters, put back by poison (the kernel leaves them 0)
         if caching == "compress":
             b0["pooled"] = cp.empty((Mn, ctx // 4, Di), cp.uint16)
         if caching != "per_token":
@@ -131,8 +134,8 @@ def build_chained(geometry, point, inputs, backend) -> KernelStep:
         scan_keys = (lambda b: b["pooled"]) if caching == "compress" else (lambda b: keys)
         kernels.append(KernelCall(scan_fn, scan_ctas, scan_threads, 0, lambda b: (
             d["iq"], d["iw"], scan_keys(b), d["eligible"], b["scores"], np.int32(Mn), np.int32(C), np.int32(tpw))))
-    kernels.append(KernelCall(topk_fn, (cs, Mn), topk_variants.radix_define("DSA_TOPK_THREADS"), 0, lambda b: (
-        b["scores"], b["indices"], np.int32(C), np.int32(k))))
+    kernels.append(KernelCall(topk_fn, (P, Mn), topk_variants.onecta_define("ONE_THREADS"), topk_ring, lambda b: (
+        b["scores"], b["indices"], b["topk_ws"], b["topk_count"], np.int32(C), np.int32(k))))
     if caching != "per_token":
         expand_fn = get_kernel(backend, SOURCES["expand"], "expand_v1")
         kernels.append(KernelCall(expand_fn, Mn, kpool_variants.EXPAND_THREADS, 0, lambda b: (
@@ -146,7 +149,8 @@ def build_chained(geometry, point, inputs, backend) -> KernelStep:
         b["part_acc"], b["part_ml"], b["out"], b["lse"], np.int32(Mn), np.int32(splits))))
 
     poison = {"scores": np.float32(np.nan), "indices": np.int32(INDEX_POISON), "part_acc": np.float32(np.nan),
-              "part_ml": np.float32(np.nan), "out": np.uint16(0xFFFF), "lse": np.float32(np.nan)}
+              "part_ml": np.float32(np.nan), "out": np.uint16(0xFFFF), "lse": np.float32(np.nan),
+              "topk_ws": topk_model.POISON.view(np.uint32)}   # the top-k's own workspace poison
     if caching == "compress":
         poison["pooled"] = np.uint16(0xFFFF)             # BF16 NaN
     if caching != "per_token":
@@ -157,10 +161,10 @@ def build_chained(geometry, point, inputs, backend) -> KernelStep:
                 "lse": backend.to_host(b["lse"]).astype(np.float64),
                 "selection": backend.to_host(b[sel_name])}
 
-    step = KernelStep(backend, kernels, b0, {}, poison, read, dependent=False)
+    step = KernelStep(backend, kernels, b0, {"topk_count": counters_zero}, poison, read, dependent=False)
     scan_note = f"scan_wgmma_e4m3 {scan_ctas} CTAs x {tpw} tiles a CTA" if fp8_index else \
         f"scan_mma {scan_ctas} CTAs x {tpw} tiles a warp"
-    notes += [scan_note, f"radix_lean cluster of {cs}", f"{splits} splits"]
+    notes += [scan_note, f"{spec.TOPK_DESIGN} {P} CTAs a row", f"{splits} splits"]
     step.note = ", ".join(notes)
     return step.ready()
 
@@ -210,11 +214,12 @@ class _HostLayer(Launch):
 LAYER_VARIANTS = (
     Variant("chained", "cuda", build_chained,
             why="the families' best kernels as one step on shared buffers: [compress_cuda] -> scan_mma (fp8: "
-                "scan_wgmma_e4m3) -> radix_lean -> [expand_cuda] -> split_wgmma_1wave + combine, in plain stream "
+                "scan_wgmma_e4m3) -> radix_split2 -> [expand_cuda] -> split_wgmma_1wave + combine, in plain stream "
                 "order (not every kernel waits on griddepcontrol, so no PDL)",
             supports=supports_chained,
             sources=("../dsa_indexer/kpool_compress.cu", "../dsa_indexer/scan_mma.cu", "../dsa_indexer/scan_wgmma.cu",
-                     "../dsa_indexer/topk_radix.cu", "../dsa_indexer/expand.cu", f"../sparse_mla/{SPLIT_SOURCE}")),
+                     f"../dsa_indexer/{topk_variants.SPLIT_DESIGNS[TOPK_SPLIT_DESIGN][0]}", "../dsa_indexer/expand.cu",
+                     f"../sparse_mla/{SPLIT_SOURCE}")),
     Variant("ref_layer", "cpu", lambda g, p, i, b: _HostLayer(g, p, i), supports=lambda g, p: spec.strategy_problem(p),
             why="float32 NumPy on the host: compress_numpy, the scan's product, reference.topk, "
                 "expand_numpy, attend", sources=("variants.py",)),
