@@ -291,12 +291,27 @@ def _check_measured_entry(where: str, entry: Any) -> None:
             raise FuelError(f"{where}.{f}: must be a non-empty string")
 
 
+# Parsed fuels by (the path as given, the text's sha256): the round-trip YAML parse is the slow part
+# (~1 s for the fuel with its measured section on a CI core) and a sweep, the budget and the tests
+# load the same file many times. A changed file is a new key; a Geometry is frozen and its callers
+# only read it.
+_LOADED: dict[tuple[str, str], "Geometry"] = {}
+
+
 def load_fuel(path: str | pathlib.Path = DEFAULT_FUEL) -> Geometry:
     """Load and validate a fuel file. Raises `FuelError` naming the first bad key."""
     path = pathlib.Path(path)
     if not path.is_file():
         raise FuelError(f"fuel: no such file {path}")
     text = path.read_text()
+    key = (str(path), hashlib.sha256(text.encode()).hexdigest())
+    if key in _LOADED:
+        return _LOADED[key]
+    _LOADED[key] = geometry = _parse_fuel(path, text, key[1])
+    return geometry
+
+
+def _parse_fuel(path: pathlib.Path, text: str, sha256: str) -> Geometry:
     try:
         data = YAML(typ="rt").load(text)
     except YAMLError as exc:
@@ -334,7 +349,7 @@ def load_fuel(path: str | pathlib.Path = DEFAULT_FUEL) -> Geometry:
     return Geometry(
         model=str(data["model"]),
         path=str(path),
-        sha256=hashlib.sha256(text.encode()).hexdigest(),
+        sha256=sha256,
         facts=facts,
         measured=measured,
     )

@@ -91,3 +91,15 @@ def test_hash_is_sha256_of_the_files_bytes(tmp_path, fuel_text, geometry):
     path = _write(tmp_path, fuel_text + "\n# a comment\n")
     other = load_fuel(path)
     assert other.sha256 == hashlib.sha256(path.read_bytes()).hexdigest() != geometry.sha256
+
+
+def test_a_loaded_fuel_is_reused_until_its_text_changes(tmp_path, fuel_text):
+    """load_fuel's cache: the same file's same text is parsed once; an edit is read again."""
+    path = tmp_path / "attention.yaml"
+    path.write_text(fuel_text)
+    first = load_fuel(path)
+    assert load_fuel(path) is first
+    path.write_text(fuel_text.replace("model: ", "model: edited-", 1))
+    second = load_fuel(path)
+    assert second is not first and second.model.startswith("edited-") and not first.model.startswith("edited-")
+    assert second.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
