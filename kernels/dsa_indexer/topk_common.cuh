@@ -158,6 +158,14 @@ __device__ __forceinline__ void topk_take_ties(const float* __restrict__ row, un
 
 // ---- the split kernels' hand-off (topk_split.cu, topk_split2.cu) ------------------------------
 
+// The split designs' slice r of P of a row of C keys: [lo, hi) = [r L, r L + L) clamped to C, L =
+// ceil(C / P) rounded up to 4 keys (whole float4s; topk_model.split_slices is the same rule).
+__device__ __forceinline__ void split_slice(unsigned C, unsigned P, unsigned r, unsigned& lo, unsigned& hi) {
+    const unsigned L = ((C + P - 1u) / P + 3u) & ~3u;
+    lo = min(C, r * L);
+    hi = min(C, lo + L);
+}
+
 // After a CTA's candidates are written: true in the row's last CTA to finish (count[m] reached P),
 // which has reset the counter to 0 for the next launch and may read every CTA's candidates (each
 // fenced before its add); every other CTA gets false and may exit. The cooperative-groups

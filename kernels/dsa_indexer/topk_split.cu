@@ -199,8 +199,8 @@ extern "C" __global__ void __launch_bounds__(ONE_THREADS, 1)
     TK_ENTER(r);
     const unsigned C = (unsigned)C_, k = (unsigned)k_, kp = (k + 3u) & ~3u;
     const float* row = scores + (size_t)m * C;
-    const unsigned L = ((C + P - 1u) / P + 3u) & ~3u;
-    const unsigned lo = min(C, r * L), hi = min(C, lo + L);
+    unsigned lo, hi;
+    split_slice(C, P, r, lo, hi);
     const size_t seg = ((size_t)m * P + r) * kp;
     one_reset(s);
 
