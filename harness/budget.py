@@ -3,8 +3,8 @@
 A budget file names the terms of one decode step, each a sum of *parts* (component + point) times
 the layers that run it (a fuel-derived count), and the Ms and context it is asked at. The rows come
 from published reports (``reports/*/rows.csv``) and / or results stores, measured at different
-times: for each part and M the budget takes our fastest verified row (status ok, not a peer) at
-that point and says which report, commit and device it came from; a part with no such row is "not
+times: for each part and M the budget takes our fastest verified row (status ok, not a peer, of
+a variant the code still has) at that point and says which report, commit and device it came from; a part with no such row is "not
 measured" and its term (and any total that needs it) stays open instead of being guessed. The
 non-attention part of the step is a stated input of the file (not measured here).
 
@@ -128,6 +128,24 @@ def store_rows(root: str | pathlib.Path) -> pd.DataFrame:
     if len(df):
         df["source"] = df["sweep_dir"].map(lambda p: pathlib.Path(str(p)).name)
     return df
+
+
+def code_variants() -> dict[str, set[str]]:
+    """The variants the registered components have now, by component (the registry's)."""
+    from harness import registry
+
+    return {name: set(comp.variant_names()) for name, comp in registry.components().items()}
+
+
+def drop_removed(rows: pd.DataFrame, variants: dict[str, set[str]] | None = None) -> pd.DataFrame:
+    """``rows`` without those of a variant its component no longer has (``variants``, default the
+    registry's: {component: names}); a component the registry does not know keeps every row. What
+    the budget prices from: a removed design's report keeps its number, but a reader cannot run it."""
+    if rows.empty:
+        return rows
+    variants = code_variants() if variants is None else variants
+    kept = [str(c) not in variants or str(v) in variants[str(c)] for c, v in zip(rows["component"], rows["variant"])]
+    return rows[kept]
 
 
 def ours_by_component(rows: pd.DataFrame) -> dict[str, pd.DataFrame]:
@@ -380,7 +398,7 @@ def markdown(budget: Budget, costs_by_m: dict[int, list[TermCost]], plot: str | 
     the attention budget, and where every figure came from."""
     lines = [f"## Where the step goes ({budget.name}, context {budget.context:,})", ""]
     lines.append("Per decode step over all layers: each term is the sum of its parts' µs per layer "
-                 "(our fastest verified row at that point, p50) times the layers that run it. "
+                 "(our fastest verified row at that point, of a variant the code still has, p50) times the layers that run it. "
                  "Measured figures name their report; a term with a part not measured at that M "
                  "stays open.")
     if budget.moe_us_per_step is None:
@@ -498,3 +516,10 @@ def gather_rows(reports: Sequence[str], roots: Sequence[str]) -> pd.DataFrame:
     frames = [published_rows(r) for r in reports] + [store_rows(r) for r in roots]
     frames = [f for f in frames if len(f)]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def priced_rows(reports: Sequence[str | pathlib.Path], roots: Sequence[str | pathlib.Path] = ()) -> pd.DataFrame:
+    """What a budget is priced from: the published reports' and stores' rows (``gather_rows``)
+    without those of variants the code no longer has (``drop_removed``). The CLI, the write-ups'
+    step budget and the committed budget's test all read rows through this."""
+    return drop_removed(gather_rows([str(r) for r in reports], [str(r) for r in roots]))

@@ -495,7 +495,7 @@ def _cmd_budget(args: list[str]) -> None:
         spec = budget.load_budget(ns.name, geometry)
         if ns.moe_us is not None:
             spec = dataclasses.replace(spec, moe_us_per_step=ns.moe_us, moe_source="given on the command line")
-        rows = budget.gather_rows(ns.reports or ([] if ns.root else [str(REPO_ROOT / "reports")]), ns.root)
+        rows = budget.priced_rows(ns.reports or ([] if ns.root else [str(REPO_ROOT / "reports")]), ns.root)
         text = budget.render(spec, rows, geometry, pathlib.Path(ns.out) if ns.out else None)
     except (FuelError, budget.BudgetError, OSError) as exc:
         fail(str(exc).strip().splitlines()[0])

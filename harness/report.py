@@ -698,7 +698,8 @@ def _render_into(stage: pathlib.Path, out: pathlib.Path, sweep_dir: pathlib.Path
     fuel = load_fuel(DEFAULT_FUEL)
     from harness import budget
 
-    published = budget.published_rows(REPO_ROOT / "reports")  # read once: the budget and the headline's spread
+    # read once: the budget and the headline's spread (rows of variants the code no longer has dropped)
+    published = budget.priced_rows([REPO_ROOT / "reports"])
     step_budget = _step_budget(metas, fuel, stage, df, published)
     if step_budget:
         generated += step_budget["plots"]

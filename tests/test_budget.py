@@ -96,3 +96,22 @@ def test_a_write_up_whose_experiment_names_a_budget_prices_the_step_from_publish
     kda = next(c for c in costs[32] if c.term.layers == "n_kda_layers")
     assert f"| {kda.per_step_us:,.1f} |" in text
     assert (folder / "budget-decode_step.png").is_file()
+
+
+def test_a_removed_variants_row_never_prices_a_term(geometry):
+    """A published row of a variant the registry no longer has (its report keeps it) is dropped
+    before pricing: a reader could not run it. A component the registry does not know keeps its
+    rows."""
+    rows = budget.published_rows(REPO_ROOT / "reports")
+    part = budget.Part("kda_decode", {"state_dtype": "bf16"})
+    best = budget.pick(rows, part, 32, 262144)
+    gone = rows.iloc[[0, 0]].copy()
+    gone[["component", "variant", "M", "state_dtype", "status", "peer", "ms_p50"]] = \
+        ["kda_decode", "removed_design", 32, "bf16", "ok", False, best["us"] / 1e3 / 10]
+    gone.iloc[1, gone.columns.get_loc("component")] = "not_a_registered_component"
+    both = pd.concat([rows, gone])
+    assert budget.pick(both, part, 32, 262144)["variant"] == "removed_design"   # pick itself takes any row
+    kept = budget.drop_removed(both)
+    assert budget.pick(kept, part, 32, 262144)["variant"] == best["variant"]
+    assert (kept["component"] == "not_a_registered_component").sum() == 1
+    assert len(budget.drop_removed(both, variants={})) == len(both)

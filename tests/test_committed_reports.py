@@ -29,7 +29,7 @@ def test_the_committed_step_budget_is_what_the_reports_give(tmp_path):
 
     geometry = load_fuel()
     spec = budget.load_budget("decode_step", geometry)
-    budget.render(spec, budget.published_rows(publish.REPORTS), geometry, tmp_path)
+    budget.render(spec, budget.priced_rows([publish.REPORTS]), geometry, tmp_path)
     committed = publish.REPORTS / publish.BUDGET / "README.md"
     assert committed.read_text() == (tmp_path / "README.md").read_text(), \
         "stale: run python3 -m harness budget --out reports/budget"
