@@ -137,6 +137,16 @@ __device__ __forceinline__ void st_v2_f32(float* p, float a, float b) {
     asm volatile("st.global.v2.f32 [%0], {%1, %2};" ::"l"(p), "f"(a), "f"(b));
 }
 
+// The split-K contract's (max, sum) of head rows h0 and h0 + 8 for partial ms (= m splits + s),
+// from the thread that holds them (every design keeps a thread's two rows 8 apart).
+__device__ __forceinline__ void st_part_ml(float* __restrict__ part_ml, size_t ms, int h0, const float (&m_run)[2],
+                                           const float (&l_run)[2]) {
+    part_ml[(ms * SMLA_HEADS + h0) * 2 + 0] = m_run[0];
+    part_ml[(ms * SMLA_HEADS + h0) * 2 + 1] = l_run[0];
+    part_ml[(ms * SMLA_HEADS + h0 + 8) * 2 + 0] = m_run[1];
+    part_ml[(ms * SMLA_HEADS + h0 + 8) * 2 + 1] = l_run[1];
+}
+
 // The codes of one FP8 tile (unswizzled [32][512] B) widened to bf16 into the swizzled tile layout.
 // Thread tid widens chunks k = tid + 256 i (i < 8): row r = k >> 6, logical bf16 chunk lc = k & 63,
 // i.e. codes bytes 8 lc .. 8 lc + 7 of row r. A warp's 8-byte reads are 256 contiguous bytes and
@@ -508,12 +518,7 @@ __device__ __forceinline__ void split_mma_body(const bf16* __restrict__ q, const
     // ---- partial state out ---------------------------------------------------------------------------
     const size_t ms = (size_t)m * (size_t)splits + (size_t)s;
     const int h0 = 16 * rg + g;  // and h0 + 8
-    if (hf == 0 && q4 == 0) {
-        part_ml[(ms * SMLA_HEADS + h0) * 2 + 0] = m_run[0];
-        part_ml[(ms * SMLA_HEADS + h0) * 2 + 1] = l_run[0];
-        part_ml[(ms * SMLA_HEADS + h0 + 8) * 2 + 0] = m_run[1];
-        part_ml[(ms * SMLA_HEADS + h0 + 8) * 2 + 1] = l_run[1];
-    }
+    if (hf == 0 && q4 == 0) st_part_ml(part_ml, ms, h0, m_run, l_run);
     float* row0 = part_acc + (ms * SMLA_HEADS + (size_t)h0) * SMLA_DIM + 256 * hf + 2 * q4;
     float* row1 = row0 + 8 * SMLA_DIM;
 #pragma unroll

@@ -152,12 +152,7 @@ __device__ __forceinline__ int wg_row(int page, int t, int page_size) {
 __device__ __forceinline__ void wg_store_partials(float* __restrict__ part_acc, float* __restrict__ part_ml, size_t ms,
                                                   int h0, int wg, int t4, const float (&m_run)[2],
                                                   const float (&l_run)[2], const float (&o)[128], float f) {
-    if (wg == 0 && t4 == 0) {
-        part_ml[(ms * SMLA_HEADS + h0) * 2 + 0] = m_run[0];
-        part_ml[(ms * SMLA_HEADS + h0) * 2 + 1] = l_run[0];
-        part_ml[(ms * SMLA_HEADS + h0 + 8) * 2 + 0] = m_run[1];
-        part_ml[(ms * SMLA_HEADS + h0 + 8) * 2 + 1] = l_run[1];
-    }
+    if (wg == 0 && t4 == 0) st_part_ml(part_ml, ms, h0, m_run, l_run);
     float* row0 = part_acc + (ms * SMLA_HEADS + (size_t)h0) * SMLA_DIM + 256 * wg + 2 * t4;
     float* row1 = row0 + 8 * SMLA_DIM;
 #pragma unroll

@@ -205,6 +205,13 @@ def _make_split_build(name: str, one_wave: bool = False):
     return build
 
 
+def _one_wave_variant(design: str) -> Variant:
+    """``<design>_1wave``: design's kernels with split_mma_1wave's splits (one wave of CTAs)."""
+    return Variant(f"{design}_1wave", "cuda", _make_split_build(design, one_wave=True),
+                   why=f"{design} with split_mma_1wave's splits (one wave of CTAs, ragged chunks)",
+                   supports=_supports_split(design), sources=(SPLIT_DESIGNS[design][0],))
+
+
 # split_wgmma.cu's cluster kernels (sparse_mla_split_wgmma_t32_c<CS>): a cluster's CTAs split the
 # 512 output columns, so CS divides 512; 8 is the portable cluster limit.
 CLUSTER_SIZES = (2, 4, 8)
@@ -485,9 +492,7 @@ MLA_VARIANTS = (
                 "wgmma m64n256k16 with the same tile as the transposed B (RS): no ldmatrix, no "
                 "duplicated S, 64-slot tiles in a 2-stage cp.async ring",
             supports=_supports_split("split_wgmma"), sources=("split_wgmma.cu",)),
-    Variant("split_wgmma_1wave", "cuda", _make_split_build("split_wgmma", one_wave=True),
-            why="split_wgmma with split_mma_1wave's splits (one wave of CTAs, ragged chunks)",
-            supports=_supports_split("split_wgmma"), sources=("split_wgmma.cu",)),
+    _one_wave_variant("split_wgmma"),
     # Issue 13, split_wgmma tuning (1): more bytes in flight an SM, the copy issue off S's path.
     Variant("split_wgmma_t32", "cuda", _make_split_build("split_wgmma_t32"),
             why="split_wgmma (same template) with 32-slot tiles in a 4-stage ring: 3 tiles (96 KiB) in "
@@ -495,9 +500,7 @@ MLA_VARIANTS = (
                 "S wgmmas (m64n32k16 SS, bound by the shared-memory port: 1.5x its MMA time), PV in 2 "
                 "k-steps of m64n256k16 RS",
             supports=_supports_split("split_wgmma_t32"), sources=("split_wgmma.cu",)),
-    Variant("split_wgmma_t32_1wave", "cuda", _make_split_build("split_wgmma_t32", one_wave=True),
-            why="split_wgmma_t32 with split_mma_1wave's splits (one wave of CTAs, ragged chunks)",
-            supports=_supports_split("split_wgmma_t32"), sources=("split_wgmma.cu",)),
+    _one_wave_variant("split_wgmma_t32"),
     # Issue 13, split_wgmma tuning (2): no second launch, no partials round trip.
     Variant("split_wgmma_t32_cluster", "cuda", _make_cluster_build("split_wgmma_t32_cluster"),
             why="split_wgmma_t32 (one wave) with each stream's splits one thread-block cluster (2, 4 or 8 "
@@ -518,9 +521,7 @@ MLA_VARIANTS = (
                 "prefetched into L2 (prefetch.global.L2, 4 lines a producer thread a tile) while tile t "
                 "is copied, so a tile's copy reads L2 and 192 KiB an SM are in flight from DRAM beyond the ring",
             supports=_supports_split("split_wgmma_ws"), sources=("split_wgmma_ws.cu",)),
-    Variant("split_wgmma_ws_1wave", "cuda", _make_split_build("split_wgmma_ws", one_wave=True),
-            why="split_wgmma_ws with split_mma_1wave's splits (one wave of CTAs, ragged chunks)",
-            supports=_supports_split("split_wgmma_ws"), sources=("split_wgmma_ws.cu",)),
+    _one_wave_variant("split_wgmma_ws"),
     Variant("split_wgmma_ws_nol2_1wave", "cuda", _make_split_build("split_wgmma_ws_nol2", one_wave=True),
             why="split_wgmma_ws_1wave without the L2 look-ahead (the same kernel, no prefetch): the look-ahead's "
                 "share once the consumers carry no copy work",
@@ -531,9 +532,7 @@ MLA_VARIANTS = (
                 "swizzled tile; f16 wgmma (q rounded to f16 once), the row scale applied to the scores "
                 "and to the weights (over the CTA's reference scale, to keep them out of f16's subnormals)",
             supports=_supports_split("split_wgmma_ws_fp8"), sources=("split_wgmma_ws.cu",)),
-    Variant("split_wgmma_ws_fp8_1wave", "cuda", _make_split_build("split_wgmma_ws_fp8", one_wave=True),
-            why="split_wgmma_ws_fp8 with split_mma_1wave's splits (one wave of CTAs, ragged chunks)",
-            supports=_supports_split("split_wgmma_ws_fp8"), sources=("split_wgmma_ws.cu",)),
+    _one_wave_variant("split_wgmma_ws_fp8"),
     *FLASHINFER_VARIANTS,
     Variant("torch_gather_bmm", "cuda", lambda g, p, i, b: _TorchGatherBmm(g, p, i, b),
             why="torch: gather the rows into a [M, W, 512] copy, bmm, masked softmax, bmm",
