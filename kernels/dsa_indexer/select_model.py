@@ -120,15 +120,15 @@ def cta(scores: np.ndarray, first: int, elig: int, k: int, tiles: int, rng: np.r
     the whole row), keys below ``elig``; returns its (<= k) keys. rng: the order in which the
     round's (warp, tile) groups append (any order is legal); None: in order. round_tiles: R, the
     tiles a warp scores between the count checks (2; the _r16 kernels 16)."""
-    cap, HEAD, ROUND_TILES = capacity(k, round_tiles), head(round_tiles), round_tiles
+    cap, headroom = capacity(k, round_tiles), head(round_tiles)
     t0 = first // TILE
     etiles = -(-elig // TILE)
     nt = max(0, min(t0 + tiles, etiles) - t0)
-    rounds = -(-(-(-nt // WARPS)) // ROUND_TILES)
+    rounds = -(-(-(-nt // WARPS)) // round_tiles)
     buf, count, thresh = [], 0, np.uint64(0)
     shrinks = 0
     for r in range(rounds):
-        groups = [(w, ROUND_TILES * r + u) for w in range(WARPS) for u in range(ROUND_TILES)]
+        groups = [(w, round_tiles * r + u) for w in range(WARPS) for u in range(round_tiles)]
         groups = [(w, j) for w, j in groups if w + WARPS * j < nt]
         if rng is not None:
             groups = [groups[i] for i in rng.permutation(len(groups))]
@@ -142,7 +142,7 @@ def cta(scores: np.ndarray, first: int, elig: int, k: int, tiles: int, rng: np.r
             buf.append(keys)
             count += len(keys)
             assert count <= cap, "buffer overflow"
-        if count > cap - HEAD:
+        if count > cap - headroom:
             buf, T = _shrink(buf, k)
             thresh, count, shrinks = max(thresh, np.uint64(T)), k, shrinks + 1
     if count > k:
