@@ -4,9 +4,10 @@ A budget file names the terms of one decode step, each a sum of *parts* (compone
 the layers that run it (a fuel-derived count), and the Ms and context it is asked at. The rows come
 from published reports (``reports/*/rows.csv``) and / or results stores, measured at different
 times: for each part and M the budget takes our fastest verified row (status ok, not a peer, of
-a variant the code still has) at that point and says which report, commit and device it came from; a part with no such row is "not
-measured" and its term (and any total that needs it) stays open instead of being guessed. The
-non-attention part of the step is a stated input of the file (not measured here).
+a variant the code still has) at that point and says which report, commit and device it came
+from; a part with no such row is "not measured" and its term (and any total that needs it) stays
+open instead of being guessed. The non-attention part of the step is a stated input of the file
+(not measured here).
 
 Nothing here knows a kernel: components, points and layer counts are the file's.
 """
@@ -398,7 +399,8 @@ def markdown(budget: Budget, costs_by_m: dict[int, list[TermCost]], plot: str | 
     the attention budget, and where every figure came from."""
     lines = [f"## Where the step goes ({budget.name}, context {budget.context:,})", ""]
     lines.append("Per decode step over all layers: each term is the sum of its parts' µs per layer "
-                 "(our fastest verified row at that point, of a variant the code still has, p50) times the layers that run it. "
+                 "(our fastest verified row at that point, of a variant the code still has, p50) "
+                 "times the layers that run it. "
                  "Measured figures name their report; a term with a part not measured at that M "
                  "stays open.")
     if budget.moe_us_per_step is None:
