@@ -1,0 +1,112 @@
+"""Price what a timed launch pays for the SM's shared-memory configuration, beside the kernels it times.
+
+    python3 tools/launch_floor.py sparse_mla:split_wgmma_1wave:M=32,context=262144,... [...]
+
+Each target (an empty kernel, or a component's variant at a point, built as the sweeps build it)
+is timed with CUDA events around one launch, the L2 flushed before each sample as the harness
+does, in three orders:
+  flush        flush, start, launch, end                      (the harness's cold-cache timing)
+  flush+big    flush, an empty kernel of 227 KiB dynamic shared memory, start, launch, end
+  flush+small  flush, an empty kernel of no shared memory, start, launch, end
+The flush kernel uses no shared memory, so a kernel that needs most of the SM's 228 KiB may pay a
+change of the L1 / shared-memory split inside its timed span; `flush+big` leaves the SMs split for
+shared memory before the start event, `flush+small` for L1. The difference between the orders is
+that cost, measured per target (the empty kernels give the floor of each order).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+
+import numpy as np
+
+from harness import registry, runner
+from harness.backends import CudaBackend
+from harness.fuel import load_fuel
+from harness.timing import flusher
+
+EMPTY = r"""
+extern "C" __global__ void launch_floor_empty(int* sink) {
+    extern __shared__ int dyn[];
+    if (threadIdx.x == 1023) { dyn[0] = 1; sink[0] = dyn[0]; }  // threadIdx.x < 128: never
+}
+"""
+BIG_SMEM = 232448  # the opt-in maximum a CTA may have on sm_90
+
+
+def empty_kernels(backend):
+    cp = backend.cp
+    kern = cp.RawKernel(EMPTY, "launch_floor_empty")
+    kern.max_dynamic_shared_size_bytes = BIG_SMEM
+    sink = cp.zeros(1, dtype=cp.int32)
+    sms = int(backend.props["multiProcessorCount"])
+
+    def small():
+        kern((sms,), (128,), (sink,), shared_mem=0, stream=backend.stream)
+
+    def big():
+        kern((sms,), (128,), (sink,), shared_mem=BIG_SMEM, stream=backend.stream)
+
+    return small, big
+
+
+def time_orders(step, backend, reps: int, small, big) -> dict[str, list[float]]:
+    cp = backend.cp
+    flush = flusher(backend)
+    out = {}
+    for order, pre in (("flush", None), ("flush+big", big), ("flush+small", small)):
+        samples = []
+        for i in range(reps + 5):
+            flush()
+            if pre:
+                pre()
+            start, end = cp.cuda.Event(), cp.cuda.Event()
+            start.record(backend.stream)
+            step()
+            end.record(backend.stream)
+            end.synchronize()
+            if i >= 5:
+                samples.append(cp.cuda.get_elapsed_time(start, end) * 1e3)
+        out[order] = samples
+    return out
+
+
+def build_target(spec: str, geometry, backend):
+    comp_name, variant, point_text = spec.split(":")
+    comp = registry.get(comp_name)
+    point = registry.parse_point(comp, point_text.split(","))
+    host = comp.make_inputs(geometry, point, np.random.default_rng(0))
+    resident = runner.build_resident(comp, geometry, point, backend, 0) if comp.resident else {}
+    inputs = registry.Inputs(host, resident, backend if resident else None)
+    by_name = {v.name: v for v in comp.variants if v.backend == "cuda"}
+    if variant not in by_name:
+        raise SystemExit(f"variant: unknown value {variant!r}; allowed: {sorted(by_name)}")
+    return by_name[variant].build(geometry, point, inputs, backend)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("targets", nargs="*", metavar="COMPONENT:VARIANT:K=V,K=V")
+    ap.add_argument("--reps", type=int, default=200)
+    args = ap.parse_args()
+    geometry = load_fuel()
+    backend = CudaBackend()
+    small, big = empty_kernels(backend)
+    targets = [("empty, no shared memory", small), ("empty, 227 KiB shared memory", big)]
+    for spec in args.targets:
+        try:
+            targets.append((spec, build_target(spec, geometry, backend)))
+        except Exception as exc:  # one bad target must not lose the others' rows
+            print(f"skip {spec}: {type(exc).__name__}: {exc}")
+    print("| target | flush p50 µs | flush+big p50 | flush+small p50 | flush - flush+big |")
+    print("| --- | --- | --- | --- | --- |")
+    for name, step in targets:
+        t = time_orders(step, backend, args.reps, small, big)
+        p50 = {k: statistics.median(v) for k, v in t.items()}
+        print(f"| {name} | {p50['flush']:.2f} | {p50['flush+big']:.2f} | {p50['flush+small']:.2f} | "
+              f"{p50['flush'] - p50['flush+big']:+.2f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
