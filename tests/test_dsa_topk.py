@@ -773,3 +773,82 @@ def test_the_split2_pass2_hit_loop_fills_each_slot_once(pairs, n, k):
     assert np.array_equal(np.sort(slots_b[is_b]), np.arange(int(is_b.sum()))) and (slots_b[~is_b] == -1).all()
     assert cnt == int(is_m.sum()) and nbuf == int(is_b.sum())
     assert (k == 0) == (nbuf == 0) and cnt < (k or n)               # the buffer path runs where b0 > 0
+
+
+# ---- topk_split2.cu's dsa_topk_sample: a sampled bound, one pass, the select over the buffer ----
+
+
+@pytest.mark.parametrize("smp_cap", [16, 4096], ids=["cap16-fallback", "cap4096"])
+@pytest.mark.parametrize("P", [1, 3, 4])
+@pytest.mark.parametrize("kind", (*KINDS, "one_level"))
+def test_the_sample_emulation_gives_the_reference_set(kind, P, smp_cap):
+    """Every row kind at irregular lengths, slices shorter than k, the buffer too small (the
+    fallback over the slice) or not: the row is the reference's exactly, members first, then -1."""
+    rng = np.random.default_rng(zlib.crc32(repr(("sample", kind, P, smp_cap)).encode()))
+    for C, k in ((1, 1), (7, 3), (2049, 512), (3001, 2048), (5000, 6000), (20000, 64), (30001, 700)):
+        row = _rows(kind, C, min(k, C), rng)
+        out, _, _ = topk_model.select_row_sample(row, k, P, 2560, smp_cap, rng)
+        res = _strict_ok(out, row, k)
+        assert res.ok, (kind, C, k, P, smp_cap, res.describe())
+
+
+def test_the_sample_paths_are_exercised():
+    """Each stage-1 path on a row built for it: random (the buffer serves: hits between k and the
+    cap); every key -inf but a few (t_est = 1: the buffer holds every nonzero key, fewer than k);
+    a tie level cut at the k-th inside every slice (the buffer serves, the partial take re-reads
+    the slice in index order); ascending rows (every slice still buffered: the sample spans it);
+    one level over the row (the hits pass the cap: the fallback)."""
+    rng = np.random.default_rng(29)
+    cap = topk_variants.split_define("SMP_CAP", "sample")
+    row = rng.standard_normal(65536).astype(np.float32)
+    out, t, _ = topk_model.select_row_sample(row, 512, 4, 2560, cap, rng)
+    assert all(s.buffered and 512 <= s.hits <= cap for s in t) and _strict_ok(out, row, 512).ok
+    row = np.full(8192, -np.inf, np.float32)
+    row[[3, 2500, 6000, 8191]] = [1.0, np.inf, -2.0, 0.0]
+    out, t, _ = topk_model.select_row_sample(row, 64, 4, 2560, cap, rng)
+    assert all(s.t_est == 1 and s.buffered and s.hits <= 1 for s in t)
+    assert sorted(out[:3].tolist()) == [3, 6000, 8191] and (out[3:] == -1).all()
+    row = rng.integers(0, 40, 40000).astype(np.float32)       # ~250 keys a level a slice of 10000
+    out, t, _ = topk_model.select_row_sample(row, 1000, 4, 2560, cap, rng)
+    assert all(s.buffered and s.select.partial for s in t) and _strict_ok(out, row, 1000).ok
+    row = np.sort(rng.standard_normal(262144).astype(np.float32))
+    out, t, _ = topk_model.select_row_sample(row, 2048, 4, 2560, cap, rng)
+    assert all(s.buffered for s in t) and _strict_ok(out, row, 2048).ok
+    row = np.full(65536, 0.5, np.float32)
+    out, t, _ = topk_model.select_row_sample(row, 2048, 4, 2560, cap, rng)
+    assert not any(s.buffered for s in t) and np.array_equal(np.sort(out), np.arange(2048))
+
+
+@pytest.mark.parametrize("C,k,M", [(262144, 2048, 32), (65536, 512, 32), (65536, 2048, 32), (262144, 2048, 64),
+                                   (1048576, 2048, 1)])
+def test_the_sample_buffer_holds_the_hits_at_the_model_points(C, k, M):
+    """On N(0, 1) rows at the sweep's points and radix_sample's P: every slice's hits are at least k
+    and fit the buffer, so the sampled path serves and the fallback is never paid there."""
+    cap = topk_variants.split_define("SMP_CAP", "sample")
+    P = topk_model.pick_split(M, C, k, topk_variants.H200_SMS)
+    rng = np.random.default_rng(C + k + M)
+    for _ in range(3):
+        row = rng.standard_normal(C).astype(np.float32)
+        for lo, hi in topk_model.split_slices(C, P):
+            key = topk_model.keys(row[lo:hi]).astype(np.int64)
+            hits = int((key >= topk_model.sample_bound(key, k)).sum())
+            assert k <= hits <= cap, (C, k, M, P, hits)
+
+
+@pytest.mark.parametrize("n", [1, 5, 4096, 16384, 65536, 131072, 524288, 1000003])
+def test_the_sample_units_span_the_slice(n):
+    """smp_bound's units: at most 2 a thread, inside the slice, each position once, one group every
+    g keys from the first to the last (so a slice's tail is sampled as its head is)."""
+    pos, g = topk_model.sample_positions(n)
+    assert len(pos) <= 8 * 1024 and len(np.unique(pos)) == len(pos) and (pos < n).all()
+    assert g % topk_model.SMP_GROUP_MIN == 0 and (n - 1) // g == pos.max() // g
+
+
+def test_the_sample_launcher_reads_the_kernel_declarations():
+    d = lambda name: topk_variants.split_define(name, "sample")   # noqa: E731
+    assert d("SMP_DYN_BYTES") == d("S2_RING_BYTES") + 8 * d("SMP_CAP")
+    assert d("SMP_DYN_BYTES") + 45216 + 1024 <= 233472            # one CTA an SM (228 KiB)
+    assert (d("SMP_GROUP_MIN"), d("SMP_UNITS")) == (topk_model.SMP_GROUP_MIN, topk_model.SMP_UNITS)
+    text = (topk_variants.HERE / topk_variants.SPLIT2_SOURCE).read_text()
+    assert "dsa_topk_sample(" in text and f"#define SMP_MARGIN {topk_model.SMP_MARGIN}f" in text
+    assert registry.get("dsa_topk").variant("radix_sample").sources == (topk_variants.SPLIT2_SOURCE,)

@@ -422,6 +422,26 @@ class SplitTrace:
     final: OneTrace
 
 
+def _candidate_workspace(P: int, kp: int) -> tuple[np.ndarray, np.ndarray]:
+    """The split designs' candidate workspace [P kp] keys and row indices, as the launcher poisons it
+    (a key of 0xAAAAAAAA ranks high in stage 2: an unwritten slot shows)."""
+    poison_key = int(np.uint32(POISON.view(np.uint32)))
+    return np.full(P * kp, poison_key, np.int64), np.full(P * kp, POISON, np.int64)
+
+
+def _store_segment(cand_key: np.ndarray, cand_idx: np.ndarray, r: int, kp: int, slots: np.ndarray,
+                   key: np.ndarray) -> None:
+    """Stage 1's write of slice r: its members (slots holding row indices) as (key, index) pairs,
+    key 0 from the fill's first slot to kp; an unwritten slot keeps the poison."""
+    k = len(slots)
+    seg_key, seg_idx = cand_key[r * kp:(r + 1) * kp], cand_idx[r * kp:(r + 1) * kp]   # views
+    member = (slots != -1) & (slots != POISON)
+    seg_idx[:k][member] = slots[member]
+    seg_key[:k][member] = key[slots[member]]
+    seg_key[:k][slots == -1] = 0                               # the fill: key 0 from F ...
+    seg_key[k:] = 0                                            # ... to kp
+
+
 def select_row_split(scores: np.ndarray, k: int, P: int, cap: int, rng: np.random.Generator | None = None
                      ) -> tuple[np.ndarray, SplitTrace]:
     """One row as topk_split.cu's P CTAs (and topk_split2.cu's: the same decisions, slots and
@@ -435,23 +455,27 @@ def select_row_split(scores: np.ndarray, k: int, P: int, cap: int, rng: np.rando
     keys, a member's slot holding its candidate's row index, a partial tie quota taken from the
     whole row in index order (the kernel re-reads the scores)."""
     rng = rng or np.random.default_rng(0)
+
+    def stage1(key, lo, hi):
+        return _one_select(key[lo:hi], k, cap, rng, False, lambda p: lo + p, _ties_of_row(key, lo, hi))
+    out, traces, final = _split_stages(scores, k, P, cap, rng, stage1)
+    return out, SplitTrace(slices=traces, final=final)
+
+
+def _split_stages(scores: np.ndarray, k: int, P: int, cap: int, rng: np.random.Generator, stage1):
+    """The split designs' two stages over one row: stage1(key, lo, hi) -> (slots [k], trace) for each
+    slice (slots holding row indices, -1 past the members), stored as candidates; then stage 2 over
+    the P kp candidates. ``(out [k] int32, the slices' traces, stage 2's trace)``."""
     key = keys(scores).astype(np.int64)
     kp = (k + 3) & ~3
-    poison_key = int(np.uint32(POISON.view(np.uint32)))
-    cand_key = np.full(P * kp, poison_key, np.int64)
-    cand_idx = np.full(P * kp, POISON, np.int64)
+    cand_key, cand_idx = _candidate_workspace(P, kp)
     traces = []
     for r, (lo, hi) in enumerate(split_slices(len(key), P)):
-        slots, tr = _one_select(key[lo:hi], k, cap, rng, False, lambda p, lo=lo: lo + p, _ties_of_row(key, lo, hi))
-        seg_key, seg_idx = cand_key[r * kp:(r + 1) * kp], cand_idx[r * kp:(r + 1) * kp]   # views
-        member = (slots != -1) & (slots != POISON)
-        seg_idx[:k][member] = slots[member]
-        seg_key[:k][member] = key[slots[member]]
-        seg_key[:k][slots == -1] = 0                           # the fill: key 0 from F ...
-        seg_key[k:] = 0                                        # ... to kp
+        slots, tr = stage1(key, lo, hi)
+        _store_segment(cand_key, cand_idx, r, kp, slots, key)
         traces.append(tr)
     out, final = _one_select(cand_key, k, cap, rng, True, lambda p: cand_idx[p], _ties_of_row(key, 0, len(key)))
-    return out.astype(np.int32), SplitTrace(slices=traces, final=final)
+    return out.astype(np.int32), traces, final
 
 
 def select_split(scores: np.ndarray, k: int, P: int, cap: int) -> np.ndarray:
@@ -513,3 +537,81 @@ def split2_positions(n: int, pairs: bool, threads: int = 1024, vecs: int = 2, ri
     ring = ((b % ring_batches) * vecs + u) * threads + t           # S2Src::ring_slot
     # issue(b): source float4 i = b step + u T + t -> ring ((b % RB) VECS + u) T + t, for every u
     return pos, ring, src_slot
+
+
+# ---- topk_split2.cu's dsa_topk_sample: stage 1 over the keys at or above a sampled bound --------
+
+SMP_GROUP_MIN = 128        # topk_split2.cu SMP_GROUP_MIN: a sample group's keys at least
+SMP_UNITS = 2              # SMP_UNITS: 4-key units a thread (2048 a CTA of 1024 threads)
+SMP_MARGIN = 4.0           # SMP_MARGIN
+
+
+def sample_positions(n: int, threads: int = 1024) -> tuple[np.ndarray, int]:
+    """smp_bound's sample of a slice of n keys: ``(positions, g)``, the sampled positions in the
+    slice (units of 4 keys: the first two units of every group of g keys, clipped at n) and g."""
+    g = SMP_GROUP_MIN * max(1, -(-n // (SMP_GROUP_MIN * threads)))
+    units = 2 * (-(-n // g))
+    assert units <= SMP_UNITS * threads
+    i = np.arange(units)
+    e0 = (i >> 1) * g + 4 * (i & 1)
+    pos = (e0[:, None] + np.arange(4)[None, :]).ravel()
+    return pos[pos < n], g
+
+
+def sample_bound(key: np.ndarray, k: int) -> int:
+    """smp_bound: t_est for a slice's keys [n] int64 (0: none), the k best wanted: the lower edge of
+    the 22-bit prefix (digit 0 of 12 bits, digit 1 of 10) at which the sampled nonzero keys reach
+    rank rs = ceil(mu + SMP_MARGIN sqrt(mu)) + 1, mu = 8 k / g; 1 (every nonzero key) when fewer
+    than rs sampled keys are nonzero. The kernel's float32 arithmetic for rs."""
+    pos, g = sample_positions(len(key))
+    s = key[pos]
+    s = s[s != 0]
+    mu = np.float32(8.0) * np.float32(k) / np.float32(g)
+    rs = int(np.ceil(mu + np.float32(SMP_MARGIN) * np.sqrt(mu, dtype=np.float32))) + 1
+    bs, above = _find_desc(np.bincount(s >> 20, minlength=4096), rs)
+    if bs == 0:
+        return 1
+    b1, _ = _find_desc(np.bincount((s[(s >> 20) == bs] >> 10) & 0x3FF, minlength=1024), rs - above)
+    return (bs << 20) | (b1 << 10)
+
+
+@dataclasses.dataclass
+class SampleTrace:
+    """One slice's stage 1 in dsa_topk_sample: the bound, the keys at or above it, whether the
+    buffer served (else the fallback over the slice), and the select's trace."""
+
+    t_est: int
+    hits: int
+    buffered: bool
+    select: OneTrace
+
+
+def select_row_sample(scores: np.ndarray, k: int, P: int, cap: int, smp_cap: int,
+                      rng: np.random.Generator | None = None) -> tuple[np.ndarray, list[SampleTrace], OneTrace]:
+    """One row as dsa_topk_sample's P CTAs: ``(out [k] int32, the slices' traces, stage 2's trace)``.
+
+    Stage 1, each slice: t_est = sample_bound; the hits (keys >= t_est) buffered in a random order
+    (the kernel's warp atomics give any); if hits <= smp_cap and (hits >= k or t_est == 1) the select
+    (_one_select without drop) runs over the buffer, a member's value its row index and a partial
+    tie take from the slice in index order; otherwise over the slice itself (split2's stage 1).
+    The candidates, then stage 2, as select_row_split."""
+    rng = rng or np.random.default_rng(0)
+
+    def stage1(key, lo, hi):
+        sk = key[lo:hi]
+        t_est = sample_bound(sk, k)
+        hit_pos = rng.permutation(np.flatnonzero(sk >= t_est))   # t_est >= 1: nonzero keys only
+        use_buf = len(hit_pos) <= smp_cap and (len(hit_pos) >= k or t_est == 1)
+        ties = _ties_of_row(key, lo, hi)
+        if use_buf:
+            slots, tr = _one_select(sk[hit_pos], k, cap, rng, False, lambda p: lo + hit_pos[p], ties)
+        else:
+            slots, tr = _one_select(sk, k, cap, rng, False, lambda p: lo + p, ties)
+        return slots, SampleTrace(t_est=t_est, hits=len(hit_pos), buffered=use_buf, select=tr)
+    return _split_stages(scores, k, P, cap, rng, stage1)
+
+
+def select_sample(scores: np.ndarray, k: int, P: int, cap: int, smp_cap: int) -> np.ndarray:
+    """Every row of ``scores`` [M, C] float32 -> [M, k] int32 (select_row_sample)."""
+    rng = np.random.default_rng(3)
+    return np.stack([select_row_sample(row, k, P, cap, smp_cap, rng)[0] for row in scores])

@@ -106,12 +106,16 @@ struct S2Src {
     // count); key 0 past the end. Pass 1 (PASS1) streams the source through the ring; a source
     // of at most S2_RING_BATCHES batches stays there and pass 1 writes its converted keys back
     // (scores only), so every later pass reads keys from shared memory (held) and converts nothing.
-    template <bool PASS1, class F>
+    // ISSUED (pass 1 only): the caller has already issued batches 0 .. S2_RING_BATCHES - 1 (the
+    // sample kernel starts the stream before its threshold estimate). In pass 1, f's conv is
+    // false even where the ring slots of batch b already hold the converted keys (fits): a pass-1
+    // f that reloads from the ring must pass fits itself.
+    template <bool PASS1, bool ISSUED = false, class F>
     __device__ __forceinline__ void batches(F&& f) const {
         const unsigned nb = nbatches();
         const bool fits = nb <= S2_RING_BATCHES;
         const bool held = !PASS1 && fits;
-        if (!held) {
+        if (!held && !ISSUED) {
 #pragma unroll
             for (unsigned b = 0; b < S2_RING_BATCHES; ++b) issue(b);
         }
@@ -366,35 +370,211 @@ struct S2FinalOut {
     }
 };
 
+// A split CTA's place (dsa_topk_split2, dsa_topk_sample): slice [lo, hi) = split_slice r of P of
+// row m, its candidate segment seg of kp = k rounded up to 4 pairs.
+struct S2Cta {
+    unsigned r, P, m, C, k, kp, lo, hi;
+    const float* row;
+    uint2* seg;
+    __device__ __forceinline__ S2Cta(const float* scores, uint2* ws, int C_, int k_)
+        : r(blockIdx.x), P(gridDim.x), m(blockIdx.y), C((unsigned)C_), k((unsigned)k_), kp(((unsigned)k_ + 3u) & ~3u) {
+        row = scores + (size_t)m * C;
+        split_slice(C, P, r, lo, hi);
+        seg = ws + ((size_t)m * P + r) * kp;
+    }
+};
+
+// After stage 1 (the CTA's candidates in c.seg): the hand-off, and in the row's last CTA stage 2,
+// the row's k best of its P kp candidate pairs (read by cp.async.cg: L2, where the other CTAs'
+// fenced writes are). Block-uniform.
+__device__ __forceinline__ void s2_final(const S2Cta& c, int* __restrict__ out, uint2* ws, unsigned* count,
+                                         OneShared& s, unsigned* last, float4* ring) {
+    if (!split_last_cta(count, c.m, c.P, last)) {
+        TK_MARK(TK_EXIT);
+        return;
+    }
+    TK_MARK(TK_FSTART);
+    one_reset(s);
+    s2_select<true, 2>(S2Src<true>{ws + (size_t)c.m * c.P * c.kp, c.P * c.kp, 0u, true, ring},
+                       S2FinalOut{c.row, c.C, out + (size_t)c.m * c.k}, c.k, s);
+    TK_MARK(TK_FINAL);
+    TK_MARK(TK_EXIT);
+}
+
 extern "C" __global__ void __launch_bounds__(ONE_THREADS, 1)
     dsa_topk_split2(const float* __restrict__ scores, int* __restrict__ out, uint2* ws, unsigned* count, int C_,
                     int k_) {
     __shared__ __align__(16) OneShared s;
     __shared__ unsigned last;
     extern __shared__ __align__(16) float4 ring[];
-    const unsigned r = blockIdx.x, P = gridDim.x, m = blockIdx.y;
-    TK_ENTER(r);
-    const unsigned C = (unsigned)C_, k = (unsigned)k_, kp = (k + 3u) & ~3u;
-    const float* row = scores + (size_t)m * C;
-    unsigned lo, hi;
-    split_slice(C, P, r, lo, hi);
-    uint2* seg = ws + ((size_t)m * P + r) * kp;
+    const S2Cta c(scores, ws, C_, k_);
+    TK_ENTER(c.r);
     one_reset(s);
 
     // stage 1: the slice's top k as candidates (+inf kept as a key: DROP false)
-    s2_select<false, 1>(S2Src<false>{row + lo, hi - lo, lo, (C & 3u) == 0u, ring}, S2CandOut{row, lo, hi, kp, seg},
-                        k, s);
-    if (!split_last_cta(count, m, P, &last)) {
-        TK_MARK(TK_EXIT);
-        return;
-    }
+    s2_select<false, 1>(S2Src<false>{c.row + c.lo, c.hi - c.lo, c.lo, (c.C & 3u) == 0u, ring},
+                        S2CandOut{c.row, c.lo, c.hi, c.kp, c.seg}, c.k, s);
+    s2_final(c, out, ws, count, s, &last, ring);
+}
 
-    // stage 2: the row's k best of its P kp candidate pairs (read by cp.async.cg: L2, where the
-    // other CTAs' fenced writes are)
-    TK_MARK(TK_FSTART);
+/*
+---- dsa_topk_sample (variant radix_sample): stage 1 over the keys at or above a sampled bound ----
+
+radix_split2 with stage 1 changed; the contract, the workspace, the hand-off and stage 2 are
+dsa_topk_split2's (s2_final), and the candidates a CTA writes are the same set (its slice's k best
+by key, the lower index among equal keys; +inf a key), so topk_model.select_row_sample emulates it
+with select_row_split's stage 2.
+What it cuts (split2's timeline at 2048 of 262144, M = 32, 2900d14): pass 2 re-reads a 65536-key
+slice from L2 (17.2 of 40.5 us of span) because the ring holds 32768 keys; pass 1's shared atomics
+(digit 0 of every key) sit on the stream. Here a CTA
+  1. issues its ring's first S2_RING_BATCHES batches (the stream starts at once), then reads a
+     sample of its slice: the first 4-key unit pair (8 keys, one 32-B sector) of every group of g
+     keys, g = SMP_GROUP_MIN max(1, ceil(n / (SMP_GROUP_MIN 1024))), so at most 2048 units (8192 keys, 2
+     units a thread) whatever n: spread over the whole slice (index order carries no bias);
+  2. finds t_est, a lower edge of a 22-bit key prefix with at least rs sampled keys at or above it:
+     rs = ceil(mu + SMP_MARGIN sqrt(mu)) + 1, mu = 8 k / g the sampled keys expected among the top k
+     (digit 0 of the sample counted, s2_find, digit 1 of the sample's keys in that bin, s2_find);
+     fewer than rs nonzero sample keys: t_est = 1 (every nonzero key);
+  3. streams the slice once (the ring, as split2's pass 1) with no histogram: a key >= t_est goes to
+     a shared buffer of SMP_CAP (key, row index) pairs (one warp scan and one atomic a warp a
+     batch, the lane's hits re-read from the ring as split2's pass 2 does); nhit counts past the cap;
+  4. if nhit <= SMP_CAP and (nhit >= k or t_est == 1): the buffer holds every key of the slice at or
+     above its k-th key T (>= t_est, since >= k keys are >= t_est), or every nonzero key; s2_select
+     over the buffer (a held source) gives exactly the slice's candidates, its tie take re-reading
+     the slice in index order (every key == T of the slice is in the buffer, so E is the slice's).
+     Otherwise (the sample missed: ties, a slice with fewer than k keys above t_est, or more than
+     SMP_CAP) split2's stage 1 over the slice itself: the same candidates, slower.
+At the model point (k = 2048, n = 65536: g = 128, mu = 128, rs = 174) ~2780 keys a CTA pass t_est
+(4.2% of the slice); the CPU model counts them (tests/test_dsa_topk.py).
+Shared memory: OneShared + 2 words + the ring (131,072 B) + the buffer (32,768 B) dynamic
+(SMP_DYN_BYTES); one CTA an SM.
+*/
+#define SMP_CAP 4096             // (key, row index) pairs buffered a CTA (32 KiB, after the ring)
+#define SMP_GROUP_MIN 128        // keys a sample group at least: its first 8 are sampled
+#define SMP_UNITS 2              // 4-key sample units a thread at most (2048 a CTA)
+#define SMP_MARGIN 4.0f          // standard deviations of the sampled count added to the target rank
+#define SMP_DYN_BYTES 163840     // S2_RING_BYTES + SMP_CAP x 8 B
+static_assert(SMP_DYN_BYTES == S2_RING_BYTES + SMP_CAP * 8, "the ring, then the buffer");
+
+// The buffer as a held source of (key, row index) pairs: entry (b KEYS + j) T + t is key j of
+// thread t's batch b (consecutive threads read consecutive pairs).
+struct SmpBufSrc {
+    static constexpr unsigned KEYS = 4;
+    const uint2* buf;
+    unsigned n;
+    __device__ __forceinline__ unsigned at(unsigned b, unsigned j) const {
+        return (b * KEYS + j) * ONE_THREADS + threadIdx.x;
+    }
+    template <bool PASS1, class F>
+    __device__ __forceinline__ void batches(F&& f) const {
+        const unsigned nb = (n + KEYS * ONE_THREADS - 1u) / (KEYS * ONE_THREADS);
+        for (unsigned b = 0; b < nb; ++b) {
+            unsigned key[KEYS];
+#pragma unroll
+            for (unsigned j = 0; j < KEYS; ++j) key[j] = at(b, j) < n ? buf[at(b, j)].x : 0u;
+            f(b, key, true);
+        }
+    }
+    __device__ __forceinline__ void reload(unsigned b, unsigned j, bool, unsigned& key, unsigned& pay) const {
+        const uint2 v = buf[at(b, j)];
+        key = v.x;
+        pay = v.y;
+    }
+};
+
+// Step 2 of the header: t_est for the n keys at p (vec: p 16-B aligned), the k best wanted.
+// Uses s.h0, s.h1 (zero on entry, left dirty: the caller resets). Block-uniform; ends with a barrier.
+__device__ __forceinline__ unsigned smp_bound(const float* __restrict__ p, unsigned n, bool vec, unsigned k,
+                                              OneShared& s) {
+    const unsigned g = SMP_GROUP_MIN * max(1u, (n + SMP_GROUP_MIN * 1024u - 1u) / (SMP_GROUP_MIN * 1024u));
+    const unsigned units = 2u * ((n + g - 1u) / g);     // <= 2048
+    unsigned key[4 * SMP_UNITS];
+#pragma unroll
+    for (unsigned u = 0; u < SMP_UNITS; ++u) {
+        const unsigned i = u * ONE_THREADS + threadIdx.x;   // unit i: keys e0 .. e0 + 3
+        const unsigned e0 = (i >> 1) * g + 4u * (i & 1u);
+        float v[4] = {0.f, 0.f, 0.f, 0.f};
+        if (i < units && vec && e0 + 4u <= n) {
+            const float4 x = ld_nc_f32x4(reinterpret_cast<const float4*>(p + e0));
+            v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w;
+        } else {
+#pragma unroll
+            for (unsigned q = 0; q < 4; ++q)
+                if (i < units && e0 + q < n) v[q] = ld_nc_f32(p + e0 + q);
+        }
+#pragma unroll
+        for (unsigned q = 0; q < 4; ++q) key[4 * u + q] = (i < units && e0 + q < n) ? topk_key(v[q]) : 0u;
+    }
+#pragma unroll
+    for (unsigned j = 0; j < 4 * SMP_UNITS; ++j)
+        if (key[j] != 0u) atomicAdd(&s.h0[key[j] >> 20], 1u);
+    const float mu = 8.f * (float)k / (float)g;
+    const unsigned rs = (unsigned)ceilf(mu + SMP_MARGIN * sqrtf(mu)) + 1u;
+    __syncthreads();
+    s2_find<ONE_NB0>(s.h0, rs, &s);
+    const unsigned bs = s.found_bin, above = s.found_above;
+    if (bs == 0u) return 1u;                           // fewer than rs nonzero sampled keys
+#pragma unroll
+    for (unsigned j = 0; j < 4 * SMP_UNITS; ++j)
+        if ((key[j] >> 20) == bs) atomicAdd(&s.h1[(key[j] >> 10) & 0x3ffu], 1u);
+    __syncthreads();
+    s2_find<ONE_NB1>(s.h1, rs - above, &s);
+    return (bs << 20) | (s.found_bin << 10);
+}
+
+extern "C" __global__ void __launch_bounds__(ONE_THREADS, 1)
+    dsa_topk_sample(const float* __restrict__ scores, int* __restrict__ out, uint2* ws, unsigned* count, int C_,
+                    int k_) {
+    __shared__ __align__(16) OneShared s;
+    __shared__ unsigned last, nhit;
+    extern __shared__ __align__(16) float4 ring[];     // the ring, then the buffer (SMP_DYN_BYTES)
+    uint2* buf = reinterpret_cast<uint2*>(ring + S2_RING_BYTES / 16);
+    const unsigned lane = threadIdx.x & 31u;
+    const S2Cta c(scores, ws, C_, k_);
+    TK_ENTER(c.r);
+    const unsigned k = c.k;
+    const bool vec = (c.C & 3u) == 0u;
+    const S2Src<false> src{c.row + c.lo, c.hi - c.lo, c.lo, vec, ring};
+
+    // 1, 2: the stream started, the sample read under it, the bound
+#pragma unroll
+    for (unsigned b = 0; b < S2_RING_BATCHES; ++b) src.issue(b);
     one_reset(s);
-    s2_select<true, 2>(S2Src<true>{ws + (size_t)m * P * kp, P * kp, 0u, true, ring},
-                       S2FinalOut{row, C, out + (size_t)m * k}, k, s);
-    TK_MARK(TK_FINAL);
-    TK_MARK(TK_EXIT);
+    const unsigned t_est = smp_bound(c.row + c.lo, c.hi - c.lo, vec, k, s);
+    one_reset(s);                                      // s2_select below starts from zero histograms
+    if (threadIdx.x == 0) nhit = 0u;
+    __syncthreads();
+    TK_MARK(TK_SAMPLE);
+
+    // 3: one pass, every key >= t_est buffered (a held slice's ring slots hold converted keys by
+    // the time f runs: reload with conv = fits)
+    const bool fits = src.nbatches() <= S2_RING_BATCHES;
+    src.template batches<true, true>([&](unsigned b, const unsigned (&key)[S2Src<false>::KEYS], bool) {
+        unsigned hm = 0u;
+#pragma unroll
+        for (unsigned j = 0; j < S2Src<false>::KEYS; ++j)
+            if (key[j] >= t_est) hm |= 1u << j;       // t_est >= 1: key 0 never
+        const unsigned c = __popc(hm);
+        if (__any_sync(FULL_MASK, c != 0u)) {
+            const unsigned incl = topk_warp_inclusive_sum(c);
+            unsigned wb = 0u;
+            if (lane == 31u) wb = atomicAdd(&nhit, incl);
+            unsigned pb = __shfl_sync(FULL_MASK, wb, 31) + incl - c;
+            s2_hits(src, b, fits, hm, [&](unsigned kj, unsigned pay, unsigned) {
+                if (pb < SMP_CAP) buf[pb] = make_uint2(kj, pay);
+                ++pb;
+            });
+        }
+    });
+    __syncthreads();
+    TK_MARK(TK_STREAM);
+    const unsigned nh = nhit;
+
+    // 4: the slice's candidates from the buffer, or (the sample missed) from the slice
+    const S2CandOut cand{c.row, c.lo, c.hi, c.kp, c.seg};
+    if (nh <= SMP_CAP && (nh >= k || t_est == 1u))
+        s2_select<false, 1>(SmpBufSrc{buf, nh}, cand, k, s);
+    else
+        s2_select<false, 1>(src, cand, k, s);
+    s2_final(c, out, ws, count, s, &last, ring);
 }

@@ -36,10 +36,12 @@ say so below. The tool orders a CTA's marks by clock64 and names each phase by t
 #define TK_FREAD 16    // split2's final select: pass 1 over the candidates done (digit 0 counted)
 #define TK_FPASS2 17   // split2's final select: pass 2 done (members above the bin written, bin buffered)
 #define TK_FDIGITS 18  // split2's final select: digits 0..2 decided (T known)
-#define TK_MARKS 19
+#define TK_SAMPLE 19   // sample: the sampled bound t_est known (and the histograms reset: CTA barrier)
+#define TK_STREAM 20   // sample: the one pass over the slice done, the keys >= t_est buffered (CTA barrier)
+#define TK_MARKS 21
 
 #ifdef DSA_TOPK_TIMELINE
-#define TK_SLOTS 40
+#define TK_SLOTS 44
 #define TK_CAPACITY (1 << 16)
 __device__ unsigned long long dsa_topk_timeline[TK_CAPACITY];
 

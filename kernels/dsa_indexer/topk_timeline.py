@@ -15,11 +15,12 @@ import pathlib
 import numpy as np
 import pandas as pd
 
-TK_SLOTS = 40             # keep in step with topk_timeline.cuh (a test checks)
+TK_SLOTS = 44             # keep in step with topk_timeline.cuh (a test checks)
 TK_CAPACITY = 1 << 16
 # Mark ids of topk_timeline.cuh, in id order (TK_ENTRY = 0, ...): the phase a mark ends.
 MARKS = ("entry", "issue", "read", "bound", "pass2", "sync0", "digit0", "sync1", "digit1", "sync2", "digit2",
-         "counts", "write", "exit", "final", "fstart", "fread", "fpass2", "fdigits")
+         "counts", "write", "exit", "final", "fstart", "fread", "fpass2", "fdigits", "sample",
+         "stream")
 
 
 def parse(raw: np.ndarray, n_ctas: int) -> pd.DataFrame:

@@ -22,6 +22,8 @@
   k as candidates to a workspace the step owns, and the row's last CTA (a per-row counter) selects
   the final k from them. ``radix_split2`` (ours): ``topk_split2.cu``, the same design and decisions
   with a pass 2 over each lane's hits only, (key, index) candidate pairs and 2-barrier bin searches.
+  ``radix_sample`` (ours): ``dsa_topk_sample`` in the same file, split2 whose stage 1 reads its slice
+  once: a sampled bound, one pass buffering the keys above it, the select over that buffer.
 - ``torch_topk`` (peer): ``torch.topk`` unsorted on our stream, non-finite picks mapped to -1 as a
   caller would.
 - ``flashinfer_topk`` / ``flashinfer_topk_lower`` (peers): ``flashinfer.top_k(x, k)`` as called by
@@ -31,7 +33,7 @@
   logic emulated in NumPy with the kernel's buffer size and cluster pick; ``model_resident`` (CPU):
   topk_resident.cu's logic (topk_model.select_row_resident); ``model_onecta`` (CPU): topk_onecta.cu's
   (topk_model.select_row_onecta); ``model_split`` (CPU): topk_split.cu's
-  (topk_model.select_row_split).
+  (topk_model.select_row_split); ``model_sample`` (CPU): dsa_topk_sample's (topk_model.select_row_sample).
 
 Nothing here imports cupy, torch or flashinfer at import time.
 """
@@ -190,7 +192,8 @@ SPLIT2_SOURCE = "topk_split2.cu"
 # design -> (source, kernel, the #define of its ring's dynamic shared memory, workspace layout):
 # "split" writes the candidates' keys and indices to two arrays, "split2" (key, index) uint2 pairs
 SPLIT_DESIGNS = {"split": (SPLIT_SOURCE, "dsa_topk_split", "SPLIT_RING_BYTES", "two arrays"),
-                 "split2": (SPLIT2_SOURCE, "dsa_topk_split2", "S2_RING_BYTES", "pairs")}
+                 "split2": (SPLIT2_SOURCE, "dsa_topk_split2", "S2_RING_BYTES", "pairs"),
+                 "sample": (SPLIT2_SOURCE, "dsa_topk_sample", "SMP_DYN_BYTES", "pairs")}
 
 
 def split_define(name: str, design: str = "split") -> int:
@@ -411,6 +414,11 @@ def _model_split_rows(scores: np.ndarray, k: int) -> np.ndarray:
     return topk_model.select_split(scores, k, P, onecta_define("ONE_CAP"))
 
 
+def _model_sample_rows(scores: np.ndarray, k: int) -> np.ndarray:
+    P = topk_model.pick_split(len(scores), scores.shape[1], k, H200_SMS)
+    return topk_model.select_sample(scores, k, P, onecta_define("ONE_CAP"), split_define("SMP_CAP", "sample"))
+
+
 def _model_resident_rows(scores: np.ndarray, k: int) -> np.ndarray:
     return topk_model.select_resident(scores, k, pick_resident(scores.shape[1]))
 
@@ -482,6 +490,13 @@ TOPK_VARIANTS = (
                 "memory or L2); a held slice's keys converted once; candidates as (key, index) pairs so the "
                 "final CTA's members need no dependent L2 load; bin searches of 2 block barriers, not 5",
             supports=_supports_radix, sources=(SPLIT2_SOURCE,)),
+    Variant("radix_sample", "cuda", make_split_build(design="sample"),
+            why="radix_split2 with stage 1 read once: a sample (8 keys of every 128, spread over the slice) "
+                "gives a bound t_est with ~1.4 k of the slice's keys expected above it, one pass streams the "
+                "slice with no histogram and buffers the keys >= t_est, the select runs over that buffer; "
+                "where the sample missed (fewer than k keys above it, or more than the buffer) split2's "
+                "stage 1 over the slice; stage 2 unchanged",
+            supports=_supports_radix, sources=(SPLIT2_SOURCE,)),
     Variant("torch_topk", "cuda", lambda g, p, i, b: _TorchTopk(g, p, i, b),
             why="torch.topk(k, sorted=False) on our stream, non-finite picks mapped to -1",
             supports=lambda g, p: _torch_ready(), peer=True),
@@ -509,6 +524,10 @@ TOPK_VARIANTS = (
     Variant("model_split", "cpu", lambda g, p, i, b: _HostTopk(_model_split_rows, g, p, i),
             why="topk_split.cu's logic emulated in NumPy (topk_model.select_row_split) at radix_split's P: "
                 "each slice's candidates (+inf kept), the final select over them, the row's index-order ties",
+            sources=("topk_model.py",)),
+    Variant("model_sample", "cpu", lambda g, p, i, b: _HostTopk(_model_sample_rows, g, p, i),
+            why="dsa_topk_sample's logic emulated in NumPy (topk_model.select_row_sample) at radix_sample's P: "
+                "the sample's units, the bound t_est, the buffer or the fallback, then select_row_split's stage 2",
             sources=("topk_model.py",)),
     Variant("model_resident", "cpu", lambda g, p, i, b: _HostTopk(_model_resident_rows, g, p, i),
             why="topk_resident.cu's logic emulated in NumPy (topk_model.select_row_resident) at resident's "
