@@ -88,6 +88,19 @@ struct S2Src {
         cp_async_commit();
     }
 
+    // batch b's 128-B lines into L2 (scores only: the sample kernel's look-ahead); a batch is
+    // STEP float4 = 256 lines, one for each of the first 256 threads
+    __device__ __forceinline__ void prefetch(unsigned b) const {
+        static_assert(!PAIRS && STEP * 16u / 128u <= ONE_THREADS, "one line a thread at most");
+        const unsigned line = b * STEP * 16u / 128u + threadIdx.x;    // 128-B line of the source
+        if (threadIdx.x < STEP * 16u / 128u && 32u * line < n)
+            prefetch_l2(static_cast<const float*>(p) + 32u * line);
+    }
+    // batches [b0, b0 + count) into L2
+    __device__ __forceinline__ void prefetch_ahead(unsigned b0, unsigned count) const {
+        for (unsigned b = b0; b < b0 + count; ++b) prefetch(b);
+    }
+
     // key j of batch b and its payload, from the ring (any j: a dynamic shared-memory address).
     // conv: the ring holds the converted keys (a held source after pass 1), not the scores.
     __device__ __forceinline__ void reload(unsigned b, unsigned j, bool conv, unsigned& key, unsigned& pay) const {
@@ -106,11 +119,12 @@ struct S2Src {
     // count); key 0 past the end. Pass 1 (PASS1) streams the source through the ring; a source
     // of at most S2_RING_BATCHES batches stays there and pass 1 writes its converted keys back
     // (scores only), so every later pass reads keys from shared memory (held) and converts nothing.
-    // ISSUED (pass 1 only): the caller has already issued batches 0 .. S2_RING_BATCHES - 1 (the
-    // sample kernel starts the stream before its threshold estimate). In pass 1, f's conv is
-    // false even where the ring slots of batch b already hold the converted keys (fits): a pass-1
-    // f that reloads from the ring must pass fits itself.
-    template <bool PASS1, bool ISSUED = false, class F>
+    // ISSUED (pass 1 only): the caller has already issued batches 0 .. S2_RING_BATCHES - 1 and
+    // prefetched the next AHEAD into L2 (prefetch_ahead: the sample kernel starts the stream before
+    // its threshold estimate); after batch b, batch b + S2_RING_BATCHES + AHEAD is prefetched, so
+    // the ring's later copies read L2. In pass 1, f's conv is false even where the ring slots of
+    // batch b already hold the converted keys (fits): a pass-1 f that reloads must pass fits itself.
+    template <bool PASS1, bool ISSUED = false, unsigned AHEAD = 0, class F>
     __device__ __forceinline__ void batches(F&& f) const {
         const unsigned nb = nbatches();
         const bool fits = nb <= S2_RING_BATCHES;
@@ -142,6 +156,7 @@ struct S2Src {
             }
             f(b, key, held);
             if (!held) issue(b + S2_RING_BATCHES);   // into b's slots: f is done with them
+            if constexpr (AHEAD > 0u) prefetch(b + S2_RING_BATCHES + AHEAD);
         }
         if (!held) cp_async_wait_all();
     }
@@ -427,8 +442,11 @@ with select_row_split's stage 2.
 What it cuts (split2's timeline at 2048 of 262144, M = 32, 2900d14): pass 2 re-reads a 65536-key
 slice from L2 (17.2 of 40.5 us of span) because the ring holds 32768 keys; pass 1's shared atomics
 (digit 0 of every key) sit on the stream. Here a CTA
-  1. issues its ring's first S2_RING_BATCHES batches (the stream starts at once), then reads a
-     sample of its slice: the first 4-key unit pair (8 keys, one 32-B sector) of every group of g
+  1. loads a sample of its slice (volatile loads, issued first: behind the ring's copies the sample
+     landed only after most of them, 4.1-6.6 us at fe6a0d1), issues its ring's first
+     S2_RING_BATCHES batches and prefetches the next SMP_AHEAD into L2 (and one more after each
+     batch: 256 KiB an SM in flight, where the ring alone kept 128 KiB and ran at ~2.7 TB/s). The
+     sample: the first 4-key unit pair (8 keys, one 32-B sector) of every group of g
      keys, g = SMP_GROUP_MIN max(1, ceil(n / (SMP_GROUP_MIN 1024))), so at most 2048 units (8192 keys, 2
      units a thread) whatever n: spread over the whole slice (index order carries no bias);
   2. finds t_est, a lower edge of a 22-bit key prefix with at least rs sampled keys at or above it:
@@ -453,6 +471,7 @@ Shared memory: OneShared + 2 words + the ring (131,072 B) + the buffer (32,768 B
 #define SMP_GROUP_MIN 128        // keys a sample group at least: its first 8 are sampled
 #define SMP_UNITS 2              // 4-key sample units a thread at most (2048 a CTA)
 #define SMP_MARGIN 4.0f          // standard deviations of the sampled count added to the target rank
+#define SMP_AHEAD 4              // batches past the ring prefetched into L2 (128 KiB more in flight an SM)
 #define SMP_DYN_BYTES 163840     // S2_RING_BYTES + SMP_CAP x 8 B
 static_assert(SMP_DYN_BYTES == S2_RING_BYTES + SMP_CAP * 8, "the ring, then the buffer");
 
@@ -482,29 +501,42 @@ struct SmpBufSrc {
     }
 };
 
-// Step 2 of the header: t_est for the n keys at p (vec: p 16-B aligned), the k best wanted.
-// Uses s.h0, s.h1 (zero on entry, left dirty: the caller resets). Block-uniform; ends with a barrier.
-__device__ __forceinline__ unsigned smp_bound(const float* __restrict__ p, unsigned n, bool vec, unsigned k,
-                                              OneShared& s) {
-    const unsigned g = SMP_GROUP_MIN * max(1u, (n + SMP_GROUP_MIN * 1024u - 1u) / (SMP_GROUP_MIN * 1024u));
-    const unsigned units = 2u * ((n + g - 1u) / g);     // <= 2048
-    unsigned key[4 * SMP_UNITS];
+// The sample's group length for a slice of n keys (header, step 1).
+__device__ __forceinline__ unsigned smp_group(unsigned n) {
+    return SMP_GROUP_MIN * max(1u, (n + SMP_GROUP_MIN * 1024u - 1u) / (SMP_GROUP_MIN * 1024u));
+}
+
+// Step 1's loads: this thread's sample units of the n keys at p (vec: p 16-B aligned) into v, by
+// volatile loads so that they are issued before the ring's copies (issued behind 128 KiB of them,
+// the sample lands only once most of the ring has: 4.1-6.6 us at fe6a0d1).
+__device__ __forceinline__ void smp_load(const float* __restrict__ p, unsigned n, bool vec, float (&v)[4 * SMP_UNITS]) {
+    const unsigned g = smp_group(n), units = 2u * ((n + g - 1u) / g);   // <= 2048
 #pragma unroll
     for (unsigned u = 0; u < SMP_UNITS; ++u) {
         const unsigned i = u * ONE_THREADS + threadIdx.x;   // unit i: keys e0 .. e0 + 3
         const unsigned e0 = (i >> 1) * g + 4u * (i & 1u);
-        float v[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+        for (unsigned q = 0; q < 4; ++q) v[4 * u + q] = __int_as_float(0xff800000);   // -inf: key 0
         if (i < units && vec && e0 + 4u <= n) {
-            const float4 x = ld_nc_f32x4(reinterpret_cast<const float4*>(p + e0));
-            v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w;
+            asm volatile("ld.global.nc.v4.f32 {%0,%1,%2,%3}, [%4];"
+                         : "=f"(v[4 * u]), "=f"(v[4 * u + 1]), "=f"(v[4 * u + 2]), "=f"(v[4 * u + 3])
+                         : "l"(p + e0));
         } else {
 #pragma unroll
             for (unsigned q = 0; q < 4; ++q)
-                if (i < units && e0 + q < n) v[q] = ld_nc_f32(p + e0 + q);
+                if (i < units && e0 + q < n) asm volatile("ld.global.nc.f32 %0, [%1];" : "=f"(v[4 * u + q]) : "l"(p + e0 + q));
         }
-#pragma unroll
-        for (unsigned q = 0; q < 4; ++q) key[4 * u + q] = (i < units && e0 + q < n) ? topk_key(v[q]) : 0u;
     }
+}
+
+// Step 2 of the header: t_est from the sampled scores v (smp_load) of a slice of n keys, the k
+// best wanted. Uses s.h0, s.h1 (zero on entry, left dirty: the caller resets). Block-uniform;
+// ends with a barrier.
+__device__ __forceinline__ unsigned smp_bound(const float (&v)[4 * SMP_UNITS], unsigned n, unsigned k, OneShared& s) {
+    const unsigned g = smp_group(n);
+    unsigned key[4 * SMP_UNITS];
+#pragma unroll
+    for (unsigned j = 0; j < 4 * SMP_UNITS; ++j) key[j] = topk_key(v[j]);
 #pragma unroll
     for (unsigned j = 0; j < 4 * SMP_UNITS; ++j)
         if (key[j] != 0u) atomicAdd(&s.h0[key[j] >> 20], 1u);
@@ -536,11 +568,15 @@ extern "C" __global__ void __launch_bounds__(ONE_THREADS, 1)
     const bool vec = (c.C & 3u) == 0u;
     const S2Src<false> src{c.row + c.lo, c.hi - c.lo, c.lo, vec, ring};
 
-    // 1, 2: the stream started, the sample read under it, the bound
+    // 1, 2: the sample's loads, then the stream (the ring's batches, the next SMP_AHEAD into L2),
+    // then the bound while the stream lands
+    float sv[4 * SMP_UNITS];
+    smp_load(c.row + c.lo, c.hi - c.lo, vec, sv);
 #pragma unroll
     for (unsigned b = 0; b < S2_RING_BATCHES; ++b) src.issue(b);
+    src.prefetch_ahead(S2_RING_BATCHES, SMP_AHEAD);
     one_reset(s);
-    const unsigned t_est = smp_bound(c.row + c.lo, c.hi - c.lo, vec, k, s);
+    const unsigned t_est = smp_bound(sv, c.hi - c.lo, k, s);
     one_reset(s);                                      // s2_select below starts from zero histograms
     if (threadIdx.x == 0) nhit = 0u;
     __syncthreads();
@@ -549,7 +585,7 @@ extern "C" __global__ void __launch_bounds__(ONE_THREADS, 1)
     // 3: one pass, every key >= t_est buffered (a held slice's ring slots hold converted keys by
     // the time f runs: reload with conv = fits)
     const bool fits = src.nbatches() <= S2_RING_BATCHES;
-    src.template batches<true, true>([&](unsigned b, const unsigned (&key)[S2Src<false>::KEYS], bool) {
+    src.template batches<true, true, SMP_AHEAD>([&](unsigned b, const unsigned (&key)[S2Src<false>::KEYS], bool) {
         unsigned hm = 0u;
 #pragma unroll
         for (unsigned j = 0; j < S2Src<false>::KEYS; ++j)
