@@ -852,3 +852,22 @@ def test_the_sample_launcher_reads_the_kernel_declarations():
     text = (topk_variants.HERE / topk_variants.SPLIT2_SOURCE).read_text()
     assert "dsa_topk_sample(" in text and f"#define SMP_MARGIN {topk_model.SMP_MARGIN}f" in text
     assert registry.get("dsa_topk").variant("radix_sample").sources == (topk_variants.SPLIT2_SOURCE,)
+
+
+def test_the_sample_stream_compares_scores_as_keys():
+    """The stream's float compare against smp_float(t_est) selects exactly the keys >= t_est: on
+    every special value (NaN of both signs, +-inf, +-0, +-FLT_MAX, denormals) and random floats,
+    against thresholds at bin edges (the bound's form), at the smallest nonzero key (t_est = 1, and
+    the first real one), at +inf's key, and at random keys."""
+    rng = np.random.default_rng(5)
+    special = np.array([np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 3.4028235e38, -3.4028235e38, 1e-45, -1e-45,
+                        1.0, -1.0, 2.5, -2.5], np.float32)
+    x = np.concatenate([special, rng.standard_normal(4000).astype(np.float32),
+                        rng.integers(0, 2**32, 4000, dtype=np.uint64).astype(np.uint32).view(np.float32)])
+    kx = topk_model.keys(x).astype(np.int64)
+    edges = [int(b) << 10 for b in rng.integers(1 << 13, 1 << 22, 300)]
+    for K in [1, 0x00800000, 0x00800001, 0x7FFFFFFF, 0x80000000, 0x80000001, topk_model.KEY_POSINF,
+              *edges, *[int(v) for v in rng.integers(1, topk_model.KEY_POSINF, 300)]]:
+        with np.errstate(invalid="ignore"):
+            got = x >= topk_model.sample_float(K)
+        assert np.array_equal(got, kx >= K), hex(K)

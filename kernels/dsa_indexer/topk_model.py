@@ -575,6 +575,15 @@ def sample_bound(key: np.ndarray, k: int) -> int:
     return (bs << 20) | (b1 << 10)
 
 
+def sample_float(key: int) -> np.float32:
+    """topk_split2.cu's smp_float: the least float32 x with keys(x) >= key (1 <= key <= +inf's key),
+    so that x >= sample_float(key) exactly when keys(x) >= key (the kernel's stream compares scores)."""
+    if key < 0x00800000:
+        return np.uint32(0xFF7FFFFF).view(np.float32)          # -FLT_MAX
+    bits = (key & 0x7FFFFFFF) if key & 0x80000000 else (~key & 0xFFFFFFFF)
+    return np.uint32(bits).view(np.float32)
+
+
 @dataclasses.dataclass
 class SampleTrace:
     """One slice's stage 1 in dsa_topk_sample: the bound, the keys at or above it, whether the
@@ -600,7 +609,7 @@ def select_row_sample(scores: np.ndarray, k: int, P: int, cap: int, smp_cap: int
     def stage1(key, lo, hi):
         sk = key[lo:hi]
         t_est = sample_bound(sk, k)
-        hit_pos = rng.permutation(np.flatnonzero(sk >= t_est))   # t_est >= 1: nonzero keys only
+        hit_pos = rng.permutation(np.flatnonzero(scores[lo:hi] >= sample_float(t_est)))   # the kernel's compare
         use_buf = len(hit_pos) <= smp_cap and (len(hit_pos) >= k or t_est == 1)
         ties = _ties_of_row(key, lo, hi)
         if use_buf:

@@ -96,10 +96,6 @@ struct S2Src {
         if (threadIdx.x < STEP * 16u / 128u && 32u * line < n)
             prefetch_l2(static_cast<const float*>(p) + 32u * line);
     }
-    // batches [b0, b0 + count) into L2
-    __device__ __forceinline__ void prefetch_ahead(unsigned b0, unsigned count) const {
-        for (unsigned b = b0; b < b0 + count; ++b) prefetch(b);
-    }
 
     // key j of batch b and its payload, from the ring (any j: a dynamic shared-memory address).
     // conv: the ring holds the converted keys (a held source after pass 1), not the scores.
@@ -119,17 +115,12 @@ struct S2Src {
     // count); key 0 past the end. Pass 1 (PASS1) streams the source through the ring; a source
     // of at most S2_RING_BATCHES batches stays there and pass 1 writes its converted keys back
     // (scores only), so every later pass reads keys from shared memory (held) and converts nothing.
-    // ISSUED (pass 1 only): the caller has already issued batches 0 .. S2_RING_BATCHES - 1 and
-    // prefetched the next AHEAD into L2 (prefetch_ahead: the sample kernel starts the stream before
-    // its threshold estimate); after batch b, batch b + S2_RING_BATCHES + AHEAD is prefetched, so
-    // the ring's later copies read L2. In pass 1, f's conv is false even where the ring slots of
-    // batch b already hold the converted keys (fits): a pass-1 f that reloads must pass fits itself.
-    template <bool PASS1, bool ISSUED = false, unsigned AHEAD = 0, class F>
+    template <bool PASS1, class F>
     __device__ __forceinline__ void batches(F&& f) const {
         const unsigned nb = nbatches();
         const bool fits = nb <= S2_RING_BATCHES;
         const bool held = !PASS1 && fits;
-        if (!held && !ISSUED) {
+        if (!held) {
 #pragma unroll
             for (unsigned b = 0; b < S2_RING_BATCHES; ++b) issue(b);
         }
@@ -156,7 +147,6 @@ struct S2Src {
             }
             f(b, key, held);
             if (!held) issue(b + S2_RING_BATCHES);   // into b's slots: f is done with them
-            if constexpr (AHEAD > 0u) prefetch(b + S2_RING_BATCHES + AHEAD);
         }
         if (!held) cp_async_wait_all();
     }
@@ -453,7 +443,8 @@ slice from L2 (17.2 of 40.5 us of span) because the ring holds 32768 keys; pass 
      rs = ceil(mu + SMP_MARGIN sqrt(mu)) + 1, mu = 8 k / g the sampled keys expected among the top k
      (digit 0 of the sample counted, s2_find, digit 1 of the sample's keys in that bin, s2_find);
      fewer than rs nonzero sample keys: t_est = 1 (every nonzero key);
-  3. streams the slice once (the ring, as split2's pass 1) with no histogram: a key >= t_est goes to
+  3. streams the slice once (the ring, as split2's pass 1) with no histogram and no key conversion
+     (the scores are compared with smp_float(t_est)): a key >= t_est goes to
      a shared buffer of SMP_CAP (key, row index) pairs (one warp scan and one atomic a warp a
      batch, the lane's hits re-read from the ring as split2's pass 2 does); nhit counts past the cap;
   4. if nhit <= SMP_CAP and (nhit >= k or t_est == 1): the buffer holds every key of the slice at or
@@ -529,14 +520,12 @@ __device__ __forceinline__ void smp_load(const float* __restrict__ p, unsigned n
     }
 }
 
-// Step 2 of the header: t_est from the sampled scores v (smp_load) of a slice of n keys, the k
-// best wanted. Uses s.h0, s.h1 (zero on entry, left dirty: the caller resets). Block-uniform;
-// ends with a barrier.
-__device__ __forceinline__ unsigned smp_bound(const float (&v)[4 * SMP_UNITS], unsigned n, unsigned k, OneShared& s) {
+// Step 2 of the header: t_est from the sampled keys (topk_key of smp_load's scores) of a slice of
+// n keys, the k best wanted. Uses s.h0, s.h1 (zero on entry, left dirty: the caller resets).
+// Block-uniform; ends with a barrier.
+__device__ __forceinline__ unsigned smp_bound(const unsigned (&key)[4 * SMP_UNITS], unsigned n, unsigned k,
+                                              OneShared& s) {
     const unsigned g = smp_group(n);
-    unsigned key[4 * SMP_UNITS];
-#pragma unroll
-    for (unsigned j = 0; j < 4 * SMP_UNITS; ++j) key[j] = topk_key(v[j]);
 #pragma unroll
     for (unsigned j = 0; j < 4 * SMP_UNITS; ++j)
         if (key[j] != 0u) atomicAdd(&s.h0[key[j] >> 20], 1u);
@@ -554,6 +543,14 @@ __device__ __forceinline__ unsigned smp_bound(const float (&v)[4 * SMP_UNITS], u
     return (bs << 20) | (s.found_bin << 10);
 }
 
+// The least float x with topk_key(x) >= key, for a key t_est can be (>= 1, at most +inf's key):
+// x >= smp_float(t_est) exactly when topk_key(x) >= t_est, for every float (NaN and -inf fail
+// both; -0 and +0 compare equal as their keys do), so the stream compares scores, not keys.
+__device__ __forceinline__ float smp_float(unsigned key) {
+    if (key < 0x00800000u) return __uint_as_float(0xff7fffffu);   // below every finite key: -FLT_MAX
+    return __uint_as_float((key & 0x80000000u) ? (key & 0x7fffffffu) : ~key);
+}
+
 extern "C" __global__ void __launch_bounds__(ONE_THREADS, 1)
     dsa_topk_sample(const float* __restrict__ scores, int* __restrict__ out, uint2* ws, unsigned* count, int C_,
                     int k_) {
@@ -566,42 +563,60 @@ extern "C" __global__ void __launch_bounds__(ONE_THREADS, 1)
     TK_ENTER(c.r);
     const unsigned k = c.k;
     const bool vec = (c.C & 3u) == 0u;
-    const S2Src<false> src{c.row + c.lo, c.hi - c.lo, c.lo, vec, ring};
+    const unsigned n = c.hi - c.lo;
+    const S2Src<false> src{c.row + c.lo, n, c.lo, vec, ring};
 
-    // 1, 2: the sample's loads, then the stream (the ring's batches, the next SMP_AHEAD into L2),
-    // then the bound while the stream lands
+    // 1, 2: the sample's loads; once this thread's have landed (its keys), the stream: the ring's
+    // batches and the next SMP_AHEAD into L2 (the sample first: issued under the stream, its scattered
+    // sectors landed after most of the stream, 4.1-6.7 us at fe6a0d1 and 66401fb); then the bound
     float sv[4 * SMP_UNITS];
-    smp_load(c.row + c.lo, c.hi - c.lo, vec, sv);
+    smp_load(c.row + c.lo, n, vec, sv);
+    unsigned skey[4 * SMP_UNITS];
+#pragma unroll
+    for (unsigned j = 0; j < 4 * SMP_UNITS; ++j) skey[j] = topk_key(sv[j]);
+    asm volatile("" ::"r"(skey[0]), "r"(skey[4 * SMP_UNITS - 1]) : "memory");   // the keys before the copies
 #pragma unroll
     for (unsigned b = 0; b < S2_RING_BATCHES; ++b) src.issue(b);
-    src.prefetch_ahead(S2_RING_BATCHES, SMP_AHEAD);
+    for (unsigned b = S2_RING_BATCHES; b < S2_RING_BATCHES + SMP_AHEAD; ++b) src.prefetch(b);
     one_reset(s);
-    const unsigned t_est = smp_bound(sv, c.hi - c.lo, k, s);
+    const unsigned t_est = smp_bound(skey, n, k, s);
     one_reset(s);                                      // s2_select below starts from zero histograms
     if (threadIdx.x == 0) nhit = 0u;
     __syncthreads();
     TK_MARK(TK_SAMPLE);
 
-    // 3: one pass, every key >= t_est buffered (a held slice's ring slots hold converted keys by
-    // the time f runs: reload with conv = fits)
-    const bool fits = src.nbatches() <= S2_RING_BATCHES;
-    src.template batches<true, true, SMP_AHEAD>([&](unsigned b, const unsigned (&key)[S2Src<false>::KEYS], bool) {
+    // 3: one pass over the ring's scores (no key conversion but a hit's), every score >= t_f
+    // buffered as (key, row index); key j of batch b is ring float4 (b % RB) VECS + j / 4, lane j % 4
+    // (S2Src's mapping, which reload reads)
+    const float t_f = smp_float(t_est);
+    const unsigned nb = src.nbatches();
+    for (unsigned b = 0; b < nb; ++b) {
+        cp_async_wait_group<S2_RING_BATCHES - 1>();   // groups 0 .. b complete
         unsigned hm = 0u;
 #pragma unroll
-        for (unsigned j = 0; j < S2Src<false>::KEYS; ++j)
-            if (key[j] >= t_est) hm |= 1u << j;       // t_est >= 1: key 0 never
-        const unsigned c = __popc(hm);
-        if (__any_sync(FULL_MASK, c != 0u)) {
-            const unsigned incl = topk_warp_inclusive_sum(c);
+        for (unsigned u = 0; u < S2_VECS; ++u) {
+            const float4 x = ring[((b % S2_RING_BATCHES) * S2_VECS + u) * ONE_THREADS + threadIdx.x];
+            const unsigned i = b * S2Src<false>::STEP + u * ONE_THREADS + threadIdx.x;
+            const float w[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+            for (unsigned q = 0; q < 4; ++q)
+                if (4u * i + q < n && w[q] >= t_f) hm |= 1u << (4u * u + q);
+        }
+        const unsigned cnt = __popc(hm);
+        if (__any_sync(FULL_MASK, cnt != 0u)) {
+            const unsigned incl = topk_warp_inclusive_sum(cnt);
             unsigned wb = 0u;
             if (lane == 31u) wb = atomicAdd(&nhit, incl);
-            unsigned pb = __shfl_sync(FULL_MASK, wb, 31) + incl - c;
-            s2_hits(src, b, fits, hm, [&](unsigned kj, unsigned pay, unsigned) {
+            unsigned pb = __shfl_sync(FULL_MASK, wb, 31) + incl - cnt;
+            s2_hits(src, b, false, hm, [&](unsigned kj, unsigned pay, unsigned) {
                 if (pb < SMP_CAP) buf[pb] = make_uint2(kj, pay);
                 ++pb;
             });
         }
-    });
+        src.issue(b + S2_RING_BATCHES);              // into b's slots: its hits are buffered
+        src.prefetch(b + S2_RING_BATCHES + SMP_AHEAD);
+    }
+    cp_async_wait_all();
     __syncthreads();
     TK_MARK(TK_STREAM);
     const unsigned nh = nhit;
