@@ -837,18 +837,21 @@ def test_the_sample_buffer_holds_the_hits_at_the_model_points(C, k, M):
 
 @pytest.mark.parametrize("n", [1, 5, 4096, 16384, 65536, 131072, 524288, 1000003])
 def test_the_sample_units_span_the_slice(n):
-    """smp_bound's units: at most 2 a thread, inside the slice, each position once, one group every
-    g keys from the first to the last (so a slice's tail is sampled as its head is)."""
+    """smp_load's units: at most 2 a thread, inside the slice, each position once, whole blocks of
+    SMP_BLOCK contiguous keys, one every g keys from the first to the last (so a slice's tail is
+    sampled as its head is)."""
     pos, g = topk_model.sample_positions(n)
     assert len(pos) <= 8 * 1024 and len(np.unique(pos)) == len(pos) and (pos < n).all()
-    assert g % topk_model.SMP_GROUP_MIN == 0 and (n - 1) // g == pos.max() // g
+    assert g % topk_model.SMP_BLOCK == 0 and (n - 1) // g == pos.max() // g
+    assert np.array_equal(pos % g, np.arange(len(pos)) % topk_model.SMP_BLOCK)
 
 
 def test_the_sample_launcher_reads_the_kernel_declarations():
     d = lambda name: topk_variants.split_define(name, "sample")   # noqa: E731
     assert d("SMP_DYN_BYTES") == d("S2_RING_BYTES") + 8 * d("SMP_CAP")
     assert d("SMP_DYN_BYTES") + 45216 + 1024 <= 233472            # one CTA an SM (228 KiB)
-    assert (d("SMP_GROUP_MIN"), d("SMP_UNITS")) == (topk_model.SMP_GROUP_MIN, topk_model.SMP_UNITS)
+    assert (d("SMP_BLOCK"), d("SMP_BLOCKS"), d("SMP_UNITS")) == (topk_model.SMP_BLOCK, topk_model.SMP_BLOCKS,
+                                                                 topk_model.SMP_UNITS)
     text = (topk_variants.HERE / topk_variants.SPLIT2_SOURCE).read_text()
     assert "dsa_topk_sample(" in text and f"#define SMP_MARGIN {topk_model.SMP_MARGIN}f" in text
     assert registry.get("dsa_topk").variant("radix_sample").sources == (topk_variants.SPLIT2_SOURCE,)

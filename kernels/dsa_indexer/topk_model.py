@@ -541,19 +541,20 @@ def split2_positions(n: int, pairs: bool, threads: int = 1024, vecs: int = 2, ri
 
 # ---- topk_split2.cu's dsa_topk_sample: stage 1 over the keys at or above a sampled bound --------
 
-SMP_GROUP_MIN = 128        # topk_split2.cu SMP_GROUP_MIN: a sample group's keys at least
+SMP_BLOCK = 128            # topk_split2.cu SMP_BLOCK: keys a sample block (one warp's 16-B loads)
+SMP_BLOCKS = 64            # SMP_BLOCKS: blocks a CTA at most
 SMP_UNITS = 2              # SMP_UNITS: 4-key units a thread (2048 a CTA of 1024 threads)
 SMP_MARGIN = 4.0           # SMP_MARGIN
 
 
 def sample_positions(n: int, threads: int = 1024) -> tuple[np.ndarray, int]:
-    """smp_bound's sample of a slice of n keys: ``(positions, g)``, the sampled positions in the
-    slice (units of 4 keys: the first two units of every group of g keys, clipped at n) and g."""
-    g = SMP_GROUP_MIN * max(1, -(-n // (SMP_GROUP_MIN * threads)))
-    units = 2 * (-(-n // g))
+    """smp_load's sample of a slice of n keys: ``(positions, g)``, the sampled positions in the
+    slice (the first SMP_BLOCK keys of every group of g keys, as units of 4, clipped at n) and g."""
+    g = SMP_BLOCK * max(1, -(-n // (SMP_BLOCK * SMP_BLOCKS)))
+    units = SMP_BLOCK // 4 * (-(-n // g))
     assert units <= SMP_UNITS * threads
     i = np.arange(units)
-    e0 = (i >> 1) * g + 4 * (i & 1)
+    e0 = (i >> 5) * g + 4 * (i & 31)
     pos = (e0[:, None] + np.arange(4)[None, :]).ravel()
     return pos[pos < n], g
 
@@ -561,12 +562,12 @@ def sample_positions(n: int, threads: int = 1024) -> tuple[np.ndarray, int]:
 def sample_bound(key: np.ndarray, k: int) -> int:
     """smp_bound: t_est for a slice's keys [n] int64 (0: none), the k best wanted: the lower edge of
     the 22-bit prefix (digit 0 of 12 bits, digit 1 of 10) at which the sampled nonzero keys reach
-    rank rs = ceil(mu + SMP_MARGIN sqrt(mu)) + 1, mu = 8 k / g; 1 (every nonzero key) when fewer
+    rank rs = ceil(mu + SMP_MARGIN sqrt(mu)) + 1, mu = SMP_BLOCK k / g; 1 (every nonzero key) when fewer
     than rs sampled keys are nonzero. The kernel's float32 arithmetic for rs."""
     pos, g = sample_positions(len(key))
     s = key[pos]
     s = s[s != 0]
-    mu = np.float32(8.0) * np.float32(k) / np.float32(g)
+    mu = np.float32(SMP_BLOCK) * np.float32(k) / np.float32(g)
     rs = int(np.ceil(mu + np.float32(SMP_MARGIN) * np.sqrt(mu, dtype=np.float32))) + 1
     bs, above = _find_desc(np.bincount(s >> 20, minlength=4096), rs)
     if bs == 0:

@@ -432,15 +432,17 @@ with select_row_split's stage 2.
 What it cuts (split2's timeline at 2048 of 262144, M = 32, 2900d14): pass 2 re-reads a 65536-key
 slice from L2 (17.2 of 40.5 us of span) because the ring holds 32768 keys; pass 1's shared atomics
 (digit 0 of every key) sit on the stream. Here a CTA
-  1. loads a sample of its slice (volatile loads, issued first: behind the ring's copies the sample
-     landed only after most of them, 4.1-6.6 us at fe6a0d1), issues its ring's first
-     S2_RING_BATCHES batches and prefetches the next SMP_AHEAD into L2 (and one more after each
-     batch: 256 KiB an SM in flight, where the ring alone kept 128 KiB and ran at ~2.7 TB/s). The
-     sample: the first 4-key unit pair (8 keys, one 32-B sector) of every group of g
-     keys, g = SMP_GROUP_MIN max(1, ceil(n / (SMP_GROUP_MIN 1024))), so at most 2048 units (8192 keys, 2
-     units a thread) whatever n: spread over the whole slice (index order carries no bias);
+  1. loads a sample of its slice, issues its ring's first S2_RING_BATCHES batches once this
+     thread's sample has landed (issued under the stream, the sample landed only after most of it)
+     and prefetches the next SMP_AHEAD into L2 (one more after each batch: 256 KiB an SM in
+     flight, where the ring alone kept 128 KiB and ran at ~2.7 TB/s). The sample: the first
+     SMP_BLOCK keys (512 contiguous bytes, one warp's loads) of every group of g keys,
+     g = SMP_BLOCK max(1, ceil(n / (SMP_BLOCK SMP_BLOCKS))), so at most 64 blocks (8192 keys, 2
+     units of 4 a thread) whatever n, spread over the whole slice (index order carries no bias);
+     whole blocks, not one 32-B sector every 128 keys: scattered sectors took 6.3 us to land at
+     24796ae (the DRAM serves them at a fraction of its streaming rate);
   2. finds t_est, a lower edge of a 22-bit key prefix with at least rs sampled keys at or above it:
-     rs = ceil(mu + SMP_MARGIN sqrt(mu)) + 1, mu = 8 k / g the sampled keys expected among the top k
+     rs = ceil(mu + SMP_MARGIN sqrt(mu)) + 1, mu = SMP_BLOCK k / g the sampled keys expected among the top k
      (digit 0 of the sample counted, s2_find, digit 1 of the sample's keys in that bin, s2_find);
      fewer than rs nonzero sample keys: t_est = 1 (every nonzero key);
   3. streams the slice once (the ring, as split2's pass 1) with no histogram and no key conversion
@@ -453,18 +455,20 @@ slice from L2 (17.2 of 40.5 us of span) because the ring holds 32768 keys; pass 
      the slice in index order (every key == T of the slice is in the buffer, so E is the slice's).
      Otherwise (the sample missed: ties, a slice with fewer than k keys above t_est, or more than
      SMP_CAP) split2's stage 1 over the slice itself: the same candidates, slower.
-At the model point (k = 2048, n = 65536: g = 128, mu = 128, rs = 174) ~2780 keys a CTA pass t_est
-(4.2% of the slice); the CPU model counts them (tests/test_dsa_topk.py).
+At the model point (k = 2048, n = 65536: g = 1024, mu = 256, rs = 321) ~2570 keys a CTA pass t_est
+(3.9% of the slice); the CPU model counts them (tests/test_dsa_topk.py).
 Shared memory: OneShared + 2 words + the ring (131,072 B) + the buffer (32,768 B) dynamic
 (SMP_DYN_BYTES); one CTA an SM.
 */
 #define SMP_CAP 4096             // (key, row index) pairs buffered a CTA (32 KiB, after the ring)
-#define SMP_GROUP_MIN 128        // keys a sample group at least: its first 8 are sampled
-#define SMP_UNITS 2              // 4-key sample units a thread at most (2048 a CTA)
+#define SMP_BLOCK 128            // keys a sample block: 512 contiguous bytes, one warp's 16-B loads
+#define SMP_BLOCKS 64            // sample blocks a CTA at most (2 a warp)
+#define SMP_UNITS 2              // 4-key sample units a thread (SMP_BLOCKS x SMP_BLOCK / 4 / 1024)
 #define SMP_MARGIN 4.0f          // standard deviations of the sampled count added to the target rank
 #define SMP_AHEAD 4              // batches past the ring prefetched into L2 (128 KiB more in flight an SM)
 #define SMP_DYN_BYTES 163840     // S2_RING_BYTES + SMP_CAP x 8 B
 static_assert(SMP_DYN_BYTES == S2_RING_BYTES + SMP_CAP * 8, "the ring, then the buffer");
+static_assert(SMP_UNITS * ONE_THREADS * 4 == SMP_BLOCKS * SMP_BLOCK && SMP_BLOCK == 4 * 32, "a block a warp's units");
 
 // The buffer as a held source of (key, row index) pairs: entry (b KEYS + j) T + t is key j of
 // thread t's batch b (consecutive threads read consecutive pairs).
@@ -492,20 +496,20 @@ struct SmpBufSrc {
     }
 };
 
-// The sample's group length for a slice of n keys (header, step 1).
+// The sample's group length for a slice of n keys (header, step 1): a block at the start of each.
 __device__ __forceinline__ unsigned smp_group(unsigned n) {
-    return SMP_GROUP_MIN * max(1u, (n + SMP_GROUP_MIN * 1024u - 1u) / (SMP_GROUP_MIN * 1024u));
+    return SMP_BLOCK * max(1u, (n + SMP_BLOCK * SMP_BLOCKS - 1u) / (SMP_BLOCK * SMP_BLOCKS));
 }
 
 // Step 1's loads: this thread's sample units of the n keys at p (vec: p 16-B aligned) into v, by
 // volatile loads so that they are issued before the ring's copies (issued behind 128 KiB of them,
 // the sample lands only once most of the ring has: 4.1-6.6 us at fe6a0d1).
 __device__ __forceinline__ void smp_load(const float* __restrict__ p, unsigned n, bool vec, float (&v)[4 * SMP_UNITS]) {
-    const unsigned g = smp_group(n), units = 2u * ((n + g - 1u) / g);   // <= 2048
+    const unsigned g = smp_group(n), units = (SMP_BLOCK / 4u) * ((n + g - 1u) / g);   // <= 2048
 #pragma unroll
     for (unsigned u = 0; u < SMP_UNITS; ++u) {
-        const unsigned i = u * ONE_THREADS + threadIdx.x;   // unit i: keys e0 .. e0 + 3
-        const unsigned e0 = (i >> 1) * g + 4u * (i & 1u);
+        const unsigned i = u * ONE_THREADS + threadIdx.x;   // unit i: keys e0 .. e0 + 3 of block i / 32
+        const unsigned e0 = (i >> 5) * g + 4u * (i & 31u);
 #pragma unroll
         for (unsigned q = 0; q < 4; ++q) v[4 * u + q] = __int_as_float(0xff800000);   // -inf: key 0
         if (i < units && vec && e0 + 4u <= n) {
@@ -529,7 +533,7 @@ __device__ __forceinline__ unsigned smp_bound(const unsigned (&key)[4 * SMP_UNIT
 #pragma unroll
     for (unsigned j = 0; j < 4 * SMP_UNITS; ++j)
         if (key[j] != 0u) atomicAdd(&s.h0[key[j] >> 20], 1u);
-    const float mu = 8.f * (float)k / (float)g;
+    const float mu = (float)SMP_BLOCK * (float)k / (float)g;
     const unsigned rs = (unsigned)ceilf(mu + SMP_MARGIN * sqrtf(mu)) + 1u;
     __syncthreads();
     s2_find<ONE_NB0>(s.h0, rs, &s);

@@ -491,8 +491,8 @@ TOPK_VARIANTS = (
                 "final CTA's members need no dependent L2 load; bin searches of 2 block barriers, not 5",
             supports=_supports_radix, sources=(SPLIT2_SOURCE,)),
     Variant("radix_sample", "cuda", make_split_build(design="sample"),
-            why="radix_split2 with stage 1 read once: a sample (8 keys of every 128, spread over the slice) "
-                "gives a bound t_est with ~1.4 k of the slice's keys expected above it, one pass streams the "
+            why="radix_split2 with stage 1 read once: a sample (64 blocks of 128 keys spread over the slice) "
+                "gives a bound t_est with ~1.25 k of the slice's keys expected above it, one pass streams the "
                 "slice with no histogram and buffers the keys >= t_est, the select runs over that buffer; "
                 "where the sample missed (fewer than k keys above it, or more than the buffer) split2's "
                 "stage 1 over the slice; stage 2 unchanged",
