@@ -165,8 +165,24 @@ SPLIT_OPTIONS = {name: WGMMA_OPTIONS for name, design in SPLIT_DESIGNS.items()
                  if design[0] in ("split_wgmma.cu", "split_wgmma_ws.cu")}
 
 
-def _supports_split(name: str):
-    return _supports_latent(name, SPLIT_DESIGNS[name][4], _supports_cuda)
+def split_count(M: int, W: int, sms: int, one_wave: bool) -> int:
+    """Splits a row of the split designs: ``one_wave_splits`` or ``pick_splits``' 32-slot multiples."""
+    return one_wave_splits(M, W, sms) if one_wave else pick_splits(M, W, sms, 32)
+
+
+def _supports_split(name: str, one_wave: bool = False):
+    base = _supports_latent(name, SPLIT_DESIGNS[name][4], _supports_cuda)
+    if name not in LAST_CTA_DESIGNS:
+        return base
+
+    def supports(geometry, point) -> str | None:
+        # the last CTA's merge table holds LC_MAX_SPLITS splits (sparse_mla_lastcombine.cuh)
+        most, sms = source_define(LC_HEADER, "LC_MAX_SPLITS"), _device_sms()
+        splits = split_count(int(point["M"]), spec.width(geometry, point), sms, one_wave)
+        if splits > most:
+            return f"{splits} splits a row on {sms} SMs; the last CTA's merge table holds {most}"
+        return base(geometry, point)
+    return supports
 
 
 def _make_split_build(name: str, one_wave: bool = False):
@@ -175,7 +191,7 @@ def _make_split_build(name: str, one_wave: bool = False):
     design is one launch (the split kernel merges), with a counter the kernel restores."""
     source, symbol, smem_define, threads_define, _ = SPLIT_DESIGNS[name]
     options = SPLIT_OPTIONS.get(name, ())
-    supports = _supports_split(name)
+    supports = _supports_split(name, one_wave)
     last_cta = name in LAST_CTA_DESIGNS
 
     def build(geometry, point, inputs, backend) -> KernelStep:
@@ -189,11 +205,11 @@ def _make_split_build(name: str, one_wave: bool = False):
         Mn, W = int(point["M"]), spec.width(geometry, point)
         d = _Device(backend, inputs, point)
         sms = int(backend.props["multiProcessorCount"])
-        splits = one_wave_splits(Mn, W, sms) if one_wave else pick_splits(Mn, W, sms, 32)
+        splits = split_count(Mn, W, sms, one_wave)
         smem = source_define(source, smem_define)
         threads = source_define(source, threads_define) if threads_define else THREADS
-        if last_cta and splits > source_define(LC_HEADER, "LC_MAX_SPLITS"):
-            raise ValueError(f"{name}: {splits} splits a row; the merge table holds "
+        if last_cta and splits > source_define(LC_HEADER, "LC_MAX_SPLITS"):  # supports asked the current device
+            raise ValueError(f"{name}: {splits} splits a row on {sms} SMs; the last CTA's merge table holds "
                              f"{source_define(LC_HEADER, 'LC_MAX_SPLITS')}")
         split_fn = get_kernel(backend, HERE / source, symbol, smem, options=options)
         with backend.stream:
@@ -232,7 +248,7 @@ def _one_wave_variant(design: str, why: str = "") -> Variant:
     """``<design>_1wave``: design's kernels with split_mma_1wave's splits (one wave of CTAs)."""
     return Variant(f"{design}_1wave", "cuda", _make_split_build(design, one_wave=True),
                    why=why or f"{design} with split_mma_1wave's splits (one wave of CTAs, ragged chunks)",
-                   supports=_supports_split(design), sources=(SPLIT_DESIGNS[design][0],))
+                   supports=_supports_split(design, one_wave=True), sources=(SPLIT_DESIGNS[design][0],))
 
 
 # split_wgmma.cu's cluster kernels (sparse_mla_split_wgmma_t32_c<CS>): a cluster's CTAs split the
@@ -575,6 +591,11 @@ MLA_VARIANTS = (
     Variant("ref_sparse_mla", "cpu", lambda g, p, i, b: _HostSparseMla(g, p, i),
             why="float32 NumPy on the host, every stream", sources=("spec.py",)),
 )
+
+# Each last-CTA variant and the two-kernel variant of the same split kernel and splits: the GPU
+# test checks that the two give the same bits.
+LAST_CTA_TWINS = {f"{lc}{tail}": f"{base}{tail}" for lc, (base, _) in LAST_CTA_DESIGNS.items() for tail in ("", "_1wave")
+                  if {f"{lc}{tail}", f"{base}{tail}"} <= {v.name for v in MLA_VARIANTS}}
 
 GATHER_VARIANTS = (
     Variant("gather_xor", "cuda", build_gather,
