@@ -104,6 +104,12 @@ ranks' scaled O (float4 DSMEM loads), divides by L and writes bf16 out; rank 0 w
 log L; a row with no valid slot (gmax = -inf) gets zeros and -inf, sparse_mla_combine's contract;
 barrier.cluster (3) so that no CTA exits while another reads its shared memory.
 
+The last-CTA form (sparse_mla_split_wgmma_lc, wg_split<64, 2, 0, true>; issue 13, the intercept):
+sparse_mla_split_wgmma's kernel and partials, then, in the same launch, each CTA counts itself done
+on count[m] and the row's last CTA resets the counter and merges the row's splits from L2 into out
+and lse with sparse_mla_combine's math and split order (sparse_mla_lastcombine.cuh: the protocol,
+the merge's thread map, its table over sQ and the ring); no second kernel, no co-residency needed.
+
 The wgmma code exists only where the build targets sm_90a (the launcher passes -arch=sm_90a
 -DSPARSE_MLA_WGMMA_SM90A; nvcc -arch=sm_90a defines __CUDA_ARCH_FEAT_SM90_ALL); for plain sm_90 (the
 repository's compile test) the kernel body is a trap, as scan_wgmma.cu's.

@@ -12,7 +12,10 @@ never read, page_table [M][pages_per_stream], the arena [rows][512] bf16; FP8: c
 e4m3 and row_scale [rows] f32, value = e4m3(code) x scale, kernels/fp8.py).
 
 Kernels: sparse_mla_split_wgmma_ws (BF16) and sparse_mla_split_wgmma_ws_fp8 (FP8), ws_split<FP8>;
-sparse_mla_split_wgmma_ws_nol2, the BF16 kernel without the L2 look-ahead (one cost at a time).
+sparse_mla_split_wgmma_ws_nol2, the BF16 kernel without the L2 look-ahead (one cost at a time);
+sparse_mla_split_wgmma_ws_lc / _ws_fp8_lc, ws_split<FP8, true, true>: the same kernels with the
+combine in the launch, the row's last CTA to finish merging its splits (sparse_mla_lastcombine.cuh)
+by the two consumer warpgroups over named barrier 3 (the producer warpgroup takes no part).
 
 CTA: 3 warpgroups, 384 threads, __launch_bounds__(384, 1), one CTA an SM.
   WG 0, the producer (setmaxnreg.dec to WS_PRODUCER_REGS = 40; FP8 72): resolves every tile's

@@ -9,6 +9,10 @@
   and combine; compiled with ``WGMMA_OPTIONS`` (``-arch=sm_90a``), as scan_wgmma_e4m3 is.
 - ``split_wgmma_ws`` / ``split_wgmma_ws_fp8`` (sm_90a, BF16 / FP8): ``split_wgmma_ws.cu``, split_wgmma's
   math in two consumer warpgroups fed by a producer warpgroup through an mbarrier ring.
+- ``split_wgmma_lc`` / ``split_wgmma_lc_1wave`` / ``split_wgmma_ws_lc_1wave`` / ``split_wgmma_ws_fp8_lc_1wave``
+  (sm_90a): the split kernels of split_wgmma / split_wgmma_ws(_fp8) with no combine kernel: each
+  row's last CTA to finish merges the row's partials in the same launch
+  (``sparse_mla_lastcombine.cuh``; a per-stream counter the launcher zeroes once, the kernel resets).
 - ``torch_gather_bmm`` (peer): what an engineer writes in torch: gather the rows, two bmm and a
   softmax (FP8: the codes widened to BF16, the row scales applied to the scores and the weights).
 - ``ref_sparse_mla`` (CPU backend): float32 NumPy on the host.
