@@ -30,7 +30,7 @@ every thread is past its last wgmma and copy):
   3. thread t: head h = t / 4, float4 columns c = 4 j + t % 4 (j < 32): a warp reads 8 heads x 64
      contiguous bytes a load (whole 32-byte sectors). LC_ITEMS columns at a time, the loads of split
      s + 1 issued before split s is accumulated (2 x LC_ITEMS 16-byte loads in flight a thread,
-     64 KiB an SM), then out.
+     128 KiB an SM: enough for one SM's L2 read rate at a loaded L2 latency up to ~1 µs), then out.
 Bytes the merge reads: splits x (128 KiB + 512 B) a row, all from L2 (written by this launch);
 the one CTA reads them alone, so the merge time is splits x 128 KiB / one SM's L2 read rate
 (NOTES.md, "last-CTA combine").
@@ -45,7 +45,7 @@ LC_TABLE_BYTES(LC_MAX_SPLITS) (each kernel file asserts it fits the space it giv
 #include "sparse_mla_combine.cuh"
 
 #define LC_THREADS 256     // the merging threads: split_wgmma's CTA, split_wgmma_ws's two consumer warpgroups
-#define LC_ITEMS 8         // float4 columns a thread accumulates at once (twice that many loads in flight)
+#define LC_ITEMS 16        // float4 columns a thread accumulates at once (twice that many loads in flight)
 #define LC_MAX_SPLITS 192  // splits a row the shared-memory table holds (the launcher refuses more)
 #define LC_TABLE_BYTES(splits) (16 + (splits) * (128 + 64) * 4 + SMLA_HEADS * 2 * 4)
 static_assert(SMLA_HEADS * SMLA_DIM / 4 == LC_THREADS * 32 && 32 % LC_ITEMS == 0,
