@@ -432,8 +432,9 @@ with select_row_split's stage 2.
 What it cuts (split2's timeline at 2048 of 262144, M = 32, 2900d14): pass 2 re-reads a 65536-key
 slice from L2 (17.2 of 40.5 us of span) because the ring holds 32768 keys; pass 1's shared atomics
 (digit 0 of every key) sit on the stream. Here a CTA
-  1. loads a sample of its slice, issues its ring's first S2_RING_BATCHES batches once this
-     thread's sample has landed (issued under the stream, the sample landed only after most of it)
+  1. loads a sample of its slice, issues its ring's first S2_RING_BATCHES batches once the CTA's
+     whole sample has landed and its digit 0 is counted (a barrier: issued under the stream, or
+     under other threads' copies, the sample landed only after most of it)
      and prefetches the next SMP_AHEAD into L2 (one more after each batch: 256 KiB an SM in
      flight, where the ring alone kept 128 KiB and ran at ~2.7 TB/s). The sample: the first
      SMP_BLOCK keys (512 contiguous bytes, one warp's loads) of every group of g keys,
@@ -524,18 +525,22 @@ __device__ __forceinline__ void smp_load(const float* __restrict__ p, unsigned n
     }
 }
 
-// Step 2 of the header: t_est from the sampled keys (topk_key of smp_load's scores) of a slice of
-// n keys, the k best wanted. Uses s.h0, s.h1 (zero on entry, left dirty: the caller resets).
-// Block-uniform; ends with a barrier.
-__device__ __forceinline__ unsigned smp_bound(const unsigned (&key)[4 * SMP_UNITS], unsigned n, unsigned k,
-                                              OneShared& s) {
-    const unsigned g = smp_group(n);
+// Step 2 of the header, its first half: digit 0 of this thread's sampled keys (topk_key of
+// smp_load's scores) into s.h0 (zero on entry). The caller's barrier completes the histogram.
+__device__ __forceinline__ void smp_count(const unsigned (&key)[4 * SMP_UNITS], OneShared& s) {
 #pragma unroll
     for (unsigned j = 0; j < 4 * SMP_UNITS; ++j)
         if (key[j] != 0u) atomicAdd(&s.h0[key[j] >> 20], 1u);
+}
+
+// Step 2, its second half (after smp_count and a barrier): t_est of a slice of n keys, the k best
+// wanted. Uses s.h1 (zero on entry); s.h0, s.h1 left dirty (the caller resets). Block-uniform;
+// ends with a barrier.
+__device__ __forceinline__ unsigned smp_bound(const unsigned (&key)[4 * SMP_UNITS], unsigned n, unsigned k,
+                                              OneShared& s) {
+    const unsigned g = smp_group(n);
     const float mu = (float)SMP_BLOCK * (float)k / (float)g;
     const unsigned rs = (unsigned)ceilf(mu + SMP_MARGIN * sqrtf(mu)) + 1u;
-    __syncthreads();
     s2_find<ONE_NB0>(s.h0, rs, &s);
     const unsigned bs = s.found_bin, above = s.found_above;
     if (bs == 0u) return 1u;                           // fewer than rs nonzero sampled keys
@@ -573,16 +578,21 @@ extern "C" __global__ void __launch_bounds__(ONE_THREADS, 1)
     // 1, 2: the sample's loads; once this thread's have landed (its keys), the stream: the ring's
     // batches and the next SMP_AHEAD into L2 (the sample first: issued under the stream, its scattered
     // sectors landed after most of the stream, 4.1-6.7 us at fe6a0d1 and 66401fb); then the bound
+    // (the histograms zeroed under the sample's latency; its digit 0 counted before the barrier
+    // after which the copies start, so no copy competes with a sample load of this CTA: at
+    // 24796ae / 12769e9 each thread issued its copies as soon as its own sample landed, and the
+    // sample phase took 6.3 us per token against 3.5-4.2 pooled)
     float sv[4 * SMP_UNITS];
     smp_load(c.row + c.lo, n, vec, sv);
+    one_reset(s);
     unsigned skey[4 * SMP_UNITS];
 #pragma unroll
     for (unsigned j = 0; j < 4 * SMP_UNITS; ++j) skey[j] = topk_key(sv[j]);
-    asm volatile("" ::"r"(skey[0]), "r"(skey[4 * SMP_UNITS - 1]) : "memory");   // the keys before the copies
+    smp_count(skey, s);
+    __syncthreads();
 #pragma unroll
     for (unsigned b = 0; b < S2_RING_BATCHES; ++b) src.issue(b);
     for (unsigned b = S2_RING_BATCHES; b < S2_RING_BATCHES + SMP_AHEAD; ++b) src.prefetch(b);
-    one_reset(s);
     const unsigned t_est = smp_bound(skey, n, k, s);
     one_reset(s);                                      // s2_select below starts from zero histograms
     if (threadIdx.x == 0) nhit = 0u;
