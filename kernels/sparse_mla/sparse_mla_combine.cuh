@@ -13,14 +13,6 @@ no valid slot at all: out = 0, lse = -inf.
 
 #include "sparse_mla_common.cuh"
 
-// The combine's last steps, shared with the last-CTA merge (sparse_mla_lastcombine.cuh) so both
-// round the same way: out = acc / L as bf16 (round to nearest even), 4 columns; lse = gmax + log L
-// (of a row with a valid slot; with none, lse = -inf and out = 0).
-__device__ __forceinline__ void smla_store_out4(bf16* o, float a0, float a1, float a2, float a3, float L) {
-    st_v2_b32(o, pack_bf16x2(a0 / L, a1 / L), pack_bf16x2(a2 / L, a3 / L));
-}
-__device__ __forceinline__ float smla_lse(float gmax, float L) { return gmax + __logf(L); }
-
 extern "C" __global__ void __launch_bounds__(128)
 sparse_mla_combine(const float* __restrict__ part_acc, const float* __restrict__ part_ml,
                    bf16* __restrict__ out, float* __restrict__ lse, int M, int splits) {
@@ -53,8 +45,8 @@ sparse_mla_combine(const float* __restrict__ part_acc, const float* __restrict__
         a3 = fmaf(v.w, f, a3);
     }
     // L >= 1: the split holding gmax contributes exp(0) = 1 for its maximal slot.
-    smla_store_out4(o, a0, a1, a2, a3, L);
-    if (threadIdx.x == 0) lse[mh] = smla_lse(gmax, L);
+    st_v2_b32(o, pack_bf16x2(a0 / L, a1 / L), pack_bf16x2(a2 / L, a3 / L));
+    if (threadIdx.x == 0) lse[mh] = gmax + __logf(L);
 }
 
 #endif  // SPARSE_MLA_COMBINE_CUH

@@ -104,19 +104,12 @@ ranks' scaled O (float4 DSMEM loads), divides by L and writes bf16 out; rank 0 w
 log L; a row with no valid slot (gmax = -inf) gets zeros and -inf, sparse_mla_combine's contract;
 barrier.cluster (3) so that no CTA exits while another reads its shared memory.
 
-The last-CTA form (sparse_mla_split_wgmma_lc, wg_split<64, 2, 0, true>; issue 13, the intercept):
-sparse_mla_split_wgmma's kernel and partials, then, in the same launch, each CTA counts itself done
-on count[m] and the row's last CTA resets the counter and merges the row's splits from L2 into out
-and lse with sparse_mla_combine's math and split order (sparse_mla_lastcombine.cuh: the protocol,
-the merge's thread map, its table over sQ and the ring); no second kernel, no co-residency needed.
-
 The wgmma code exists only where the build targets sm_90a (the launcher passes -arch=sm_90a
 -DSPARSE_MLA_WGMMA_SM90A; nvcc -arch=sm_90a defines __CUDA_ARCH_FEAT_SM90_ALL); for plain sm_90 (the
 repository's compile test) the kernel body is a trap, as scan_wgmma.cu's.
 */
 
 #include "sparse_mla_split_mma.cuh"  // common, st_v2_f32, and sparse_mla_combine (exported from this module too)
-#include "sparse_mla_lastcombine.cuh"  // the last-CTA combine of the _lc kernel
 
 #define SPARSE_MLA_SPLIT_WGMMA_THREADS 256
 #define SPARSE_MLA_SPLIT_WGMMA_SMEM_BYTES 230400      // 229376 used + 1024 alignment slack
@@ -229,14 +222,12 @@ __device__ __forceinline__ float4 ld_rank_f4(const float* local, unsigned rank) 
 // same barrier: every thread passes it only after its wgmma.wait_group 0 of tile it - 1's PV).
 // CS = 0: the partial states out (the split-K contract); CS >= 2: the CTA is rank s of a cluster of
 // the stream's CS splits (splits = CS) and the cluster combines in shared memory (header).
-// LC (CS = 0 only): after the partial stores, the row's last CTA to finish merges the row into out
-// and lse (sparse_mla_lastcombine.cuh; count [M], the launcher's counter).
-template <int TILE, int STAGES, int CS, bool LC = false>
+template <int TILE, int STAGES, int CS>
 __device__ __forceinline__ void wg_split(unsigned char* smem_raw, const bf16* __restrict__ q, const bf16* __restrict__ arena,
                                          const int* __restrict__ page_table, const int* __restrict__ selection,
                                          float* __restrict__ part_acc, float* __restrict__ part_ml, bf16* __restrict__ out,
                                          float* __restrict__ lse, int M, int W, int pages_per_stream, int page_size,
-                                         int splits, float scale, unsigned* __restrict__ count = nullptr) {
+                                         int splits, float scale) {
     static_assert(TILE == 32 || TILE == 64, "the S wgmma is m64n32 or m64n64");
     static_assert(STAGES >= 2 && (STAGES & (STAGES - 1)) == 0, "a power-of-two ring");
     constexpr int H = TILE / 32;   // token halves a lane carries (slots 32 h + lane)
@@ -248,8 +239,6 @@ __device__ __forceinline__ void wg_split(unsigned char* smem_raw, const bf16* __
     constexpr bool issue_after_s = STAGES > 2;
 
     static_assert(CS == 0 || CS == 2 || CS == 4 || CS == 8, "a cluster's CTAs split the 512 columns");
-    static_assert(!LC || CS == 0, "the last-CTA combine is the two-kernel form's (a cluster combines in shared memory)");
-    static_assert(!LC || LC_TABLE_BYTES(LC_MAX_SPLITS) <= Lay::X_AT, "the merge table fits over sQ and the ring");
     if (dynamic_smem_bytes() < Lay::USED + 1024) __trap();
     if (CS && (wg_cluster_nctarank() != (unsigned)CS || splits != CS)) __trap();  // launched without its cluster
     // The swizzle atoms need 1024-aligned addresses: place the layout at run time (nothing relies
@@ -418,9 +407,6 @@ __device__ __forceinline__ void wg_split(unsigned char* smem_raw, const bf16* __
     if constexpr (CS == 0) {
         // ---- partial state out ---------------------------------------------------------------------
         wg_store_partials(part_acc, part_ml, (size_t)m * (size_t)splits + (size_t)s, h0, wg, t4, m_run, l_run, o, 1.f);
-        // the last-CTA combine: smem is free once every thread is past the counter's first barrier
-        // (each is past its last wgmma.wait_group and cp.async wait)
-        if constexpr (LC) lc_epilogue<0>(reinterpret_cast<float*>(smem), count, part_acc, part_ml, out, lse, m, splits, tid);
     } else {
         // ---- the cluster's combine (header), sparse_mla_combine's contract -------------------------
         // Shared memory is free: every copy landed (the wait above) and, past this barrier, every
@@ -506,24 +492,6 @@ sparse_mla_split_wgmma(const bf16* __restrict__ q, const bf16* __restrict__ aren
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     wg_split<WG_TILE, 2, 0>(smem_raw, q, arena, page_table, selection, part_acc, part_ml, nullptr, nullptr, M, W,
                             pages_per_stream, page_size, splits, scale);
-#else
-    __trap();  // compiled without sm_90a: no wgmma (the launcher passes -arch=sm_90a)
-#endif
-}
-
-// sparse_mla_split_wgmma with the combine in the kernel: each row's last CTA to finish merges the
-// row's partials (sparse_mla_lastcombine.cuh) into out [M][64][512] bf16 and lse [M][64]; count [M]
-// uint32, zero before the launch and after it. part_acc / part_ml as sparse_mla_split_wgmma's.
-extern "C" __global__ void __launch_bounds__(SPARSE_MLA_SPLIT_WGMMA_THREADS, 1)
-sparse_mla_split_wgmma_lc(const bf16* __restrict__ q, const bf16* __restrict__ arena, const int* __restrict__ page_table,
-                          const int* __restrict__ selection, float* __restrict__ part_acc, float* __restrict__ part_ml,
-                          bf16* __restrict__ out, float* __restrict__ lse, unsigned* __restrict__ count, int M, int W,
-                          int pages_per_stream, int page_size, int splits, float scale) {
-#ifdef SPARSE_MLA_WGMMA_ENABLED
-    static_assert(SPARSE_MLA_SPLIT_WGMMA_THREADS == LC_THREADS, "every thread of the CTA merges");
-    extern __shared__ __align__(1024) unsigned char smem_raw[];
-    wg_split<WG_TILE, 2, 0, true>(smem_raw, q, arena, page_table, selection, part_acc, part_ml, out, lse, M, W,
-                                  pages_per_stream, page_size, splits, scale, count);
 #else
     __trap();  // compiled without sm_90a: no wgmma (the launcher passes -arch=sm_90a)
 #endif

@@ -12,10 +12,7 @@ never read, page_table [M][pages_per_stream], the arena [rows][512] bf16; FP8: c
 e4m3 and row_scale [rows] f32, value = e4m3(code) x scale, kernels/fp8.py).
 
 Kernels: sparse_mla_split_wgmma_ws (BF16) and sparse_mla_split_wgmma_ws_fp8 (FP8), ws_split<FP8>;
-sparse_mla_split_wgmma_ws_nol2, the BF16 kernel without the L2 look-ahead (one cost at a time);
-sparse_mla_split_wgmma_ws_lc / _ws_fp8_lc, ws_split<FP8, true, true>: the same kernels with the
-combine in the launch, the row's last CTA to finish merging its splits (sparse_mla_lastcombine.cuh)
-by the two consumer warpgroups over named barrier 3 (the producer warpgroup takes no part).
+sparse_mla_split_wgmma_ws_nol2, the BF16 kernel without the L2 look-ahead (one cost at a time).
 
 CTA: 3 warpgroups, 384 threads, __launch_bounds__(384, 1), one CTA an SM.
   WG 0, the producer (setmaxnreg.dec to WS_PRODUCER_REGS = 40; FP8 72): resolves every tile's
@@ -94,7 +91,6 @@ the launcher's options); for plain sm_90 (the compile test) each kernel body is 
 
 #include "sparse_mla_split_mma.cuh"  // common, quad_row_max / quad_row_sum, st_v2_f32, sparse_mla_combine
 #include "sparse_mla_wgmma.cuh"      // wg_swz, wg_desc, the wgmma shapes and fences, wg_tok / wg_page / wg_row
-#include "sparse_mla_lastcombine.cuh"  // the last-CTA combine of the _lc kernels
 
 #define SPARSE_MLA_SPLIT_WGMMA_WS_THREADS 384
 #define SPARSE_MLA_SPLIT_WGMMA_WS_SMEM_BYTES 230960  // 229936 used + 1024 alignment slack
@@ -117,10 +113,6 @@ the launcher's options); for plain sm_90 (the compile test) each kernel body is 
 // the CTA's register pool, within which setmaxnreg only moves registers. A sum above it would leave
 // setmaxnreg.inc waiting forever.
 #define WS_LAUNCH_REGS 168
-// The last-CTA combine's named barrier over the 256 consumer threads (1 and 2 are the exchange's),
-// and its table over sQ and the ring (offset 0; free after the loop).
-#define WS_LC_BAR 3
-static_assert(LC_TABLE_BYTES(LC_MAX_SPLITS) <= WS_X_AT, "the merge table fits over sQ and the ring");
 static_assert(WS_X_AT == WS_RING_AT + WS_STAGES * WS_STAGE_BYTES && WS_SCALE_AT == WS_X_AT + 2 * 8 * 128 * 16 &&
                   WS_MASK_AT == WS_SCALE_AT + WS_STAGES * 64 * 4 && WS_BAR_AT == WS_MASK_AT + WS_STAGES * 2 * 4 &&
                   WS_BAR_AT % 8 == 0 && WS_USED == WS_BAR_AT + 2 * WS_STAGES * 8 &&
@@ -395,13 +387,10 @@ __device__ __forceinline__ void ws_producer(unsigned char* smem, unsigned base, 
 }
 
 // ---- the consumer warpgroups ------------------------------------------------------------------
-// LC: after the partial stores, the row's last CTA to finish merges the row into out and lse
-// (sparse_mla_lastcombine.cuh), by the 256 consumer threads over named barrier WS_LC_BAR.
-template <bool FP8, bool LC = false>
+template <bool FP8>
 __device__ __forceinline__ void ws_consumer(unsigned char* smem, unsigned base, float* __restrict__ part_acc,
                                             float* __restrict__ part_ml, int m, int s_split, int splits, int ntiles,
-                                            float scale, bf16* __restrict__ out = nullptr, float* __restrict__ lse = nullptr,
-                                            unsigned* __restrict__ count = nullptr) {
+                                            float scale) {
     const int ct = threadIdx.x - 128;        // consumer thread 0..255
     const int cw = ct >> 7, tl = ct & 127;   // consumer warpgroup (dims 256 cw ..), thread in it
     const int lane = tl & 31, w = tl >> 5, g = lane >> 2, t4 = lane & 3;
@@ -542,22 +531,16 @@ __device__ __forceinline__ void ws_consumer(unsigned char* smem, unsigned base, 
     // ---- partial state out (FP8: R x O; BF16: rref = 1) ------------------------------------------
     wg_store_partials(part_acc, part_ml, (size_t)m * (size_t)splits + (size_t)s_split, 16 * w + g, cw, t4, m_run, l_run,
                       o, rref);
-    // the last-CTA combine over the consumers' own barrier (the producer has exited or will touch no
-    // shared memory again: its last writes, tile ntiles - 1, were waited for at that tile's full
-    // barrier); shared memory from 0 is free once both consumer warpgroups pass the first barrier
-    if constexpr (LC) lc_epilogue<WS_LC_BAR>(reinterpret_cast<float*>(smem), count, part_acc, part_ml, out, lse, m, splits, ct);
 }
 
 // CTA (s, m) (header). arena: bf16 rows (FP8 = false) or e4m3 codes with row_scale (FP8 = true);
 // L2 = false: the same kernel without the L2 look-ahead (sparse_mla_split_wgmma_ws_nol2).
-// LC: the last-CTA combine (ws_consumer); out, lse, count as sparse_mla_split_wgmma_ws_lc's.
-template <bool FP8, bool L2 = true, bool LC = false>
+template <bool FP8, bool L2 = true>
 __device__ __forceinline__ void ws_split(unsigned char* smem_raw, const bf16* __restrict__ q, const void* __restrict__ arena,
                                          const float* __restrict__ row_scale, const int* __restrict__ page_table,
                                          const int* __restrict__ selection, float* __restrict__ part_acc,
                                          float* __restrict__ part_ml, int M, int W, int pages_per_stream, int page_size,
-                                         int splits, float scale, bf16* __restrict__ out = nullptr,
-                                         float* __restrict__ lse = nullptr, unsigned* __restrict__ count = nullptr) {
+                                         int splits, float scale) {
     if (dynamic_smem_bytes() < WS_USED + 1024) __trap();
     const unsigned raw_addr = smem_addr(smem_raw);
     const unsigned pad = (1024u - (raw_addr & 1023u)) & 1023u;
@@ -585,7 +568,7 @@ __device__ __forceinline__ void ws_split(unsigned char* smem_raw, const bf16* __
                          page_table + (size_t)m * (size_t)pages_per_stream, m, start, end, ntiles, page_size);
     } else {
         regs_inc<FP8 ? WS_CONSUMER_REGS_FP8 : WS_CONSUMER_REGS>();
-        ws_consumer<FP8, LC>(smem, base, part_acc, part_ml, m, s, splits, ntiles, scale, out, lse, count);
+        ws_consumer<FP8>(smem, base, part_acc, part_ml, m, s, splits, ntiles, scale);
     }
 }
 #endif  // SPARSE_MLA_WGMMA_ENABLED
@@ -629,40 +612,6 @@ sparse_mla_split_wgmma_ws_nol2(const bf16* __restrict__ q, const bf16* __restric
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     ws_split<false, false>(smem_raw, q, arena, nullptr, page_table, selection, part_acc, part_ml, M, W,
                            pages_per_stream, page_size, splits, scale);
-#else
-    __trap();  // compiled without sm_90a: no wgmma (the launcher passes -arch=sm_90a)
-#endif
-}
-
-// The two kernels above with the combine in the kernel: each row's last CTA to finish merges the
-// row's partials (sparse_mla_lastcombine.cuh, by the 256 consumer threads) into out [M][64][512]
-// bf16 and lse [M][64]; count [M] uint32, zero before the launch and after it.
-extern "C" __global__ void __launch_bounds__(SPARSE_MLA_SPLIT_WGMMA_WS_THREADS, 1)
-sparse_mla_split_wgmma_ws_lc(const bf16* __restrict__ q, const bf16* __restrict__ arena, const int* __restrict__ page_table,
-                             const int* __restrict__ selection, float* __restrict__ part_acc,
-                             float* __restrict__ part_ml, bf16* __restrict__ out, float* __restrict__ lse,
-                             unsigned* __restrict__ count, int M, int W, int pages_per_stream, int page_size, int splits,
-                             float scale) {
-#ifdef SPARSE_MLA_WGMMA_ENABLED
-    extern __shared__ __align__(1024) unsigned char smem_raw[];
-    ws_split<false, true, true>(smem_raw, q, arena, nullptr, page_table, selection, part_acc, part_ml, M, W,
-                                pages_per_stream, page_size, splits, scale, out, lse, count);
-#else
-    __trap();  // compiled without sm_90a: no wgmma (the launcher passes -arch=sm_90a)
-#endif
-}
-
-extern "C" __global__ void __launch_bounds__(SPARSE_MLA_SPLIT_WGMMA_WS_THREADS, 1)
-sparse_mla_split_wgmma_ws_fp8_lc(const bf16* __restrict__ q, const unsigned char* __restrict__ codes,
-                                 const float* __restrict__ row_scale, const int* __restrict__ page_table,
-                                 const int* __restrict__ selection, float* __restrict__ part_acc,
-                                 float* __restrict__ part_ml, bf16* __restrict__ out, float* __restrict__ lse,
-                                 unsigned* __restrict__ count, int M, int W, int pages_per_stream, int page_size,
-                                 int splits, float scale) {
-#ifdef SPARSE_MLA_WGMMA_ENABLED
-    extern __shared__ __align__(1024) unsigned char smem_raw[];
-    ws_split<true, true, true>(smem_raw, q, codes, row_scale, page_table, selection, part_acc, part_ml, M, W,
-                               pages_per_stream, page_size, splits, scale, out, lse, count);
 #else
     __trap();  // compiled without sm_90a: no wgmma (the launcher passes -arch=sm_90a)
 #endif

@@ -9,10 +9,6 @@
   and combine; compiled with ``WGMMA_OPTIONS`` (``-arch=sm_90a``), as scan_wgmma_e4m3 is.
 - ``split_wgmma_ws`` / ``split_wgmma_ws_fp8`` (sm_90a, BF16 / FP8): ``split_wgmma_ws.cu``, split_wgmma's
   math in two consumer warpgroups fed by a producer warpgroup through an mbarrier ring.
-- ``split_wgmma_lc`` / ``split_wgmma_lc_1wave`` / ``split_wgmma_ws_lc_1wave`` / ``split_wgmma_ws_fp8_lc_1wave``
-  (sm_90a): the split kernels of split_wgmma / split_wgmma_ws(_fp8) with no combine kernel: each
-  row's last CTA to finish merges the row's partials in the same launch
-  (``sparse_mla_lastcombine.cuh``; a per-stream counter the launcher zeroes once, the kernel resets).
 - ``torch_gather_bmm`` (peer): what an engineer writes in torch: gather the rows, two bmm and a
   softmax (FP8: the codes widened to BF16, the row scales applied to the scores and the weights).
 - ``ref_sparse_mla`` (CPU backend): float32 NumPy on the host.
@@ -153,50 +149,21 @@ SPLIT_DESIGNS = {
     "split_wgmma_ws_nol2": ("split_wgmma_ws.cu", "sparse_mla_split_wgmma_ws_nol2", "SPARSE_MLA_SPLIT_WGMMA_WS_SMEM_BYTES",
                             "SPARSE_MLA_SPLIT_WGMMA_WS_THREADS", "bf16"),
 }
-# The last-CTA-combine forms (issue 13): a design's split kernel with each row's last CTA to finish
-# merging the row into out and lse in the same launch (sparse_mla_lastcombine.cuh): no combine
-# kernel. lc design -> (the design whose file, shared memory, block and latent it shares, its kernel).
-LAST_CTA_DESIGNS = {
-    "split_wgmma_lc": ("split_wgmma", "sparse_mla_split_wgmma_lc"),
-    "split_wgmma_ws_lc": ("split_wgmma_ws", "sparse_mla_split_wgmma_ws_lc"),
-    "split_wgmma_ws_fp8_lc": ("split_wgmma_ws_fp8", "sparse_mla_split_wgmma_ws_fp8_lc"),
-}
-SPLIT_DESIGNS.update({lc: (SPLIT_DESIGNS[base][0], symbol, *SPLIT_DESIGNS[base][2:])
-                      for lc, (base, symbol) in LAST_CTA_DESIGNS.items()})
-LC_HEADER = "sparse_mla_lastcombine.cuh"
 # The designs that compile with extra NVRTC options (the rest with none): every wgmma source.
 SPLIT_OPTIONS = {name: WGMMA_OPTIONS for name, design in SPLIT_DESIGNS.items()
                  if design[0] in ("split_wgmma.cu", "split_wgmma_ws.cu")}
 
 
-def split_count(M: int, W: int, sms: int, one_wave: bool) -> int:
-    """Splits a row of the split designs: ``one_wave_splits`` or ``pick_splits``' 32-slot multiples."""
-    return one_wave_splits(M, W, sms) if one_wave else pick_splits(M, W, sms, 32)
-
-
-def _supports_split(name: str, one_wave: bool = False):
-    base = _supports_latent(name, SPLIT_DESIGNS[name][4], _supports_cuda)
-    if name not in LAST_CTA_DESIGNS:
-        return base
-
-    def supports(geometry, point) -> str | None:
-        # the last CTA's merge table holds LC_MAX_SPLITS splits (sparse_mla_lastcombine.cuh)
-        most, sms = source_define(LC_HEADER, "LC_MAX_SPLITS"), _device_sms()
-        splits = split_count(int(point["M"]), spec.width(geometry, point), sms, one_wave)
-        if splits > most:
-            return f"{splits} splits a row on {sms} SMs; the last CTA's merge table holds {most}"
-        return base(geometry, point)
-    return supports
+def _supports_split(name: str):
+    return _supports_latent(name, SPLIT_DESIGNS[name][4], _supports_cuda)
 
 
 def _make_split_build(name: str, one_wave: bool = False):
     """The launcher of design ``name``; ``one_wave``: fewer, longer splits (``one_wave_splits``)
-    instead of ``pick_splits``'s 32-slot multiples that fill the last wave. A LAST_CTA_DESIGNS
-    design is one launch (the split kernel merges), with a counter the kernel restores."""
+    instead of ``pick_splits``'s 32-slot multiples that fill the last wave."""
     source, symbol, smem_define, threads_define, _ = SPLIT_DESIGNS[name]
     options = SPLIT_OPTIONS.get(name, ())
-    supports = _supports_split(name, one_wave)
-    last_cta = name in LAST_CTA_DESIGNS
+    supports = _supports_split(name)
 
     def build(geometry, point, inputs, backend) -> KernelStep:
         reason = supports(geometry, point)
@@ -209,50 +176,40 @@ def _make_split_build(name: str, one_wave: bool = False):
         Mn, W = int(point["M"]), spec.width(geometry, point)
         d = _Device(backend, inputs, point)
         sms = int(backend.props["multiProcessorCount"])
-        splits = split_count(Mn, W, sms, one_wave)
+        splits = one_wave_splits(Mn, W, sms) if one_wave else pick_splits(Mn, W, sms, 32)
         smem = source_define(source, smem_define)
         threads = source_define(source, threads_define) if threads_define else THREADS
-        if last_cta and splits > source_define(LC_HEADER, "LC_MAX_SPLITS"):  # supports asked the current device
-            raise ValueError(f"{name}: {splits} splits a row on {sms} SMs; the last CTA's merge table holds "
-                             f"{source_define(LC_HEADER, 'LC_MAX_SPLITS')}")
         split_fn = get_kernel(backend, HERE / source, symbol, smem, options=options)
+        combine_fn = get_kernel(backend, HERE / source, "sparse_mla_combine", options=options)
         with backend.stream:
             buffers = {"part_acc": cp.empty((Mn, splits, H, D), cp.float32),
                        "part_ml": cp.empty((Mn, splits, H, 2), cp.float32),
                        "out": cp.empty((Mn, H, D), cp.uint16), "lse": cp.empty((Mn, H), cp.float32)}
-            if last_cta:  # zeroed once here; every launch leaves it zero (its last CTAs reset it)
-                buffers["count"] = cp.zeros((Mn,), cp.uint32)
         pps, ps = np.int32(spec.pages_per_stream(point)), np.int32(point["page_size"])
-        if last_cta:
-            kernels = [KernelCall(split_fn, (splits, Mn), threads, smem, lambda b: (
-                d.q, *d.arena_args, d.page_table, d.selection, b["part_acc"], b["part_ml"], b["out"], b["lse"],
-                b["count"], np.int32(Mn), np.int32(W), pps, ps, np.int32(splits), np.float32(scale)))]
-        else:
-            combine_fn = get_kernel(backend, HERE / source, "sparse_mla_combine", options=options)
-            kernels = [
-                KernelCall(split_fn, (splits, Mn), threads, smem, lambda b: (
-                    d.q, *d.arena_args, d.page_table, d.selection, b["part_acc"], b["part_ml"], np.int32(Mn),
-                    np.int32(W), pps, ps, np.int32(splits), np.float32(scale))),
-                KernelCall(combine_fn, Mn * H, COMBINE_THREADS, 0, lambda b: (
-                    b["part_acc"], b["part_ml"], b["out"], b["lse"], np.int32(Mn), np.int32(splits))),
-            ]
+        kernels = [
+            KernelCall(split_fn, (splits, Mn), threads, smem, lambda b: (
+                d.q, *d.arena_args, d.page_table, d.selection, b["part_acc"], b["part_ml"], np.int32(Mn),
+                np.int32(W), pps, ps, np.int32(splits), np.float32(scale))),
+            KernelCall(combine_fn, Mn * H, COMBINE_THREADS, 0, lambda b: (
+                b["part_acc"], b["part_ml"], b["out"], b["lse"], np.int32(Mn), np.int32(splits))),
+        ]
         poison = {"part_acc": np.float32(np.nan), "part_ml": np.float32(np.nan), "out": 0xFFFF,
                   "lse": np.float32(np.nan)}
         step = KernelStep(backend, kernels, buffers, {}, poison, lambda b: {
             "out": _bf16(backend.to_host(b["out"])), "lse": backend.to_host(b["lse"]).astype(np.float64)},
             dependent=False)
-        step.note = f"{splits} splits per stream" + (", merged by each row's last CTA" if last_cta else "")
+        step.note = f"{splits} splits per stream"
         return step.ready()
 
     build.__name__ = f"build_{name}{'_1wave' if one_wave else ''}"
     return build
 
 
-def _one_wave_variant(design: str, why: str = "") -> Variant:
+def _one_wave_variant(design: str) -> Variant:
     """``<design>_1wave``: design's kernels with split_mma_1wave's splits (one wave of CTAs)."""
     return Variant(f"{design}_1wave", "cuda", _make_split_build(design, one_wave=True),
-                   why=why or f"{design} with split_mma_1wave's splits (one wave of CTAs, ragged chunks)",
-                   supports=_supports_split(design, one_wave=True), sources=(SPLIT_DESIGNS[design][0],))
+                   why=f"{design} with split_mma_1wave's splits (one wave of CTAs, ragged chunks)",
+                   supports=_supports_split(design), sources=(SPLIT_DESIGNS[design][0],))
 
 
 # split_wgmma.cu's cluster kernels (sparse_mla_split_wgmma_t32_c<CS>): a cluster's CTAs split the
@@ -576,18 +533,6 @@ MLA_VARIANTS = (
                 "and to the weights (over the CTA's reference scale, to keep them out of f16's subnormals)",
             supports=_supports_split("split_wgmma_ws_fp8"), sources=("split_wgmma_ws.cu",)),
     _one_wave_variant("split_wgmma_ws_fp8"),
-    # Issue 13, the intercept: the combine in the split kernel, by each row's last CTA to finish.
-    Variant("split_wgmma_lc", "cuda", _make_split_build("split_wgmma_lc"),
-            why="split_wgmma (pick_splits: several waves) with the combine in the same launch: each CTA "
-                "counts itself done on a per-stream counter after its partial stores; the row's last CTA "
-                "resets the counter and merges every split from L2 exactly as sparse_mla_combine does (the "
-                "same bits); no second launch, no co-residency needed",
-            supports=_supports_split("split_wgmma_lc"), sources=("split_wgmma.cu",)),
-    _one_wave_variant("split_wgmma_lc"),
-    _one_wave_variant("split_wgmma_ws_lc", why="split_wgmma_ws_1wave with split_wgmma_lc's last-CTA combine "
-                                               "(by the two consumer warpgroups over their own named barrier)"),
-    _one_wave_variant("split_wgmma_ws_fp8_lc", why="split_wgmma_ws_fp8_1wave with split_wgmma_lc's last-CTA combine "
-                                                   "(by the two consumer warpgroups over their own named barrier)"),
     *FLASHINFER_VARIANTS,
     Variant("torch_gather_bmm", "cuda", lambda g, p, i, b: _TorchGatherBmm(g, p, i, b),
             why="torch: gather the rows into a [M, W, 512] copy, bmm, masked softmax, bmm",
@@ -595,11 +540,6 @@ MLA_VARIANTS = (
     Variant("ref_sparse_mla", "cpu", lambda g, p, i, b: _HostSparseMla(g, p, i),
             why="float32 NumPy on the host, every stream", sources=("spec.py",)),
 )
-
-# Each last-CTA variant and the two-kernel variant of the same split kernel and splits: the GPU
-# test checks that the two give the same bits.
-LAST_CTA_TWINS = {f"{lc}{tail}": f"{base}{tail}" for lc, (base, _) in LAST_CTA_DESIGNS.items() for tail in ("", "_1wave")
-                  if {f"{lc}{tail}", f"{base}{tail}"} <= {v.name for v in MLA_VARIANTS}}
 
 GATHER_VARIANTS = (
     Variant("gather_xor", "cuda", build_gather,
