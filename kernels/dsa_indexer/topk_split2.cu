@@ -593,6 +593,7 @@ extern "C" __global__ void __launch_bounds__(ONE_THREADS, 1)
 #pragma unroll
     for (unsigned b = 0; b < S2_RING_BATCHES; ++b) src.issue(b);
     for (unsigned b = S2_RING_BATCHES; b < S2_RING_BATCHES + SMP_AHEAD; ++b) src.prefetch(b);
+    TK_MARK(TK_ISSUE);                                 // thread 0's copies issued (its view: no barrier)
     const unsigned t_est = smp_bound(skey, n, k, s);
     one_reset(s);                                      // s2_select below starts from zero histograms
     if (threadIdx.x == 0) nhit = 0u;
