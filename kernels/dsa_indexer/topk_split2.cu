@@ -590,6 +590,7 @@ extern "C" __global__ void __launch_bounds__(ONE_THREADS, 1)
     for (unsigned j = 0; j < 4 * SMP_UNITS; ++j) skey[j] = topk_key(sv[j]);
     smp_count(skey, s);
     __syncthreads();
+    TK_MARK(TK_BOUND);                                 // the CTA's sample landed and counted
 #pragma unroll
     for (unsigned b = 0; b < S2_RING_BATCHES; ++b) src.issue(b);
     for (unsigned b = S2_RING_BATCHES; b < S2_RING_BATCHES + SMP_AHEAD; ++b) src.prefetch(b);
