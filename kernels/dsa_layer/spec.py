@@ -95,7 +95,10 @@ AXES = (M, dsa_axes.CONTEXT, KEY_CACHING, INDEX_DTYPE)
 # families' fastest measured on the H200 at M = 32, 262144: scan_mma (BF16, 91% of its stream floor)
 # and scan_wgmma_e4m3 (FP8, at its floor: reports/2026-12-01-indexer_scan-h200-153503), radix_split2
 # (44.00 us at 2048 of 262144, 18.99 at 512 of 65536, radix_lean 51.38 and 22.96 beside it:
-# reports/2026-12-01-dsa_select-h200-205200),
+# reports/2026-12-01-dsa_select-h200-205200; radix_sample, measured since, is faster only where a
+# slice does not fit the ring: 31.74 against 43.84 at 2048 of 262144, per-token keys, and 19.47 against
+# 18.69 at 512 of 65536, the pooled keys this layer's default caches: reports/2026-12-01-dsa_select-h200-231003;
+# a per-key-caching pick is the next step, not run in the layer yet),
 # split_wgmma_1wave (49.34 us grouped, split_mma_ahead_1wave 87.87 beside it:
 # reports/2026-12-01-sparse_mla-h200-172142).
 SCAN_DESIGNS = {"bf16": "scan_mma", "fp8": "scan_wgmma_e4m3"}
