@@ -432,16 +432,14 @@ with select_row_split's stage 2.
 What it cuts (split2's timeline at 2048 of 262144, M = 32, 2900d14): pass 2 re-reads a 65536-key
 slice from L2 (17.2 of 40.5 us of span) because the ring holds 32768 keys; pass 1's shared atomics
 (digit 0 of every key) sit on the stream. Here a CTA
-  1. loads a sample of its slice, issues its ring's first S2_RING_BATCHES batches once the CTA's
-     whole sample has landed and its digit 0 is counted (a barrier: issued under the stream, or
-     under other threads' copies, the sample landed only after most of it)
-     and prefetches the next SMP_AHEAD into L2 (one more after each batch: 256 KiB an SM in
-     flight, where the ring alone kept 128 KiB and ran at ~2.7 TB/s). The sample: the first
-     SMP_BLOCK keys (512 contiguous bytes, one warp's loads) of every group of g keys,
-     g = SMP_BLOCK max(1, ceil(n / (SMP_BLOCK SMP_BLOCKS))), so at most 64 blocks (8192 keys, 2
-     units of 4 a thread) whatever n, spread over the whole slice (index order carries no bias);
-     whole blocks, not one 32-B sector every 128 keys: scattered sectors took 6.3 us to land at
-     24796ae (the DRAM serves them at a fraction of its streaming rate);
+  1. loads a sample of its slice: the first SMP_BLOCK keys (512 contiguous bytes, one warp's loads)
+     of every group of g keys, g = SMP_BLOCK max(1, ceil(n / (SMP_BLOCK SMP_BLOCKS))), so at most
+     64 blocks (8192 keys, 2 units of 4 a thread) whatever n, spread over the whole slice (index
+     order carries no bias); once the CTA's whole sample has landed and its digit 0 is counted (a
+     barrier), issues its ring's first S2_RING_BATCHES batches and prefetches the next SMP_AHEAD into
+     L2 (one more after each batch). Measured (TOPK_NOTES.md, "Measured: radix_sample"): issuing
+     the copies stalls a thread ~3 us per token before step 2 can start; neither the sample's
+     layout (sectors or blocks) nor the look-ahead moved the time;
   2. finds t_est, a lower edge of a 22-bit key prefix with at least rs sampled keys at or above it:
      rs = ceil(mu + SMP_MARGIN sqrt(mu)) + 1, mu = SMP_BLOCK k / g the sampled keys expected among the top k
      (digit 0 of the sample counted, s2_find, digit 1 of the sample's keys in that bin, s2_find);
