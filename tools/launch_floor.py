@@ -72,17 +72,29 @@ def time_orders(step, backend, reps: int, small, big) -> dict[str, list[float]]:
     return out
 
 
-def build_target(spec: str, geometry, backend):
-    comp_name, variant, point_text = spec.split(":")
+def parse_target(spec: str):
+    """``COMPONENT:VARIANT:K=V,K=V`` -> (component, its CUDA variant, the point); a one-line
+    ValueError naming the part that is wrong and what is allowed."""
+    parts = spec.split(":")
+    if len(parts) != 3:
+        raise ValueError(f"target {spec!r}: expected COMPONENT:VARIANT:K=V,K=V (every axis of the component)")
+    comp_name, variant, point_text = parts
+    names = list(registry.components())
+    if comp_name not in names:
+        raise ValueError(f"component: unknown value {comp_name!r}; allowed: {sorted(names)}")
     comp = registry.get(comp_name)
-    point = registry.parse_point(comp, point_text.split(","))
+    by_name = {v.name: v for v in comp.variants if v.backend == "cuda"}
+    if variant not in by_name:
+        raise ValueError(f"variant: unknown value {variant!r}; allowed: {sorted(by_name)}")
+    return comp, by_name[variant], registry.parse_point(comp, point_text.split(","))
+
+
+def build_target(spec: str, geometry, backend):
+    comp, variant, point = parse_target(spec)
     host = comp.make_inputs(geometry, point, np.random.default_rng(0))
     resident = runner.build_resident(comp, geometry, point, backend, 0) if comp.resident else {}
     inputs = registry.Inputs(host, resident, backend if resident else None)
-    by_name = {v.name: v for v in comp.variants if v.backend == "cuda"}
-    if variant not in by_name:
-        raise SystemExit(f"variant: unknown value {variant!r}; allowed: {sorted(by_name)}")
-    return by_name[variant].build(geometry, point, inputs, backend)
+    return variant.build(geometry, point, inputs, backend)
 
 
 def main() -> None:
@@ -90,6 +102,11 @@ def main() -> None:
     ap.add_argument("targets", nargs="*", metavar="COMPONENT:VARIANT:K=V,K=V")
     ap.add_argument("--reps", type=int, default=200)
     args = ap.parse_args()
+    for spec in args.targets:          # every target's spelling checked before the GPU is touched
+        try:
+            parse_target(spec)
+        except ValueError as exc:
+            raise SystemExit(str(exc))
     geometry = load_fuel()
     backend = CudaBackend()
     small, big = empty_kernels(backend)
