@@ -24,6 +24,13 @@ __device__ __forceinline__ unsigned pack_bf16x2(float lo, float hi) {
     return r;
 }
 
+// Two floats rounded to nearest-even f16, packed: lo in the low half (the FP8 paths' f16 operands).
+__device__ __forceinline__ unsigned pack_f16x2(float lo, float hi) {
+    unsigned r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
 // The 32-bit shared-window address of a generic pointer into shared memory (cp.async, ldmatrix,
 // mbarrier and wgmma descriptors take it).
 __device__ __forceinline__ unsigned smem_addr(const void* p) {

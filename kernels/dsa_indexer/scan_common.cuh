@@ -46,12 +46,6 @@ __device__ __forceinline__ void f16x2_to_f32(unsigned h2, float& lo, float& hi) 
         : "=f"(lo), "=f"(hi) : "r"(h2));
 }
 
-// Two floats -> one f16x2 word (lo in the low half), round to nearest even.
-__device__ __forceinline__ unsigned pack_f16x2(float lo, float hi) {
-    unsigned r;
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
-}
 
 // Read-only global loads (nothing in a launch writes q, w, the keys or the scales). volatile: a
 // design that issues the next tile's loads before this tile's math keeps that order.

@@ -3,6 +3,8 @@
 // read-only global loads and cp.async.
 #pragma once
 
+#include "../common/device.cuh"  // smem_addr, cp_async_commit
+
 #define DSA_TOPK_KEY_POSINF 0xff800000u
 #define DSA_TOPK_BIN_POSINF 2044u  // digit 0 of +inf; the bin holds +inf alone (NaN maps to key 0)
 #define FULL_MASK 0xffffffffu
@@ -94,14 +96,6 @@ __device__ __forceinline__ float4 ld_nc_f32x4(const float4* p) {
 
 // ---- cp.async (topk_resident.cu, topk_split.cu) -------------------------------------------------
 
-// The 32-bit shared-memory address of a generic pointer into this CTA's shared memory.
-// (kda_common.cuh has the same two-line helper and cp_async16; another family's header, so copied.)
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-    unsigned a;
-    asm("{ .reg .u64 g; cvta.to.shared.u64 g, %1; cvt.u32.u64 %0, g; }" : "=r"(a) : "l"(p));
-    return a;
-}
-
 // 16 bytes global -> shared, cached in L2 only (.cg: coherent with other CTAs' writes that were
 // fenced before this copy is issued).
 __device__ __forceinline__ void cp_async16(void* dst, const void* src) {
@@ -109,9 +103,6 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src) {
 }
 __device__ __forceinline__ void cp_async_wait_all() {
     asm volatile("cp.async.wait_all;" ::: "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-    asm volatile("cp.async.commit_group;" ::: "memory");
 }
 // Every commit group of this thread but the newest N complete (their writes visible to this thread).
 template <int N>

@@ -167,12 +167,6 @@ __device__ __forceinline__ void cp_async16_sh(unsigned saddr, const void* gmem, 
 __device__ __forceinline__ void st_shared_v4(unsigned addr, unsigned a, unsigned b, unsigned c, unsigned d) {
     asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
 }
-// Two floats -> one word of two f16 (lo in the low half), round to nearest even.
-__device__ __forceinline__ unsigned pack_f16x2(float lo, float hi) {
-    unsigned r;
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
-}
 // Two e4m3 codes (the lower-addressed in the low byte) -> two f16 (the first in the low half), exact.
 __device__ __forceinline__ unsigned e4m3x2_to_f16x2(unsigned two) {
     unsigned h;
