@@ -573,13 +573,9 @@ extern "C" __global__ void __launch_bounds__(ONE_THREADS, 1)
     const unsigned n = c.hi - c.lo;
     const S2Src<false> src{c.row + c.lo, n, c.lo, vec, ring};
 
-    // 1, 2: the sample's loads; once this thread's have landed (its keys), the stream: the ring's
-    // batches and the next SMP_AHEAD into L2 (the sample first: issued under the stream, its scattered
-    // sectors landed after most of the stream, 4.1-6.7 us at fe6a0d1 and 66401fb); then the bound
-    // (the histograms zeroed under the sample's latency; its digit 0 counted before the barrier
-    // after which the copies start, so no copy competes with a sample load of this CTA: at
-    // 24796ae / 12769e9 each thread issued its copies as soon as its own sample landed, and the
-    // sample phase took 6.3 us per token against 3.5-4.2 pooled)
+    // 1, 2: the sample's loads (the histograms zeroed under their latency), its digit 0 counted;
+    // after the barrier no sample load of this CTA is outstanding, so none queues behind the
+    // stream's copies; then the copies and the look-ahead, then the bound's searches
     float sv[4 * SMP_UNITS];
     smp_load(c.row + c.lo, n, vec, sv);
     one_reset(s);
