@@ -585,11 +585,16 @@ extern "C" __global__ void __launch_bounds__(ONE_THREADS, 1)
     smp_count(skey, s);
     __syncthreads();
     TK_MARK(TK_BOUND);                                 // the CTA's sample landed and counted
+    // Half the ring's batches, the bound, then the rest: issuing all 4 batches and the look-ahead
+    // at once stalled each thread ~3 us per token (0.9 pooled) before it could start the bound
+    // (b02aeaa's timeline), so the bound's ~1.7 us of searches ran after the stall, not under it.
 #pragma unroll
-    for (unsigned b = 0; b < S2_RING_BATCHES; ++b) src.issue(b);
+    for (unsigned b = 0; b < S2_RING_BATCHES / 2; ++b) src.issue(b);
+    const unsigned t_est = smp_bound(skey, n, k, s);
+#pragma unroll
+    for (unsigned b = S2_RING_BATCHES / 2; b < S2_RING_BATCHES; ++b) src.issue(b);   // commit groups in order
     for (unsigned b = S2_RING_BATCHES; b < S2_RING_BATCHES + SMP_AHEAD; ++b) src.prefetch(b);
     TK_MARK(TK_ISSUE);                                 // thread 0's copies issued (its view: no barrier)
-    const unsigned t_est = smp_bound(skey, n, k, s);
     one_reset(s);                                      // s2_select below starts from zero histograms
     if (threadIdx.x == 0) nhit = 0u;
     __syncthreads();

@@ -18,7 +18,7 @@ say so below. The tool orders a CTA's marks by clock64 and names each phase by t
 
 // Mark ids (keep in step with kernels/dsa_indexer/topk_timeline.py MARKS; a test checks)
 #define TK_ENTRY 0     // first instruction after the launch-shape check
-#define TK_ISSUE 1     // resident: every load issued and the histograms zeroed (CTA barrier); sample: thread 0's ring copies issued (no barrier)
+#define TK_ISSUE 1     // resident: every load issued and the histograms zeroed (CTA barrier); sample: the bound known and thread 0's ring copies issued (no barrier)
 #define TK_READ 2      // pass 1 over the row done: digit 0 counted (bound: thread 0's pairs, before the barrier)
 #define TK_BOUND 3     // bound: the cluster's lower bound tlb known (barrier.cluster + DSMEM min); sample: its sample counted (CTA barrier)
 #define TK_PASS2 4     // the second pass over the row done: buffer filled (onecta: members above the bin written)
