@@ -835,6 +835,84 @@ def test_the_sample_buffer_holds_the_hits_at_the_model_points(C, k, M):
             assert k <= hits <= cap, (C, k, M, P, hits)
 
 
+# ---- topk_split2.cu's dsa_topk_share: no select in stage 1, the final from the share groups ------
+
+
+@pytest.mark.parametrize("caps", [(16, 20480), (4096, 20480), (4096, 3000)], ids=["fallback", "served", "level3"])
+@pytest.mark.parametrize("P", [1, 3, 4])
+@pytest.mark.parametrize("kind", (*KINDS, "one_level"))
+def test_the_share_emulation_gives_the_reference_set(kind, P, caps):
+    """Every row kind at irregular lengths, slices shorter than k, the buffer too small (a slice's k
+    best in place of its groups), the union too big for the final's shared memory (the row itself)
+    or neither: the row is the reference's exactly, members first, then -1."""
+    smp_cap, union_cap = caps
+    rng = np.random.default_rng(zlib.crc32(repr(("share", kind, P, caps)).encode()))
+    for C, k in ((1, 1), (7, 3), (2049, 512), (3001, 2048), (5000, 6000), (20000, 64), (30001, 700)):
+        row = _rows(kind, C, min(k, C), rng)
+        out, _ = topk_model.select_row_share(row, k, P, 2560, smp_cap, union_cap, rng)
+        res = _strict_ok(out, row, k)
+        assert res.ok, (kind, C, k, P, caps, res.describe())
+
+
+def _share_caps():
+    d = lambda name: topk_variants.split_define(name, "share")   # noqa: E731
+    return d("SMP_CAP"), d("SMP_DYN_BYTES") // 8
+
+
+def test_the_share_levels_are_exercised():
+    """Each path on a row built for it: random (level 1: the share groups hold the row's k best);
+    ascending (the last slice holds them all, more than its share: level 2 from both groups); the
+    same at 11 slices, whose groups pass the final's shared memory (level 3: the row); every key
+    -inf but a few (every bound 1: level 1 with fewer than k); one level over the row (no slice
+    served: each hands on its k best, level 1 with no bound to test)."""
+    rng = np.random.default_rng(43)
+    smp_cap, union_cap = _share_caps()
+    row = rng.standard_normal(262144).astype(np.float32)
+    out, tr = topk_model.select_row_share(row, 2048, 4, 2560, smp_cap, union_cap, rng)
+    assert tr.level == 1 and all(s[3] for s in tr.slices) and _strict_ok(out, row, 2048).ok
+    srt = np.sort(row)
+    out, tr = topk_model.select_row_share(srt, 2048, 4, 2560, smp_cap, union_cap, rng)
+    assert tr.level == 2 and _strict_ok(out, srt, 2048).ok
+    out, tr = topk_model.select_row_share(srt, 2048, 11, 2560, smp_cap, union_cap, rng)
+    assert tr.level == 3 and _strict_ok(out, srt, 2048).ok
+    row = np.full(8192, -np.inf, np.float32)
+    row[[3, 2500, 6000, 8191]] = [1.0, np.inf, -2.0, 0.0]
+    out, tr = topk_model.select_row_share(row, 64, 4, 2560, smp_cap, union_cap, rng)
+    assert tr.level == 1 and all(s[0] == 1 and s[1] == 1 for s in tr.slices)
+    assert sorted(out[:3].tolist()) == [3, 6000, 8191] and (out[3:] == -1).all()
+    row = np.full(65536, 0.5, np.float32)
+    out, tr = topk_model.select_row_share(row, 2048, 4, 2560, smp_cap, union_cap, rng)
+    assert tr.level == 1 and not any(s[3] for s in tr.slices) and np.array_equal(np.sort(out), np.arange(2048))
+
+
+@pytest.mark.parametrize("C,k,M", [(262144, 2048, 32), (65536, 512, 32), (65536, 2048, 32), (262144, 2048, 64),
+                                   (262144, 2048, 8), (1048576, 2048, 1)])
+def test_the_share_final_reads_about_k_over_P_a_slice_at_the_model_points(C, k, M):
+    """On N(0, 1) rows at the sweep's points and radix_share's P: every slice served and level 1
+    gave the row, from share groups that together hold well under the P k candidates the split
+    designs hand on (under half of them where P >= 4)."""
+    smp_cap, union_cap = _share_caps()
+    P = topk_model.pick_split(M, C, k, topk_variants.H200_SMS)
+    rng = np.random.default_rng(C + k + M + 1)
+    for _ in range(3):
+        row = rng.standard_normal(C).astype(np.float32)
+        out, tr = topk_model.select_row_share(row, k, P, 2560, smp_cap, union_cap, rng)
+        handed = sum(s[4] for s in tr.slices)
+        assert tr.level == 1 and all(s[3] for s in tr.slices), (C, k, M, P, tr.level)
+        assert handed < (P * k // 2 if P >= 4 else P * k), (C, k, M, P, handed)
+        assert _strict_ok(out, row, k).ok
+
+
+def test_the_share_launcher_reads_the_kernel_declarations():
+    d = lambda name: topk_variants.split_define(name, "share")   # noqa: E731
+    assert d("SHR_DATA") == d("SMP_CAP") + 2 and d("SHR_SEG") == d("SHR_DATA") + 2
+    assert registry.get("dsa_topk").variant("radix_share").sources == (topk_variants.SPLIT2_SOURCE,)
+    with pytest.raises(ValueError, match=r"dsa_topk_share: P = 40 .*allowed: P <= 32"):
+        topk_variants.split_launch(None, 1, 262144, 2048, "share", P_fixed=40)
+    with pytest.raises(ValueError, match=r"k = 8192.*<= 4098"):
+        topk_variants.split_launch(None, 1, 262144, 8192, "share", P_fixed=4)
+
+
 @pytest.mark.parametrize("n", [1, 5, 4096, 16384, 65536, 131072, 524288, 1000003])
 def test_the_sample_units_span_the_slice(n):
     """smp_load's units: at most 2 a thread, inside the slice, each position once, whole blocks of

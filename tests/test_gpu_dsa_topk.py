@@ -115,9 +115,9 @@ def test_ours_on_degenerate_rows_members_first(backend, variant, kind, M, contex
 @pytest.mark.parametrize("M,context,pooling,topk,P", [(64, 65536, "pooled", 2048, 8), (3, 16388, "pooled", 512, 3),
                                                       (2, 262144, "per_token", 2048, 2)],
                          ids=lambda v: str(v))
-@pytest.mark.parametrize("design", ["split", "split2", "sample"])
+@pytest.mark.parametrize("design", ["split", "split2", "sample", "share"])
 def test_split_runs_in_waves_and_leaves_its_counters_zero(backend, M, context, pooling, topk, P, design):
-    """radix_split / radix_split2 / radix_sample at a forced P: 512 CTAs at M = 64 (several waves: no CTA waits for
+    """radix_split / radix_split2 / radix_sample / radix_share at a forced P: 512 CTAs at M = 64 (several waves: no CTA waits for
     another, so it cannot deadlock), the scalar path (C = 4097) with 3 slices, streaming slices of
     131072 (and, at M = 2, P = 2, 4096 candidate pairs). Each
     launch's row is the reference's; the row counters are zero after it, and a second launch

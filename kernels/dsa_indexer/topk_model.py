@@ -559,8 +559,9 @@ def sample_positions(n: int, threads: int = 1024) -> tuple[np.ndarray, int]:
     return pos[pos < n], g
 
 
-def sample_bound(key: np.ndarray, k: int) -> int:
-    """smp_bound: t_est for a slice's keys [n] int64 (0: none), the k best wanted: the lower edge of
+def sample_bound(key: np.ndarray, k: float) -> int:
+    """smp_bound: t_est for a slice's keys [n] int64 (0: none), the k best wanted (k a float32 where
+    dsa_topk_share asks for a slice's share of the row's k): the lower edge of
     the 22-bit prefix (digit 0 of 12 bits, digit 1 of 10) at which the sampled nonzero keys reach
     rank rs = ceil(mu + SMP_MARGIN sqrt(mu)) + 1, mu = SMP_BLOCK k / g; 1 (every nonzero key) when fewer
     than rs sampled keys are nonzero. The kernel's float32 arithmetic for rs."""
@@ -625,3 +626,78 @@ def select_sample(scores: np.ndarray, k: int, P: int, cap: int, smp_cap: int) ->
     """Every row of ``scores`` [M, C] float32 -> [M, k] int32 (select_row_sample)."""
     rng = np.random.default_rng(3)
     return np.stack([select_row_sample(row, k, P, cap, smp_cap, rng)[0] for row in scores])
+
+
+# ---- topk_split2.cu's dsa_topk_share: no select in stage 1, each slice's share bound --------------
+
+
+@dataclasses.dataclass
+class ShareTrace:
+    """One row in dsa_topk_share: each slice's (t_est, t_share, hits, served, H pairs, L pairs), the
+    level the final's result came from (1: the H groups, 2: both groups, 3: the row) and its trace."""
+
+    slices: list[tuple[int, int, int, bool, int, int]]
+    level: int
+    final: OneTrace
+
+
+def share_bound(key: np.ndarray, k: int, C: int) -> int:
+    """dsa_topk_share's t_share for a slice's keys [n] of a row of C: the bound at the slice's share
+    k n / C of the row's k (float32, as the kernel), at least t_est."""
+    share = np.float32(k) * np.float32(len(key)) / np.float32(C)
+    return max(sample_bound(key, k), sample_bound(key, share))
+
+
+def select_row_share(scores: np.ndarray, k: int, P: int, cap: int, smp_cap: int, union_cap: int,
+                     rng: np.random.Generator | None = None) -> tuple[np.ndarray, ShareTrace]:
+    """One row as dsa_topk_share's P CTAs: ``(out [k] int32, trace)``.
+
+    Each slice: t_est and t_share (share_bound), the hits (keys >= t_est); served (hits <= smp_cap
+    and (hits >= k or t_est == 1)): group H the hits >= t_share, group L the rest, each padded to
+    an even count of pairs (key 0), header t = t_share (0 when <= 1); else the slice's k best
+    (select_row_split's stage 1) as H with kp pairs, L empty, t = 0. The final: level 1 selects from
+    the H groups (when their pairs fit union_cap) and keeps the result if t_max = 0 or its T >=
+    t_max; else level 2 from both groups (when they fit), else level 3 from the row (_one_select
+    with drop, a partial tie take from the row in index order each time)."""
+    rng = rng or np.random.default_rng(0)
+    key = keys(scores).astype(np.int64)
+    C, kp = len(key), (k + 3) & ~3
+    segs, infos = [], []
+    for lo, hi in split_slices(C, P):
+        sk = key[lo:hi]
+        t_est, t_share = sample_bound(sk, k), share_bound(sk, k, C)
+        hit = np.flatnonzero(scores[lo:hi] >= sample_float(t_est))   # the kernel's compare
+        served = len(hit) <= smp_cap and (len(hit) >= k or t_est == 1)
+        if served:
+            hi_pos = rng.permutation(hit[sk[hit] >= t_share])
+            lo_pos = rng.permutation(hit[sk[hit] < t_share])
+            H, L = lo + hi_pos, lo + lo_pos
+            t, nH, nL = (t_share if t_share > 1 else 0), len(H) + len(H) % 2, len(L) + len(L) % 2
+        else:
+            slots, _ = _one_select(sk, k, cap, rng, False, lambda p: lo + p, _ties_of_row(key, lo, hi))
+            H, L = slots[(slots != -1) & (slots != POISON)], np.zeros(0, np.int64)
+            t, nH, nL = 0, kp, 0
+        segs.append((t, H, L, nH, nL))
+        infos.append((t_est, t_share, len(hit), served, nH, nL))
+    ties = _ties_of_row(key, 0, C)
+    t_max = max(s[0] for s in segs)
+
+    def final(idx: np.ndarray):
+        out, tr = _one_select(key[idx], k, cap, rng, True, lambda p: idx[p], ties)
+        return out.astype(np.int32), tr
+
+    if sum(s[3] for s in segs) <= union_cap:
+        out, tr = final(np.concatenate([s[1] for s in segs]))
+        if t_max == 0 or tr.T >= t_max:
+            return out, ShareTrace(infos, 1, tr)
+    if sum(s[3] + s[4] for s in segs) <= union_cap:
+        out, tr = final(np.concatenate([np.concatenate([s[1], s[2]]) for s in segs]))
+        return out, ShareTrace(infos, 2, tr)
+    out, tr = final(np.arange(C))
+    return out, ShareTrace(infos, 3, tr)
+
+
+def select_share(scores: np.ndarray, k: int, P: int, cap: int, smp_cap: int, union_cap: int) -> np.ndarray:
+    """Every row of ``scores`` [M, C] float32 -> [M, k] int32 (select_row_share)."""
+    rng = np.random.default_rng(4)
+    return np.stack([select_row_share(row, k, P, cap, smp_cap, union_cap, rng)[0] for row in scores])

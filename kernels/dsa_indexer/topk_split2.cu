@@ -217,9 +217,10 @@ __device__ __forceinline__ void s2_hits(const Src& src, unsigned b, bool conv, u
 // The k best keys of src into out: one_select's decisions exactly (topk_onecta.cuh's design; DROP
 // the same), with pass 2 over the hits only and s2_find. Out: put(slot, payload, key),
 // take_ties(T, Q, at, scan), fill(F, k). MARKS: 1 stage 1's marks (read, digit0, pass2, digit1,
-// digit2, counts, write); 2 the final stage's (fread, fpass2, fdigits); 0 none.
+// digit2, counts, write); 2 the final stage's (fread, fpass2, fdigits); 0 none. Returns T, the k-th
+// key (0 when fewer than k nonzero keys): dsa_topk_share tests its union with it.
 template <bool DROP, int MARKS, class Src, class Out>
-__device__ __forceinline__ void s2_select(const Src& src, const Out& out, unsigned k, OneShared& s) {
+__device__ __forceinline__ unsigned s2_select(const Src& src, const Out& out, unsigned k, OneShared& s) {
     constexpr unsigned NK = Src::KEYS;
     const unsigned lane = threadIdx.x & 31u;
 
@@ -340,6 +341,7 @@ __device__ __forceinline__ void s2_select(const Src& src, const Out& out, unsign
     const unsigned F = above + (t_finite ? Q : 0u);
     out.fill(F, k);
     if (MARKS == 1) TK_MARK(TK_WRITE);
+    return T;                                          // the k-th key; 0 when fewer than k nonzero keys
 }
 
 // Stage 1's sink: the slice's members as (key, row index) pairs in the row's segment r.
@@ -531,22 +533,23 @@ __device__ __forceinline__ void smp_count(const unsigned (&key)[4 * SMP_UNITS], 
         if (key[j] != 0u) atomicAdd(&s.h0[key[j] >> 20], 1u);
 }
 
-// Step 2, its second half (after smp_count and a barrier): t_est of a slice of n keys, the k best
-// wanted. Uses s.h1 (zero on entry); s.h0, s.h1 left dirty (the caller resets). Block-uniform;
+// Step 2, its second half (after smp_count and a barrier): t_est of a slice of n keys, the best k
+// wanted (a float: dsa_topk_share also asks for the slice's share of the row's k). Counts digit 1
+// into h1 (s.h1 or s.h2, zero on entry); s.h0 and h1 left dirty (the caller resets). Block-uniform;
 // ends with a barrier.
-__device__ __forceinline__ unsigned smp_bound(const unsigned (&key)[4 * SMP_UNITS], unsigned n, unsigned k,
-                                              OneShared& s) {
+__device__ __forceinline__ unsigned smp_bound(const unsigned (&key)[4 * SMP_UNITS], unsigned n, float k,
+                                              OneShared& s, unsigned* h1) {
     const unsigned g = smp_group(n);
-    const float mu = (float)SMP_BLOCK * (float)k / (float)g;
+    const float mu = (float)SMP_BLOCK * k / (float)g;
     const unsigned rs = (unsigned)ceilf(mu + SMP_MARGIN * sqrtf(mu)) + 1u;
     s2_find<ONE_NB0>(s.h0, rs, &s);
     const unsigned bs = s.found_bin, above = s.found_above;
     if (bs == 0u) return 1u;                           // fewer than rs nonzero sampled keys
 #pragma unroll
     for (unsigned j = 0; j < 4 * SMP_UNITS; ++j)
-        if ((key[j] >> 20) == bs) atomicAdd(&s.h1[(key[j] >> 10) & 0x3ffu], 1u);
+        if ((key[j] >> 20) == bs) atomicAdd(&h1[(key[j] >> 10) & 0x3ffu], 1u);
     __syncthreads();
-    s2_find<ONE_NB1>(s.h1, rs - above, &s);
+    s2_find<ONE_NB1>(h1, rs - above, &s);
     return (bs << 20) | (s.found_bin << 10);
 }
 
@@ -558,26 +561,26 @@ __device__ __forceinline__ float smp_float(unsigned key) {
     return __uint_as_float((key & 0x80000000u) ? (key & 0x7fffffffu) : ~key);
 }
 
-extern "C" __global__ void __launch_bounds__(ONE_THREADS, 1)
-    dsa_topk_sample(const float* __restrict__ scores, int* __restrict__ out, uint2* ws, unsigned* count, int C_,
-                    int k_) {
-    __shared__ __align__(16) OneShared s;
-    __shared__ unsigned last, nhit;
-    extern __shared__ __align__(16) float4 ring[];     // the ring, then the buffer (SMP_DYN_BYTES)
-    uint2* buf = reinterpret_cast<uint2*>(ring + S2_RING_BYTES / 16);
+// Steps 1-3 of the header over the CTA's slice src (scores at c.row + c.lo): the sample, the
+// bound t_est (the k best wanted) and, where SHARE (dsa_topk_share), t_share >= t_est (the slice's
+// share of the row's k, k n / C, wanted), then the stream buffering every key >= t_est as (key,
+// row index) into buf. Returns the hits (may pass SMP_CAP; buf holds the first SMP_CAP). Leaves
+// the histograms and the counters zero. Block-uniform; ends with a barrier.
+template <bool SHARE>
+__device__ __forceinline__ unsigned smp_stream(const S2Cta& c, const S2Src<false>& src, uint2* buf, OneShared& s,
+                                               unsigned* nhit, unsigned& t_est, unsigned& t_share) {
     const unsigned lane = threadIdx.x & 31u;
-    const S2Cta c(scores, ws, C_, k_);
-    TK_ENTER(c.r);
-    const unsigned k = c.k;
-    const bool vec = (c.C & 3u) == 0u;
-    const unsigned n = c.hi - c.lo;
-    const S2Src<false> src{c.row + c.lo, n, c.lo, vec, ring};
+    const unsigned n = src.n;
+    float4* ring = src.ring;
 
     // 1, 2: the sample's loads (the histograms zeroed under their latency), its digit 0 counted;
     // after the barrier no sample load of this CTA is outstanding, so none queues behind the
-    // stream's copies; then the copies and the look-ahead, then the bound's searches
+    // stream's copies; then half the ring's copies, the bound's searches, the rest and the
+    // look-ahead: issuing all 4 batches and the look-ahead at once stalled each thread ~3 us per
+    // token (0.9 pooled) before it could start the bound (b02aeaa's timeline), so the bound's
+    // ~1.7 us of searches ran after the stall, not under it.
     float sv[4 * SMP_UNITS];
-    smp_load(c.row + c.lo, n, vec, sv);
+    smp_load(c.row + c.lo, n, src.vec, sv);
     one_reset(s);
     unsigned skey[4 * SMP_UNITS];
 #pragma unroll
@@ -585,18 +588,17 @@ extern "C" __global__ void __launch_bounds__(ONE_THREADS, 1)
     smp_count(skey, s);
     __syncthreads();
     TK_MARK(TK_BOUND);                                 // the CTA's sample landed and counted
-    // Half the ring's batches, the bound, then the rest: issuing all 4 batches and the look-ahead
-    // at once stalled each thread ~3 us per token (0.9 pooled) before it could start the bound
-    // (b02aeaa's timeline), so the bound's ~1.7 us of searches ran after the stall, not under it.
 #pragma unroll
     for (unsigned b = 0; b < S2_RING_BATCHES / 2; ++b) src.issue(b);
-    const unsigned t_est = smp_bound(skey, n, k, s);
+    t_est = smp_bound(skey, n, (float)c.k, s, s.h1);
+    // the share's bound from the same digit-0 histogram, its digit 1 in h2 (h1 holds t_est's)
+    if constexpr (SHARE) t_share = max(t_est, smp_bound(skey, n, (float)c.k * (float)n / (float)c.C, s, s.h2));
 #pragma unroll
     for (unsigned b = S2_RING_BATCHES / 2; b < S2_RING_BATCHES; ++b) src.issue(b);   // commit groups in order
     for (unsigned b = S2_RING_BATCHES; b < S2_RING_BATCHES + SMP_AHEAD; ++b) src.prefetch(b);
-    TK_MARK(TK_ISSUE);                                 // thread 0's copies issued (its view: no barrier)
-    one_reset(s);                                      // s2_select below starts from zero histograms
-    if (threadIdx.x == 0) nhit = 0u;
+    TK_MARK(TK_ISSUE);                                 // the bound known, thread 0's copies issued (no barrier)
+    one_reset(s);                                      // the select after this starts from zero histograms
+    if (threadIdx.x == 0) *nhit = 0u;
     __syncthreads();
     TK_MARK(TK_SAMPLE);
 
@@ -621,7 +623,7 @@ extern "C" __global__ void __launch_bounds__(ONE_THREADS, 1)
         if (__any_sync(FULL_MASK, cnt != 0u)) {
             const unsigned incl = topk_warp_inclusive_sum(cnt);
             unsigned wb = 0u;
-            if (lane == 31u) wb = atomicAdd(&nhit, incl);
+            if (lane == 31u) wb = atomicAdd(nhit, incl);
             unsigned pb = __shfl_sync(FULL_MASK, wb, 31) + incl - cnt;
             s2_hits(src, b, false, hm, [&](unsigned kj, unsigned pay, unsigned) {
                 if (pb < SMP_CAP) buf[pb] = make_uint2(kj, pay);
@@ -634,13 +636,202 @@ extern "C" __global__ void __launch_bounds__(ONE_THREADS, 1)
     cp_async_wait_all();
     __syncthreads();
     TK_MARK(TK_STREAM);
-    const unsigned nh = nhit;
+    return *nhit;
+}
+
+// Whether the buffer holds every key of the slice that its k best can be (step 4's test).
+__device__ __forceinline__ bool smp_served(unsigned nh, unsigned k, unsigned t_est) {
+    return nh <= SMP_CAP && (nh >= k || t_est == 1u);
+}
+
+extern "C" __global__ void __launch_bounds__(ONE_THREADS, 1)
+    dsa_topk_sample(const float* __restrict__ scores, int* __restrict__ out, uint2* ws, unsigned* count, int C_,
+                    int k_) {
+    __shared__ __align__(16) OneShared s;
+    __shared__ unsigned last, nhit;
+    extern __shared__ __align__(16) float4 ring[];     // the ring, then the buffer (SMP_DYN_BYTES)
+    uint2* buf = reinterpret_cast<uint2*>(ring + S2_RING_BYTES / 16);
+    const S2Cta c(scores, ws, C_, k_);
+    TK_ENTER(c.r);
+    const S2Src<false> src{c.row + c.lo, c.hi - c.lo, c.lo, (c.C & 3u) == 0u, ring};
+    unsigned t_est, t_unused;
+    const unsigned nh = smp_stream<false>(c, src, buf, s, &nhit, t_est, t_unused);
 
     // 4: the slice's candidates from the buffer, or (the sample missed) from the slice
     const S2CandOut cand{c.row, c.lo, c.hi, c.kp, c.seg};
-    if (nh <= SMP_CAP && (nh >= k || t_est == 1u))
-        s2_select<false, 1>(SmpBufSrc{buf, nh}, cand, k, s);
+    if (smp_served(nh, c.k, t_est))
+        s2_select<false, 1>(SmpBufSrc{buf, nh}, cand, c.k, s);
     else
-        s2_select<false, 1>(src, cand, k, s);
+        s2_select<false, 1>(src, cand, c.k, s);
     s2_final(c, out, ws, count, s, &last, ring);
+}
+
+/*
+---- dsa_topk_share (variant radix_share): each slice hands on the keys above its share's bound ----
+
+What binds dsa_topk_sample after its stream (the timeline of 2af7010's run, 2048 of 262144, M = 32):
+the slice's select over its ~2500 buffered keys (4.2 us), the hand-off (1.1) and the final stage
+over the P k = 8192 candidates (7.4: their read, pass 2, the digits): 12.7 of its 28.4 us of span,
+after the row is read. A slice needs to hand on only the keys that can be among the ROW's k best:
+about k / P of them, not k. Here a CTA computes from the same sample a second bound t_share
+(target rank: the slice's share k n / C of the row's k, the same margin), streams as radix_sample
+(the buffer: every key >= t_est), and, when the buffer served (smp_served), writes it with no
+select at all: its keys >= t_share (group H, ~k / P + margin) from the front of its segment, the
+rest (group L) from the back, each group padded to an even count with a key-0 pair, and a header
+(t_share, H's pairs; L's pairs). Where the buffer did not serve, split2's stage 1 over the slice
+writes the slice's k best in place of H (header t = 0: no bound, k rounded up to 4 pairs).
+The row's last CTA (split_last_cta's counter) reads the P headers and
+  level 1: gathers the H groups into shared memory (16-B cp.async.cg: L2, where the other CTAs'
+     fenced writes are) and selects the k best of them (s2_select, stage 2's sink); the union holds
+     every key of the row >= t_max = the largest header t (a t <= 1 counts 0: that H holds every
+     nonzero key of its slice), and a type-k segment the slice's k best, so the row's k-th key T is
+     the union's exactly when the union's T >= t_max (or t_max = 0): the union then holds every key
+     of the row > T and, with the row's k best, every candidate the select needs (its tie take
+     re-reads the row in index order, as stage 2 does). The result stands when that holds;
+  level 2 (a slice with fewer of the row's best than its share: skewed or ordered rows, ~0 of 200
+     N(0, 1) rows at the margin of 4): both groups of every segment, each a superset of its slice's
+     k best (smp_served), so exact with no test; the select runs again over them;
+  level 3 (the groups do not fit the ring and the buffer, SMP_DYN_BYTES / 8 pairs): the row itself.
+A later level rewrites every output slot (members then -1 to k), after a barrier.
+topk_model.select_row_share emulates every decision (tests/test_dsa_topk.py).
+Workspace: ws [M][P][SHR_SEG] uint2: SHR_DATA pairs of data, then the header; count [M] as split2.
+*/
+#define SHR_DATA 4098            // data pairs a segment: SMP_CAP buffered keys in two groups + their 2 pads
+#define SHR_SEG 4100             // segment stride in pairs: the data, then the header (2 pairs)
+#define SHR_MAX_P 32             // CTAs a row at most (the final's header arrays)
+static_assert(SHR_DATA == SMP_CAP + 2 && SHR_SEG == SHR_DATA + 2 && SHR_SEG % 2 == 0 && SHR_DATA % 2 == 0,
+              "two even groups and a 16-B aligned header a segment");
+
+// The served buffer's nh pairs into seg: keys >= t_share (H) at the front, the rest (L) from the
+// back of seg[0, SHR_DATA), each group padded to an even count (a key-0 pair: no candidate), so both
+// start 16-B aligned; the header (t_share, H's pairs), (L's pairs, 0) after the data. s.cnt, s.n_buf
+// zero on entry (the group counters).
+__device__ __forceinline__ void shr_write(const uint2* buf, unsigned nh, unsigned t_share, uint2* seg, OneShared& s) {
+    const unsigned lane = threadIdx.x & 31u, below = (1u << lane) - 1u;
+    for (unsigned j0 = 0; j0 < nh; j0 += ONE_THREADS) {   // block-uniform trip count
+        const unsigned j = j0 + threadIdx.x;
+        const uint2 v = j < nh ? buf[j] : make_uint2(0u, 0u);
+        const bool hi = j < nh && v.x >= t_share, lo = j < nh && v.x < t_share;
+        const unsigned bh = __ballot_sync(FULL_MASK, hi), bl = __ballot_sync(FULL_MASK, lo);
+        unsigned wh = 0u, wl = 0u;
+        if (lane == 0u) {
+            if (bh) wh = atomicAdd(&s.cnt, __popc(bh));
+            if (bl) wl = atomicAdd(&s.n_buf, __popc(bl));
+        }
+        wh = __shfl_sync(FULL_MASK, wh, 0) + __popc(bh & below);
+        wl = __shfl_sync(FULL_MASK, wl, 0) + __popc(bl & below);
+        if (hi) seg[wh] = v;
+        if (lo) seg[SHR_DATA - 1u - wl] = v;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        const unsigned nH = s.cnt, nL = s.n_buf;
+        if (nH & 1u) seg[nH] = make_uint2(0u, 0u);
+        if (nL & 1u) seg[SHR_DATA - 1u - nL] = make_uint2(0u, 0u);
+        seg[SHR_DATA] = make_uint2(t_share, (nH + 1u) & ~1u);
+        seg[SHR_DATA + 1] = make_uint2((nL + 1u) & ~1u, 0u);
+    }
+}
+
+// The final's shared state: each segment's header, the gather's range starts, t_max.
+struct ShrFinal {
+    unsigned t[SHR_MAX_P], nh[SHR_MAX_P], nl[SHR_MAX_P];
+    unsigned pre[2 * SHR_MAX_P + 1];     // range r (2 a segment: H, L) starts at pair pre[r] of u
+    unsigned tmax;
+};
+
+// Level 1 (both false) or 2 (both true) of the header: the groups of the P segments at seg0 into u
+// (cap pairs), each range a whole number of 16-B units. Returns the pairs gathered, or ~0u when they
+// would pass cap (nothing gathered). Block-uniform; ends with a barrier.
+__device__ __forceinline__ unsigned shr_gather(const uint2* seg0, unsigned P, bool both, uint2* u, unsigned cap,
+                                               ShrFinal& f) {
+    if (threadIdx.x == 0) {
+        unsigned acc = 0u, tmax = 0u;
+        for (unsigned r = 0; r < P; ++r) {
+            f.pre[2 * r] = acc;
+            acc += f.nh[r];
+            f.pre[2 * r + 1] = acc;
+            acc += both ? f.nl[r] : 0u;
+            tmax = max(tmax, f.t[r]);
+        }
+        f.pre[2 * P] = acc;
+        f.tmax = tmax;
+    }
+    __syncthreads();
+    const unsigned total = f.pre[2 * P];
+    if (total > cap) return ~0u;
+    for (unsigned q = threadIdx.x; 2u * q < total; q += ONE_THREADS) {   // 16-B unit q: pairs 2q, 2q + 1
+        unsigned r = 0u;
+        while (2u * q >= f.pre[r + 1]) ++r;          // empty ranges skipped: pre[r + 1] == pre[r]
+        const unsigned g = r / 2u, start = (r & 1u) ? SHR_DATA - f.nl[g] : 0u;
+        cp_async16(u + 2u * q, seg0 + (size_t)g * SHR_SEG + start + (2u * q - f.pre[r]));
+    }
+    cp_async_commit();
+    cp_async_wait_all();
+    __syncthreads();
+    return total;
+}
+
+extern "C" __global__ void __launch_bounds__(ONE_THREADS, 1)
+    dsa_topk_share(const float* __restrict__ scores, int* __restrict__ out, uint2* ws, unsigned* count, int C_,
+                   int k_) {
+    __shared__ __align__(16) OneShared s;
+    __shared__ ShrFinal f;
+    __shared__ unsigned last, nhit;
+    extern __shared__ __align__(16) float4 ring[];     // the ring, then the buffer (SMP_DYN_BYTES)
+    uint2* buf = reinterpret_cast<uint2*>(ring + S2_RING_BYTES / 16);
+    const S2Cta c(scores, ws, C_, k_);                 // c.seg (split2's layout) unused: SHR_SEG here
+    if (c.P > SHR_MAX_P || c.kp > SHR_DATA) __trap();  // the launcher refuses these shapes
+    TK_ENTER(c.r);
+    const S2Src<false> src{c.row + c.lo, c.hi - c.lo, c.lo, (c.C & 3u) == 0u, ring};
+    unsigned t_est, t_share;
+    const unsigned nh = smp_stream<true>(c, src, buf, s, &nhit, t_est, t_share);
+
+    // 4: the segment: the buffer in two groups, or (the sample missed) the slice's k best
+    uint2* seg = ws + ((size_t)c.m * c.P + c.r) * SHR_SEG;
+    if (smp_served(nh, c.k, t_est)) {
+        shr_write(buf, nh, t_share, seg, s);
+    } else {
+        s2_select<false, 1>(src, S2CandOut{c.row, c.lo, c.hi, c.kp, seg}, c.k, s);
+        if (threadIdx.x == 0) {
+            seg[SHR_DATA] = make_uint2(0u, c.kp);
+            seg[SHR_DATA + 1] = make_uint2(0u, 0u);
+        }
+    }
+    TK_MARK(TK_WRITE);
+    if (!split_last_cta(count, c.m, c.P, &last)) {
+        TK_MARK(TK_EXIT);
+        return;
+    }
+
+    // the row's last CTA: the headers (L2), then levels 1 .. 3 of the design above
+    TK_MARK(TK_FSTART);
+    const uint2* seg0 = ws + (size_t)c.m * c.P * SHR_SEG;
+    if (threadIdx.x < c.P) {
+        const uint4 h = __ldcg(reinterpret_cast<const uint4*>(seg0 + (size_t)threadIdx.x * SHR_SEG + SHR_DATA));
+        f.t[threadIdx.x] = h.x > 1u ? h.x : 0u;
+        f.nh[threadIdx.x] = h.y;
+        f.nl[threadIdx.x] = h.z;
+    }
+    __syncthreads();
+    const S2FinalOut fout{c.row, c.C, out + (size_t)c.m * c.k};
+    uint2* u = reinterpret_cast<uint2*>(ring);
+    constexpr unsigned cap = SMP_DYN_BYTES / 8u;
+    bool done = false;
+    unsigned nu = shr_gather(seg0, c.P, false, u, cap, f);
+    if (nu != ~0u) {
+        one_reset(s);
+        const unsigned T = s2_select<true, 2>(SmpBufSrc{u, nu}, fout, c.k, s);
+        done = f.tmax == 0u || T >= f.tmax;            // block-uniform
+    }
+    if (!done) {
+        nu = shr_gather(seg0, c.P, true, u, cap, f);
+        one_reset(s);
+        if (nu != ~0u)
+            s2_select<true, 2>(SmpBufSrc{u, nu}, fout, c.k, s);
+        else
+            s2_select<true, 2>(S2Src<false>{c.row, c.C, 0u, (c.C & 3u) == 0u, ring}, fout, c.k, s);
+    }
+    TK_MARK(TK_FINAL);
+    TK_MARK(TK_EXIT);
 }

@@ -33,7 +33,8 @@
   logic emulated in NumPy with the kernel's buffer size and cluster pick; ``model_resident`` (CPU):
   topk_resident.cu's logic (topk_model.select_row_resident); ``model_onecta`` (CPU): topk_onecta.cu's
   (topk_model.select_row_onecta); ``model_split`` (CPU): topk_split.cu's
-  (topk_model.select_row_split); ``model_sample`` (CPU): dsa_topk_sample's (topk_model.select_row_sample).
+  (topk_model.select_row_split); ``model_sample`` (CPU): dsa_topk_sample's (topk_model.select_row_sample);
+  ``model_share`` (CPU): dsa_topk_share's (topk_model.select_row_share).
 
 Nothing here imports cupy, torch or flashinfer at import time.
 """
@@ -85,6 +86,15 @@ def _supports_radix(geometry, point) -> str | None:
     if spec.n_candidates(geometry, point) >= 2 ** 31 or spec.k_selected(geometry, point) >= 2 ** 31:
         return "the radix kernel indexes rows with 32-bit integers"
     return None
+
+
+def _supports_share(geometry, point) -> str | None:
+    """dsa_topk_share's segment holds a slice's buffer (SMP_CAP pairs) or its k best: k rounded up to
+    4 must fit SHR_DATA pairs (the CTAs a row, at most 16 by pick_split, always fit SHR_MAX_P)."""
+    kp, data = (spec.k_selected(geometry, point) + 3) & ~3, split_define("SHR_DATA", "share")
+    if kp > data:
+        return f"k = {spec.k_selected(geometry, point)}: a slice's segment holds {data} pairs (k rounded up to 4 must fit)"
+    return _supports_radix(geometry, point)
 
 
 def _make_radix_build(cluster: int | None, by_length: bool = False, kernel: str = "radix"):
@@ -190,10 +200,12 @@ def _onecta_build(geometry, point, inputs, backend) -> KernelStep:
 SPLIT_SOURCE = "topk_split.cu"
 SPLIT2_SOURCE = "topk_split2.cu"
 # design -> (source, kernel, the #define of its ring's dynamic shared memory, workspace layout):
-# "split" writes the candidates' keys and indices to two arrays, "split2" (key, index) uint2 pairs
+# "split" writes the candidates' keys and indices to two arrays, "split2" (key, index) uint2 pairs,
+# "segments" a segment of SHR_SEG pairs a CTA (its groups, then its header: dsa_topk_share)
 SPLIT_DESIGNS = {"split": (SPLIT_SOURCE, "dsa_topk_split", "SPLIT_RING_BYTES", "two arrays"),
                  "split2": (SPLIT2_SOURCE, "dsa_topk_split2", "S2_RING_BYTES", "pairs"),
-                 "sample": (SPLIT2_SOURCE, "dsa_topk_sample", "SMP_DYN_BYTES", "pairs")}
+                 "sample": (SPLIT2_SOURCE, "dsa_topk_sample", "SMP_DYN_BYTES", "pairs"),
+                 "share": (SPLIT2_SOURCE, "dsa_topk_share", "SMP_DYN_BYTES", "segments")}
 
 
 def split_define(name: str, design: str = "split") -> int:
@@ -216,11 +228,16 @@ def make_split_build(P_fixed: int | None = None, design: str = "split"):
 def split_launch(backend, M: int, C: int, k: int, design: str = "split", P_fixed: int | None = None):
     """A split design's launch for M rows of C scores: (kernel, P CTAs a row, kp = k rounded up to
     4 candidate slots a CTA, ring bytes of dynamic shared memory, the workspace layout: "pairs"
-    [M][P][kp][2] uint32 or "two arrays" [M][P][kp] keys + indices). Grid (P, M), block
-    ONE_THREADS; the caller owns the workspace and the [M] uint32 row counters, zero before every
-    launch (the kernel leaves them zero)."""
+    [M][P][kp][2] uint32, "two arrays" [M][P][kp] keys + indices, or "segments" [M][P][SHR_SEG][2]
+    uint32). Grid (P, M), block ONE_THREADS; the caller owns the workspace and the [M] uint32 row
+    counters, zero before every launch (the kernel leaves them zero)."""
     source, symbol, ring_define, layout = SPLIT_DESIGNS[design]
     P = P_fixed or topk_model.pick_split(M, C, k, int(backend.props["multiProcessorCount"]))
+    if layout == "segments":
+        max_p, data = split_define("SHR_MAX_P", design), split_define("SHR_DATA", design)
+        if P > max_p or ((k + 3) & ~3) > data:
+            raise ValueError(f"{symbol}: P = {P} CTAs a row and k = {k}; allowed: P <= {max_p}, "
+                             f"k rounded up to 4 <= {data}")
     ring = split_define(ring_define, design)
     fn = get_kernel(backend, HERE / source, symbol, dyn_smem=ring)
     return fn, P, (k + 3) & ~3, ring, layout
@@ -239,8 +256,9 @@ def _split_step(geometry, point, inputs, backend, P_fixed: int | None, design: s
     poison_u32 = topk_model.POISON.view(np.uint32)
     with backend.stream:
         buffers = {"indices": cp.empty((Mn, k), cp.int32), "count": cp.zeros(Mn, cp.uint32)}
-        if layout == "pairs":
-            buffers["ws"] = cp.empty((Mn, P, kp, 2), cp.uint32)
+        if layout in ("pairs", "segments"):
+            seg = kp if layout == "pairs" else split_define("SHR_SEG", design)
+            buffers["ws"] = cp.empty((Mn, P, seg, 2), cp.uint32)
             poison = {"indices": topk_model.POISON, "ws": poison_u32}
             args = lambda b: (scores, b["indices"], b["ws"], b["count"], np.int32(C), np.int32(k))  # noqa: E731
         else:
@@ -253,8 +271,10 @@ def _split_step(geometry, point, inputs, backend, P_fixed: int | None, design: s
     kernels = [KernelCall(fn, (P, Mn), onecta_define("ONE_THREADS"), ring, args)]
     step = KernelStep(backend, kernels, buffers, {"count": zero}, poison,
                       lambda b: {"indices": backend.to_host(b["indices"])}, dependent=False)
+    hand_on = (f"{P * kp} candidates" if layout != "segments" else
+               f"P segments of {split_define('SHR_SEG', design)} pairs (the keys above each slice's share bound first)")
     step.note = (f"{symbol}: {P} CTAs a row ({Mn * P} CTAs, no cluster), slices of "
-                 f"{topk_model.split_slices(C, P)[0][1]} keys, {P * kp} candidates for the row's last CTA")
+                 f"{topk_model.split_slices(C, P)[0][1]} keys, {hand_on} for the row's last CTA")
     return step.ready()
 
 
@@ -419,6 +439,12 @@ def _model_sample_rows(scores: np.ndarray, k: int) -> np.ndarray:
     return topk_model.select_sample(scores, k, P, onecta_define("ONE_CAP"), split_define("SMP_CAP", "sample"))
 
 
+def _model_share_rows(scores: np.ndarray, k: int) -> np.ndarray:
+    P = topk_model.pick_split(len(scores), scores.shape[1], k, H200_SMS)
+    return topk_model.select_share(scores, k, P, onecta_define("ONE_CAP"), split_define("SMP_CAP", "share"),
+                                   split_define("SMP_DYN_BYTES", "share") // 8)
+
+
 def _model_resident_rows(scores: np.ndarray, k: int) -> np.ndarray:
     return topk_model.select_resident(scores, k, pick_resident(scores.shape[1]))
 
@@ -497,6 +523,13 @@ TOPK_VARIANTS = (
                 "where the sample missed (fewer than k keys above it, or more than the buffer) split2's "
                 "stage 1 over the slice; stage 2 unchanged",
             supports=_supports_radix, sources=(SPLIT2_SOURCE,)),
+    Variant("radix_share", "cuda", make_split_build(design="share"),
+            why="radix_sample with no select in stage 1: a second bound from the same sample (the slice's "
+                "share k n / C of the row's k) splits the buffer, and each slice writes it as two groups; the "
+                "row's last CTA selects from the groups above the share bounds (~k / P keys a slice, not k) "
+                "and keeps the result when its k-th key is at or above every slice's share bound, else "
+                "selects again from both groups (each holds its slice's k best)",
+            supports=_supports_share, sources=(SPLIT2_SOURCE,)),
     Variant("torch_topk", "cuda", lambda g, p, i, b: _TorchTopk(g, p, i, b),
             why="torch.topk(k, sorted=False) on our stream, non-finite picks mapped to -1",
             supports=lambda g, p: _torch_ready(), peer=True),
@@ -528,6 +561,10 @@ TOPK_VARIANTS = (
     Variant("model_sample", "cpu", lambda g, p, i, b: _HostTopk(_model_sample_rows, g, p, i),
             why="dsa_topk_sample's logic emulated in NumPy (topk_model.select_row_sample) at radix_sample's P: "
                 "the sample's units, the bound t_est, the buffer or the fallback, then select_row_split's stage 2",
+            sources=("topk_model.py",)),
+    Variant("model_share", "cpu", lambda g, p, i, b: _HostTopk(_model_share_rows, g, p, i),
+            why="dsa_topk_share's logic emulated in NumPy (topk_model.select_row_share) at radix_share's P: "
+                "both bounds, the two groups or the slice's k best, the final's levels and its test",
             sources=("topk_model.py",)),
     Variant("model_resident", "cpu", lambda g, p, i, b: _HostTopk(_model_resident_rows, g, p, i),
             why="topk_resident.cu's logic emulated in NumPy (topk_model.select_row_resident) at resident's "
