@@ -7,6 +7,8 @@
   then topk_radix.cu's radix_cluster kernel on them, with the launch geometry of their own
   variants (scan_variants.build_mma's persistent grid, recomputed here the same way;
   topk_variants.pick_cluster), as one step.
+- ``scan_then_share``: the same with topk_split2.cu's radix_share (dsa_select's fastest top-k at
+  the goal point) in place of radix_cluster: what a fused kernel has to beat.
 - ``ref_select`` (CPU): scan_variants' float32 host scan, then reference.topk row by row.
 - ``model_fused`` (CPU): the same host scores through select_model (the kernels' logic in NumPy,
   with the H200's plan: 132 SMs, 3 CTAs an SM).
@@ -47,13 +49,14 @@ def _supports_fused(geometry, point) -> str | None:
     return scan_variants._supports_mma(geometry, point)
 
 
-def _supports_unfused(geometry, point) -> str | None:
+def _supports_unfused(geometry, point, topk: str = "radix_cluster") -> str | None:
     if spec.k_selected(geometry, point) > spec.n_candidates(geometry, point):
-        return "topk_radix.cu is built for k <= C (dsa_axes.check_point refuses more for dsa_topk)"
+        return "the top-k kernels are built for k <= C (dsa_axes.check_point refuses more for dsa_topk)"
     # the top-k's rules at the top-k's own point: this component's point has no topk axis (it
     # selects the fuel's index_topk)
     topk_point = {**point, "topk": int(geometry.indexer.index_topk)}
-    return scan_variants._supports_mma(geometry, point) or topk_variants._supports_radix(geometry, topk_point)
+    rules = topk_variants._supports_radix if topk == "radix_cluster" else topk_variants._supports_share
+    return scan_variants._supports_mma(geometry, point) or rules(geometry, topk_point)
 
 
 def _indices_step(backend, kernels, buffers, poison, k_note: str) -> KernelStep:
@@ -74,14 +77,17 @@ def make_fused_build(tag: str = "", round_tiles: int = select_model.ROUND_TILES)
     return build
 
 
-def _build_fused(name, tag, round_tiles, geometry, point, inputs, backend) -> KernelStep:
-    reason = _supports_fused(geometry, point)
+def _step_inputs(name: str, reason: str | None, geometry, point, inputs, backend):
+    """What every CUDA step here starts from: ``(cupy, the scan's device inputs, M, C, k, fp8)``;
+    a point its variant does not support raises ValueError naming the variant."""
     if reason:
         raise ValueError(f"{name}: {reason}")
-    cp = backend.cp
-    d = scan_variants._Device(backend, inputs)
     Mn, C, k = int(point["M"]), spec.n_candidates(geometry, point), spec.k_selected(geometry, point)
-    fp8 = point["key_dtype"] == "fp8"
+    return backend.cp, scan_variants._Device(backend, inputs), Mn, C, k, point["key_dtype"] == "fp8"
+
+
+def _build_fused(name, tag, round_tiles, geometry, point, inputs, backend) -> KernelStep:
+    cp, d, Mn, C, k, fp8 = _step_inputs(name, _supports_fused(geometry, point), geometry, point, inputs, backend)
     threads, mthreads = select_model.define("SEL_THREADS"), select_model.define("MERGE_THREADS")
     cap = select_model.capacity(k, round_tiles)
     fn = _kernel(backend, FUSED_SOURCE, f"select_fused_mma{tag}_{point['key_dtype']}", 8 * cap)
@@ -108,29 +114,48 @@ def _build_fused(name, tag, round_tiles, geometry, point, inputs, backend) -> Ke
                          f"a CTA; {S * k} candidates a stream merged")
 
 
-def build_unfused(geometry, point, inputs, backend) -> KernelStep:
-    reason = _supports_unfused(geometry, point)
-    if reason:
-        raise ValueError(f"scan_then_topk: {reason}")
-    cp = backend.cp
-    d = scan_variants._Device(backend, inputs)
-    Mn, C, k = int(point["M"]), spec.n_candidates(geometry, point), spec.k_selected(geometry, point)
-    fp8 = point["key_dtype"] == "fp8"
-    scan = get_kernel(backend, HERE / "scan_mma.cu", f"scan_mma_{point['key_dtype']}")
-    _, ctas, tpw = scan_variants.mma_launch(backend, scan, Mn, C)
-    cs = topk_variants.pick_cluster(Mn, int(backend.props["multiProcessorCount"]))
-    topk = get_kernel(backend, HERE / topk_variants.RADIX_SOURCE, f"dsa_topk_radix_c{cs}")
-    with backend.stream:
-        buffers = {"scores": cp.empty((Mn, C), cp.float32), "indices": cp.empty((Mn, k), cp.int32)}
-    head = (d.q, d.w, d.keys, d.scales) if fp8 else (d.q, d.w, d.keys)
-    kernels = [
-        KernelCall(scan, ctas, scan_variants.define("scan_mma.cu", "SCAN_MMA_THREADS"), 0, lambda b: (
-            *head, d.eligible, b["scores"], np.int32(Mn), np.int32(C), np.int32(tpw))),
-        KernelCall(topk, (cs, Mn), topk_variants.radix_define("DSA_TOPK_THREADS"), 0, lambda b: (
-            b["scores"], b["indices"], np.int32(C), np.int32(k))),
-    ]
-    return _indices_step(backend, kernels, buffers, {"scores": np.float32(np.nan)},
-                         f"scan_mma: {ctas} persistent CTAs, {tpw} tiles a warp; radix_cluster: {cs} CTAs a row")
+def make_unfused_build(topk: str = "radix_cluster"):
+    """The unfused pair as one step: scan_mma's kernel writes scores [M, C], then the top-k variant
+    ``topk`` selects from them with its own launch geometry: "radix_cluster" (topk_radix.cu at
+    topk_variants.pick_cluster) or "radix_share" (dsa_topk_share at topk_model.pick_split, with its
+    segments and row counters)."""
+    if topk not in ("radix_cluster", "radix_share"):
+        raise ValueError(f"topk: {topk!r}; allowed: ['radix_cluster', 'radix_share']")
+    name = "scan_then_topk" if topk == "radix_cluster" else "scan_then_share"
+
+    def build(geometry, point, inputs, backend) -> KernelStep:
+        cp, d, Mn, C, k, fp8 = _step_inputs(name, _supports_unfused(geometry, point, topk), geometry, point, inputs,
+                                            backend)
+        scan = get_kernel(backend, HERE / "scan_mma.cu", f"scan_mma_{point['key_dtype']}")
+        _, ctas, tpw = scan_variants.mma_launch(backend, scan, Mn, C)
+        with backend.stream:
+            buffers = {"scores": cp.empty((Mn, C), cp.float32), "indices": cp.empty((Mn, k), cp.int32)}
+        head = (d.q, d.w, d.keys, d.scales) if fp8 else (d.q, d.w, d.keys)
+        kernels = [KernelCall(scan, ctas, scan_variants.define("scan_mma.cu", "SCAN_MMA_THREADS"), 0, lambda b: (
+            *head, d.eligible, b["scores"], np.int32(Mn), np.int32(C), np.int32(tpw)))]
+        restore = {}
+        if topk == "radix_cluster":
+            cs = topk_variants.pick_cluster(Mn, int(backend.props["multiProcessorCount"]))
+            fn = get_kernel(backend, HERE / topk_variants.RADIX_SOURCE, f"dsa_topk_radix_c{cs}")
+            kernels.append(KernelCall(fn, (cs, Mn), topk_variants.radix_define("DSA_TOPK_THREADS"), 0, lambda b: (
+                b["scores"], b["indices"], np.int32(C), np.int32(k))))
+            note = f"radix_cluster: {cs} CTAs a row"
+        else:
+            fn, P, _, dyn, _ = topk_variants.split_launch(backend, Mn, C, k, "share")
+            with backend.stream:
+                buffers["ws"] = cp.empty((Mn, P, topk_variants.split_define("SHR_SEG", "share"), 2), cp.uint32)
+                buffers["count"] = cp.zeros(Mn, cp.uint32)
+                restore["count"] = cp.zeros(Mn, cp.uint32)   # zero before every launch (the kernel leaves it so)
+            kernels.append(KernelCall(fn, (P, Mn), topk_variants.onecta_define("ONE_THREADS"), dyn, lambda b: (
+                b["scores"], b["indices"], b["ws"], b["count"], np.int32(C), np.int32(k))))
+            note = f"radix_share: {P} CTAs a row"
+        step = KernelStep(backend, kernels, buffers, restore, {"indices": topk_model.POISON, "scores": np.float32(np.nan)},
+                          lambda b: {"indices": backend.to_host(b["indices"])}, dependent=False)
+        step.note = f"scan_mma: {ctas} persistent CTAs, {tpw} tiles a warp; {note}"
+        return step.ready()
+
+    build.__name__ = f"build_{name}"
+    return build
 
 
 class _HostSelect(Launch):
@@ -175,10 +200,15 @@ SELECT_VARIANTS = (
                 "the two block barriers a round, which hold the 4 warps in lockstep on the slowest "
                 "warp's loads, 8x less often (headroom 1024 keys, cap 2k + 1024)",
             supports=_supports_fused, sources=(FUSED_SOURCE,)),
-    Variant("scan_then_topk", "cuda", build_unfused,
+    Variant("scan_then_topk", "cuda", make_unfused_build("radix_cluster"),
             why="the unfused pair in one step: scan_mma writes scores [M, C], then radix_cluster selects "
                 "(each with its own variant's launch geometry)",
             supports=_supports_unfused, sources=("scan_mma.cu", topk_variants.RADIX_SOURCE)),
+    Variant("scan_then_share", "cuda", make_unfused_build("radix_share"),
+            why="the unfused pair with dsa_select's fastest top-k: scan_mma writes scores [M, C], then "
+                "radix_share selects (its own P, segments and row counters): the time a fused kernel must beat",
+            supports=lambda g, p: _supports_unfused(g, p, "radix_share"),
+            sources=("scan_mma.cu", topk_variants.SPLIT2_SOURCE)),
     Variant("ref_select", "cpu", lambda g, p, i, b: _HostSelect(_reference_rows, g, p, i),
             why="float32 NumPy scan on the host, then reference.topk row by row", sources=("select_spec.py",)),
     Variant("model_fused", "cpu", lambda g, p, i, b: _HostSelect(_model_rows, g, p, i),
