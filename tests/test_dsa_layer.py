@@ -14,7 +14,7 @@ import pytest
 from harness import backends, registry, runner
 from harness.verify import compare
 from kernels import fp8
-from kernels.dsa_indexer import expand_spec, kpool_variants, topk_model, topk_spec
+from kernels.dsa_indexer import expand_spec, kpool_variants, topk_model, topk_spec, topk_variants
 from kernels.dsa_indexer import reference as rules
 from kernels.dsa_layer import spec
 from kernels.kda_decode.reference import bf16_to_float, float_to_bf16
@@ -310,13 +310,18 @@ class _EmulatedDevice:
             s[int(eligible[m]):] = -np.inf
             scores[m] = s
 
-    def _dsa_topk_split2(self, grid, block, scores, out, ws, count, C, k):
+    def _split_topk(self, grid, block, scores, out, ws, count, C, k, seg_pairs):
         P, M = grid
-        kp = (k + 3) & ~3
         assert scores.shape == (M, C) and out.shape == (M, k) and block[0] == 1024
-        assert ws.shape == (M, P, kp, 2) and count.shape == (M,) and not count.any()   # zero before a launch
+        assert ws.shape == (M, P, seg_pairs, 2) and count.shape == (M,) and not count.any()   # zero before a launch
         assert P == topk_model.pick_split(M, C, k, 132)
         out[:] = np.stack([rules.topk(row, k) for row in scores])
+
+    def _dsa_topk_split2(self, grid, block, scores, out, ws, count, C, k):   # pooled scores
+        self._split_topk(grid, block, scores, out, ws, count, C, k, (k + 3) & ~3)
+
+    def _dsa_topk_share(self, grid, block, scores, out, ws, count, C, k):    # per-token scores
+        self._split_topk(grid, block, scores, out, ws, count, C, k, topk_variants.split_define("SHR_SEG", "share"))
 
     def _expand_v1(self, grid, block, pools, positions, selection, M, k, W):
         assert pools.shape == (M, k) and selection.shape == (M, W) and grid[0] == M
@@ -357,7 +362,8 @@ def test_the_chained_step_is_wired_right_on_an_emulated_device(geometry, key_cac
     step()
     order = [s for s, *_ in device.launched]
     scan = "scan_wgmma_e4m3" if index_dtype == "fp8" else "scan_mma_bf16"
-    assert order == (["kpool_compress_v1"] if key_caching == "compress" else []) + [scan, "dsa_topk_split2"] \
+    topk = "dsa_topk_share" if key_caching == "per_token" else "dsa_topk_split2"   # spec.TOPK_DESIGNS
+    assert order == (["kpool_compress_v1"] if key_caching == "compress" else []) + [scan, topk] \
         + ([] if key_caching == "per_token" else ["expand_v1"]) + ["sparse_mla_split_wgmma", "sparse_mla_combine"]
     assert not any(p for *_, p in device.launched)                         # plain stream order, no PDL
     streams = runner.reference_streams(comp, geometry, point)

@@ -88,15 +88,13 @@ struct S2Src {
         cp_async_commit();
     }
 
-    // batch b of the source into L2 by one bulk prefetch (scores only, vec: 16-B aligned and n % 4
-    // == 0 by split_slices; the sample kernels' look-ahead): one instruction of one thread, the
-    // copy engine does the rest, so nothing waits in the SM's load queues
-    __device__ __forceinline__ void prefetch_batch(unsigned b) const {
-        static_assert(!PAIRS, "scores only");
-        const unsigned lo = b * STEP * 16u, hi = min((b + 1u) * STEP * 16u, 4u * n);
-        if (vec && lo < hi)
-            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(static_cast<const char*>(p) + lo), "r"(hi - lo)
-                         : "memory");
+    // batch b's 128-B lines into L2 (scores only: the sample kernel's look-ahead); a batch is
+    // STEP float4 = 256 lines, one for each of the first 256 threads
+    __device__ __forceinline__ void prefetch(unsigned b) const {
+        static_assert(!PAIRS && STEP * 16u / 128u <= ONE_THREADS, "one line a thread at most");
+        const unsigned line = b * STEP * 16u / 128u + threadIdx.x;    // 128-B line of the source
+        if (threadIdx.x < STEP * 16u / 128u && 32u * line < n)
+            prefetch_l2(static_cast<const float*>(p) + 32u * line);
     }
 
     // key j of batch b and its payload, from the ring (any j: a dynamic shared-memory address).
@@ -457,13 +455,11 @@ slice from L2 (17.2 of 40.5 us of span) because the ring holds 32768 keys; pass 
   1. loads a sample of its slice: the first SMP_BLOCK keys (512 contiguous bytes, one warp's loads)
      of every group of g keys, g = SMP_BLOCK max(1, ceil(n / (SMP_BLOCK SMP_BLOCKS))), so at most
      64 blocks (8192 keys, 2 units of 4 a thread) whatever n, spread over the whole slice (index
-     order carries no bias), and starts the slice's first SMP_PF batches (256 KiB) towards L2 by
-     bulk prefetches (cp.async.bulk.prefetch.L2: one instruction a batch, one more after each
-     batch of the stream), so the row's bytes move from the start with nothing queued in the SM;
-     the ring's copies are issued only after step 2, and find their lines in L2. History
-     (TOPK_NOTES.md, "Measured: radix_sample"): issuing the ring's copies before the bound stalled
-     a thread ~3 us per token and the bound's searches with it; per-line prefetch.L2 look-ahead
-     moved nothing;
+     order carries no bias); once the CTA's whole sample has landed and its digit 0 is counted (a
+     barrier), issues its ring's first S2_RING_BATCHES batches and prefetches the next SMP_AHEAD into
+     L2 (one more after each batch). Measured (TOPK_NOTES.md, "Measured: radix_sample"): issuing
+     the copies stalls a thread ~3 us per token before step 2 can start; neither the sample's
+     layout (sectors or blocks) nor the look-ahead moved the time;
   2. finds t_est, a lower edge of a 22-bit key prefix with at least rs sampled keys at or above it:
      rs = ceil(mu + SMP_MARGIN sqrt(mu)) + 1, mu = SMP_BLOCK k / g the sampled keys expected among the top k
      (digit 0 of the sample counted, s2_find_n, digit 1 of the sample's keys in that bin, s2_find_n);
@@ -488,7 +484,7 @@ Shared memory: OneShared + 2 words + the ring (131,072 B) + the buffer (32,768 B
 #define SMP_BLOCKS 64            // sample blocks a CTA at most (2 a warp)
 #define SMP_UNITS 2              // 4-key sample units a thread (SMP_BLOCKS x SMP_BLOCK / 4 / 1024)
 #define SMP_MARGIN 4.0f          // standard deviations of the sampled count added to the target rank
-#define SMP_PF 8                 // batches of the slice in L2 ahead of the stream (bulk prefetches: 256 KiB)
+#define SMP_AHEAD 4              // batches past the ring prefetched into L2 (128 KiB more in flight an SM)
 #define SMP_DYN_BYTES 163840     // S2_RING_BYTES + SMP_CAP x 8 B
 static_assert(SMP_DYN_BYTES == S2_RING_BYTES + SMP_CAP * 8, "the ring, then the buffer");
 static_assert(SMP_UNITS * ONE_THREADS * 4 == SMP_BLOCKS * SMP_BLOCK && SMP_BLOCK == 4 * 32, "a block a warp's units");
@@ -622,14 +618,14 @@ __device__ __forceinline__ unsigned smp_stream(const S2Cta& c, const S2Src<false
     const unsigned n = src.n;
     float4* ring = src.ring;
 
-    // 1, 2: the sample's loads, then the slice's first SMP_PF batches into L2 by bulk prefetches
-    // (the row's bytes move from the start, with nothing in the SM's load queues: the ring's
-    // copies, issued before the bound at 2af7010, stalled each thread ~3 us per token and the
-    // bound's searches with it, b02aeaa's timeline); the histograms zeroed under their latency,
-    // the sample's digit 0 counted, the bound(s), and only then the ring's copies (from L2).
+    // 1, 2: the sample's loads (the histograms zeroed under their latency), its digit 0 counted;
+    // after the barrier no sample load of this CTA is outstanding, so none queues behind the
+    // stream's copies; then half the ring's copies, the bound's searches, the rest and the
+    // look-ahead: issuing all 4 batches and the look-ahead at once stalled each thread ~3 us per
+    // token (0.9 pooled) before it could start the bound (b02aeaa's timeline), so the bound's
+    // ~1.7 us of searches ran after the stall, not under it.
     float sv[4 * SMP_UNITS];
     smp_load(c.row + c.lo, n, src.vec, sv);
-    if (threadIdx.x < SMP_PF) src.prefetch_batch(threadIdx.x);
     one_reset(s);
     unsigned skey[4 * SMP_UNITS];
 #pragma unroll
@@ -637,8 +633,10 @@ __device__ __forceinline__ unsigned smp_stream(const S2Cta& c, const S2Src<false
     smp_count(skey, s);
     __syncthreads();
     TK_MARK(TK_BOUND);                                 // the CTA's sample landed and counted
-    if constexpr (SHARE) {
-        const float kt[2] = {(float)c.k, (float)c.k * (float)n / (float)c.C};   // the k best; the share
+#pragma unroll
+    for (unsigned b = 0; b < S2_RING_BATCHES / 2; ++b) src.issue(b);
+    if constexpr (SHARE) {   // both bounds searched together: the k best, and the slice's share of them
+        const float kt[2] = {(float)c.k, (float)c.k * (float)n / (float)c.C};
         unsigned tb[2];
         smp_bounds<2>(skey, n, kt, s, tb);
         t_est = tb[0];
@@ -650,76 +648,49 @@ __device__ __forceinline__ unsigned smp_stream(const S2Cta& c, const S2Src<false
         t_est = tb[0];
     }
 #pragma unroll
-    for (unsigned b = 0; b < S2_RING_BATCHES; ++b) src.issue(b);
+    for (unsigned b = S2_RING_BATCHES / 2; b < S2_RING_BATCHES; ++b) src.issue(b);   // commit groups in order
+    for (unsigned b = S2_RING_BATCHES; b < S2_RING_BATCHES + SMP_AHEAD; ++b) src.prefetch(b);
     TK_MARK(TK_ISSUE);                                 // the bound known, thread 0's copies issued (no barrier)
     one_reset(s);                                      // the select after this starts from zero histograms
-    if (threadIdx.x == 0) nhit[0] = nhit[SHARE ? 1 : 0] = 0u;
+    if (threadIdx.x == 0) *nhit = 0u;
     __syncthreads();
     TK_MARK(TK_SAMPLE);
 
     // 3: one pass over the ring's scores (no key conversion but a hit's), every score >= t_f
     // buffered as (key, row index); key j of batch b is ring float4 (b % RB) VECS + j / 4, lane j % 4
-    // (S2Src's mapping, which reload reads). SHARE: a hit >= t_fs (group H) from the buffer's front
-    // (nhit[0] of them), the others (group L) from its back (nhit[1]), so the segment's write is a
-    // copy; both counts reserved by one warp scan of 16-bit halves (<= 256 a warp a batch).
-    const float t_f = smp_float(t_est), t_fs = smp_float(SHARE ? t_share : t_est);
+    // (S2Src's mapping, which reload reads)
+    const float t_f = smp_float(t_est);
     const unsigned nb = src.nbatches();
     for (unsigned b = 0; b < nb; ++b) {
         cp_async_wait_group<S2_RING_BATCHES - 1>();   // groups 0 .. b complete
-        unsigned hm = 0u, hh = 0u;
+        unsigned hm = 0u;
 #pragma unroll
         for (unsigned u = 0; u < S2_VECS; ++u) {
             const float4 x = ring[((b % S2_RING_BATCHES) * S2_VECS + u) * ONE_THREADS + threadIdx.x];
             const unsigned i = b * S2Src<false>::STEP + u * ONE_THREADS + threadIdx.x;
             const float w[4] = {x.x, x.y, x.z, x.w};
 #pragma unroll
-            for (unsigned q = 0; q < 4; ++q) {
+            for (unsigned q = 0; q < 4; ++q)
                 if (4u * i + q < n && w[q] >= t_f) hm |= 1u << (4u * u + q);
-                if (SHARE && 4u * i + q < n && w[q] >= t_fs) hh |= 1u << (4u * u + q);
-            }
         }
-        if constexpr (SHARE) {
-            const unsigned packed = __popc(hh) | (__popc(hm & ~hh) << 16);
-            if (__any_sync(FULL_MASK, packed != 0u)) {
-                const unsigned incl = topk_warp_inclusive_sum(packed);
-                unsigned wh = 0u, wl = 0u;
-                if (lane == 31u) {
-                    wh = atomicAdd(&nhit[0], incl & 0xffffu);
-                    wl = atomicAdd(&nhit[1], incl >> 16);
-                }
-                const unsigned excl = incl - packed;
-                unsigned ph = __shfl_sync(FULL_MASK, wh, 31) + (excl & 0xffffu);
-                unsigned pl = __shfl_sync(FULL_MASK, wl, 31) + (excl >> 16);
-                s2_hits(src, b, false, hm, [&](unsigned kj, unsigned pay, unsigned j) {
-                    if ((hh >> j) & 1u) {
-                        if (ph < SMP_CAP) buf[ph] = make_uint2(kj, pay);
-                        ++ph;
-                    } else {
-                        if (pl < SMP_CAP) buf[SMP_CAP - 1u - pl] = make_uint2(kj, pay);
-                        ++pl;
-                    }
-                });
-            }
-        } else {
-            const unsigned cnt = __popc(hm);
-            if (__any_sync(FULL_MASK, cnt != 0u)) {
-                const unsigned incl = topk_warp_inclusive_sum(cnt);
-                unsigned wb = 0u;
-                if (lane == 31u) wb = atomicAdd(nhit, incl);
-                unsigned pb = __shfl_sync(FULL_MASK, wb, 31) + incl - cnt;
-                s2_hits(src, b, false, hm, [&](unsigned kj, unsigned pay, unsigned) {
-                    if (pb < SMP_CAP) buf[pb] = make_uint2(kj, pay);
-                    ++pb;
-                });
-            }
+        const unsigned cnt = __popc(hm);
+        if (__any_sync(FULL_MASK, cnt != 0u)) {
+            const unsigned incl = topk_warp_inclusive_sum(cnt);
+            unsigned wb = 0u;
+            if (lane == 31u) wb = atomicAdd(nhit, incl);
+            unsigned pb = __shfl_sync(FULL_MASK, wb, 31) + incl - cnt;
+            s2_hits(src, b, false, hm, [&](unsigned kj, unsigned pay, unsigned) {
+                if (pb < SMP_CAP) buf[pb] = make_uint2(kj, pay);
+                ++pb;
+            });
         }
         src.issue(b + S2_RING_BATCHES);              // into b's slots: its hits are buffered
-        if (threadIdx.x == 0) src.prefetch_batch(b + SMP_PF);
+        src.prefetch(b + S2_RING_BATCHES + SMP_AHEAD);
     }
     cp_async_wait_all();
     __syncthreads();
     TK_MARK(TK_STREAM);
-    return SHARE ? nhit[0] + nhit[1] : nhit[0];
+    return *nhit;
 }
 
 // Whether the buffer holds every key of the slice that its k best can be (step 4's test).
@@ -785,14 +756,39 @@ Workspace: ws [M][P][SHR_SEG] uint2: SHR_DATA pairs of data, then the header; co
 static_assert(SHR_DATA == SMP_CAP + 2 && SHR_SEG == SHR_DATA + 2 && SHR_SEG % 2 == 0 && SHR_DATA % 2 == 0,
               "two even groups and a 16-B aligned header a segment");
 
-// The served buffer into seg: its group H (buf[0, nH): keys >= t_share) at the front, its group L
-// (buf[SMP_CAP - nL, SMP_CAP)) at the back of seg[0, SHR_DATA), each padded to an even count (a
-// key-0 pair: no candidate) so both start 16-B aligned; the header (t_share, H's pairs), (L's
-// pairs, 0) after the data.
-__device__ __forceinline__ void shr_write(const uint2* buf, unsigned nH, unsigned nL, unsigned t_share, uint2* seg) {
-    for (unsigned j = threadIdx.x; j < nH; j += ONE_THREADS) seg[j] = buf[j];
-    for (unsigned j = threadIdx.x; j < nL; j += ONE_THREADS) seg[SHR_DATA - nL + j] = buf[SMP_CAP - nL + j];
+// The served buffer's nh pairs into seg: keys >= t_share (H) at the front, the rest (L) from the
+// back of seg[0, SHR_DATA), each group padded to an even count (a key-0 pair: no candidate) so
+// both start 16-B aligned; the header (t_share, H's pairs), (L's pairs, 0) after the data. Four
+// entries a thread a round (one round up to SMP_CAP), both counts of a warp reserved by one atomic
+// on s.cnt (H in the low 16 bits, L in the high: <= SMP_CAP each); s.cnt zero on entry.
+__device__ __forceinline__ void shr_write(const uint2* buf, unsigned nh, unsigned t_share, uint2* seg, OneShared& s) {
+    constexpr unsigned PER = 4;
+    static_assert(SMP_CAP < 65536, "16-bit group counts");
+    const unsigned lane = threadIdx.x & 31u;
+    for (unsigned j0 = 0; j0 < nh; j0 += PER * ONE_THREADS) {   // block-uniform trip count
+        uint2 v[PER];
+        unsigned hm = 0u, lm = 0u;
+#pragma unroll
+        for (unsigned e = 0; e < PER; ++e) {
+            const unsigned j = j0 + e * ONE_THREADS + threadIdx.x;
+            v[e] = j < nh ? buf[j] : make_uint2(0u, 0u);
+            if (j < nh) (v[e].x >= t_share ? hm : lm) |= 1u << e;
+        }
+        const unsigned packed = __popc(hm) | (__popc(lm) << 16);
+        const unsigned incl = topk_warp_inclusive_sum(packed);
+        unsigned w = 0u;
+        if (lane == 31u) w = atomicAdd(&s.cnt, incl);
+        const unsigned base = __shfl_sync(FULL_MASK, w, 31) + incl - packed;
+        unsigned ph = base & 0xffffu, pl = base >> 16;
+#pragma unroll
+        for (unsigned e = 0; e < PER; ++e) {
+            if ((hm >> e) & 1u) seg[ph++] = v[e];
+            if ((lm >> e) & 1u) seg[SHR_DATA - 1u - pl++] = v[e];
+        }
+    }
+    __syncthreads();
     if (threadIdx.x == 0) {
+        const unsigned nH = s.cnt & 0xffffu, nL = s.cnt >> 16;
         if (nH & 1u) seg[nH] = make_uint2(0u, 0u);
         if (nL & 1u) seg[SHR_DATA - 1u - nL] = make_uint2(0u, 0u);
         seg[SHR_DATA] = make_uint2(t_share, (nH + 1u) & ~1u);
@@ -844,7 +840,7 @@ extern "C" __global__ void __launch_bounds__(ONE_THREADS, 1)
                    int k_) {
     __shared__ __align__(16) OneShared s;
     __shared__ ShrFinal f;
-    __shared__ unsigned last, nhit[2];                 // the buffer's groups H and L
+    __shared__ unsigned last, nhit;
     extern __shared__ __align__(16) float4 ring[];     // the ring, then the buffer (SMP_DYN_BYTES)
     uint2* buf = reinterpret_cast<uint2*>(ring + S2_RING_BYTES / 16);
     const S2Cta c(scores, ws, C_, k_);                 // c.seg (split2's layout) unused: SHR_SEG here
@@ -852,12 +848,12 @@ extern "C" __global__ void __launch_bounds__(ONE_THREADS, 1)
     TK_ENTER(c.r);
     const S2Src<false> src{c.row + c.lo, c.hi - c.lo, c.lo, (c.C & 3u) == 0u, ring};
     unsigned t_est, t_share;
-    const unsigned nh = smp_stream<true>(c, src, buf, s, nhit, t_est, t_share);
+    const unsigned nh = smp_stream<true>(c, src, buf, s, &nhit, t_est, t_share);
 
     // 4: the segment: the buffer in two groups, or (the sample missed) the slice's k best
     uint2* seg = ws + ((size_t)c.m * c.P + c.r) * SHR_SEG;
     if (smp_served(nh, c.k, t_est)) {
-        shr_write(buf, nhit[0], nhit[1], t_share, seg);
+        shr_write(buf, nh, t_share, seg, s);
     } else {
         s2_select<false, 1>(src, S2CandOut{c.row, c.lo, c.hi, c.kp, seg}, c.k, s);
         if (threadIdx.x == 0) {

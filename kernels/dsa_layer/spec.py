@@ -94,15 +94,12 @@ AXES = (M, dsa_axes.CONTEXT, KEY_CACHING, INDEX_DTYPE)
 # kernels with their own launchers' geometry, and part_points names the same variants' rows. The
 # families' fastest measured on the H200 at M = 32, 262144: scan_mma (BF16, 91% of its stream floor)
 # and scan_wgmma_e4m3 (FP8, at its floor: reports/2026-12-01-indexer_scan-h200-153503), radix_split2
-# (44.00 us at 2048 of 262144, 18.99 at 512 of 65536, radix_lean 51.38 and 22.96 beside it:
-# reports/2026-12-01-dsa_select-h200-205200; radix_sample, measured since, is faster only where a
-# slice does not fit the ring: 31.74 against 43.84 at 2048 of 262144, per-token keys, and 19.47 against
-# 18.69 at 512 of 65536, the pooled keys this layer's default caches: reports/2026-12-01-dsa_select-h200-231003;
-# a per-key-caching pick is the next step, not run in the layer yet),
-# split_wgmma_1wave (49.34 us grouped, split_mma_ahead_1wave 87.87 beside it:
-# reports/2026-12-01-sparse_mla-h200-172142).
+# for pooled scores (18.74 us at 512 of 65536 beside radix_share 19.02 and radix_sample 19.82) and
+# radix_share for per-token scores (28.35 us at 2048 of 262144 beside radix_sample 30.91 and
+# radix_split2 43.82; both: reports/2026-12-02-dsa_select-h200-011544), split_wgmma_1wave (49.34 us
+# grouped, split_mma_ahead_1wave 87.87 beside it: reports/2026-12-01-sparse_mla-h200-172142).
 SCAN_DESIGNS = {"bf16": "scan_mma", "fp8": "scan_wgmma_e4m3"}
-TOPK_DESIGN = "radix_split2"
+TOPK_DESIGNS = {"pooled": "radix_split2", "per_token": "radix_share"}   # by the scores' pooling
 MLA_DESIGN = "split_wgmma_1wave"
 
 PAGE_SIZE = 64                # the latent arena's pages (sparse_mla's default)
@@ -128,6 +125,11 @@ def index_dims(geometry) -> tuple[int, int]:
 def pooling(point) -> str:
     """The scan's and the top-k's pooling axis value for this strategy."""
     return "per_token" if point["key_caching"] == "per_token" else "pooled"
+
+
+def topk_design(point) -> str:
+    """The top-k variant this strategy's step runs (TOPK_DESIGNS, by its scores' pooling)."""
+    return TOPK_DESIGNS[pooling(point)]
 
 
 def n_candidates(geometry, point) -> int:
@@ -415,7 +417,7 @@ def checks(point) -> dict:
 
 def part_points(geometry, point) -> list[tuple[str, str, dict]]:
     """The (component, our variant, point) rows whose times sum to this layer point's parts: the
-    point each family's component measures for the same work (the designs SCAN_DESIGNS, TOPK_DESIGN,
+    point each family's component measures for the same work (the designs SCAN_DESIGNS, TOPK_DESIGNS,
     MLA_DESIGN name; the scan and top-k at the strategy's pooling, cand_dim keys of the layer's
     index_dtype (and queries of it), index_topk; sparse_mla grouped, 64-token pages, BF16
     latent: for per_token its nearest row, 2048 + tail slots in 2112 where the layer's per-token
@@ -428,7 +430,7 @@ def part_points(geometry, point) -> list[tuple[str, str, dict]]:
     dtype = index_dtype(point)
     parts.append(("indexer_scan", SCAN_DESIGNS[dtype], {"M": Mn, "context": ctx, "pooling": pool, "key_dtype": dtype,
                                                         "key_layout": "cand_dim", "query_dtype": dtype}))
-    parts.append(("dsa_topk", TOPK_DESIGN, {"M": Mn, "context": ctx, "pooling": pool, "topk": topk,
+    parts.append(("dsa_topk", topk_design(point), {"M": Mn, "context": ctx, "pooling": pool, "topk": topk,
                                             "score_rows": "random"}))
     if pool == "pooled":
         parts.append(("dsa_expand", "expand_cuda", {"M": Mn, "context": ctx, "topk": topk}))

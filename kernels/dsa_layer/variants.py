@@ -1,10 +1,10 @@
 """Launchers and declarations of the DSA layer's variants (component ``dsa_layer``).
 
 - ``chained`` (ours): one ``harness.cuda.KernelStep`` of the families' best kernels (the designs
-  spec.SCAN_DESIGNS, TOPK_DESIGN and MLA_DESIGN name) on shared device buffers, get_kernel'd from
+  spec.SCAN_DESIGNS, TOPK_DESIGNS and MLA_DESIGN name) on shared device buffers, get_kernel'd from
   the families' own .cu files with their own launch geometry: [compress_cuda (kpool_compress.cu)]
   -> scan_mma (scan_mma.cu; index_dtype fp8: scan_wgmma_e4m3, scan_wgmma.cu, sm_90a) -> radix_split2
-  (topk_split2.cu) -> [expand_cuda (expand.cu)] -> split_wgmma_1wave + combine
+  / radix_share (topk_split2.cu; by the pooling) -> [expand_cuda (expand.cu)] -> split_wgmma_1wave + combine
   (sparse_mla/split_wgmma.cu, sm_90a). Plain stream order (dependent=False): the scans, the top-k, the
   split and the combine do not griddepcontrol.wait before reading their predecessor's output (only
   kpool_compress and expand do), so a programmatic launch of them could read a buffer still being
@@ -37,12 +37,14 @@ from . import spec
 SPLIT_DESIGN = spec.MLA_DESIGN.removesuffix("_1wave")
 SPLIT_SOURCE, SPLIT_SYMBOL, SPLIT_SMEM, SPLIT_THREADS, _ = mla_variants.SPLIT_DESIGNS[SPLIT_DESIGN]
 SPLIT_OPTIONS = mla_variants.SPLIT_OPTIONS.get(SPLIT_DESIGN, ())
-# the top-k: radix_split2 (spec.TOPK_DESIGN), its launcher's P CTAs a row, workspace and counters
-TOPK_SPLIT_DESIGN = spec.TOPK_DESIGN.removeprefix("radix_")
+# the top-k: radix_split2 or radix_share (spec.topk_design, by the scores' pooling), its launcher's P
+# CTAs a row, workspace and counters; both designs live in one source
+TOPK_SPLIT_DESIGNS = {pool: design.removeprefix("radix_") for pool, design in spec.TOPK_DESIGNS.items()}
+assert len({topk_variants.SPLIT_DESIGNS[d][0] for d in TOPK_SPLIT_DESIGNS.values()}) == 1, "one top-k source"
 SOURCES = {
     "compress": kpool_variants.HERE / "kpool_compress.cu",
     "scan": scan_variants.HERE / "scan_mma.cu",
-    "topk": topk_variants.HERE / topk_variants.SPLIT_DESIGNS[TOPK_SPLIT_DESIGN][0],
+    "topk": topk_variants.HERE / topk_variants.SPLIT_DESIGNS[TOPK_SPLIT_DESIGNS["pooled"]][0],
     "expand": kpool_variants.HERE / "expand.cu",
     "split": mla_variants.HERE / SPLIT_SOURCE,
 }
@@ -95,9 +97,11 @@ def build_chained(geometry, point, inputs, backend) -> KernelStep:
     else:
         scan_fn = get_kernel(backend, SOURCES["scan"], "scan_mma_bf16")
         scan_threads, scan_ctas, tpw = scan_variants.mma_launch(backend, scan_fn, Mn, C)
-    topk_fn, P, kp, topk_ring, ws_layout = topk_variants.split_launch(backend, Mn, C, k, TOPK_SPLIT_DESIGN)
-    if ws_layout != "pairs":
-        raise ValueError(f"{spec.TOPK_DESIGN}: the layer holds a (key, index) pairs workspace; got {ws_layout}")
+    topk_design = TOPK_SPLIT_DESIGNS[spec.pooling(point)]
+    topk_fn, P, kp, topk_ring, ws_layout = topk_variants.split_launch(backend, Mn, C, k, topk_design)
+    if ws_layout not in ("pairs", "segments"):
+        raise ValueError(f"{spec.topk_design(point)}: the layer holds (key, index) pair workspaces; got {ws_layout}")
+    ws_pairs = kp if ws_layout == "pairs" else topk_variants.split_define("SHR_SEG", topk_design)
     splits = mla_variants.one_wave_splits(Mn, W, sms)
     split_smem = mla_variants.source_define(SPLIT_SOURCE, SPLIT_SMEM)
     if SPLIT_OPTIONS == mla_variants.WGMMA_OPTIONS:
@@ -110,7 +114,7 @@ def build_chained(geometry, point, inputs, backend) -> KernelStep:
               "part_acc": cp.empty((Mn, splits, H, D), cp.float32),
               "part_ml": cp.empty((Mn, splits, H, 2), cp.float32),
               "out": cp.empty((Mn, H, D), cp.uint16), "lse": cp.empty((Mn, H), cp.float32),
-              "topk_ws": cp.empty((Mn, P, kp, 2), cp.uint32), "topk_count": cp.zeros(Mn, cp.uint32)}
+              "topk_ws": cp.empty((Mn, P, ws_pairs, 2), cp.uint32), "topk_count": cp.zeros(Mn, cp.uint32)}
         counters_zero = cp.zeros(Mn, cp.uint32)   # the row counters, put back by poison (the kernel leaves them 0)
         if caching == "compress":
             b0["pooled"] = cp.empty((Mn, ctx // 4, Di), cp.uint16)
@@ -164,7 +168,7 @@ def build_chained(geometry, point, inputs, backend) -> KernelStep:
     step = KernelStep(backend, kernels, b0, {"topk_count": counters_zero}, poison, read, dependent=False)
     scan_note = f"scan_wgmma_e4m3 {scan_ctas} CTAs x {tpw} tiles a CTA" if fp8_index else \
         f"scan_mma {scan_ctas} CTAs x {tpw} tiles a warp"
-    notes += [scan_note, f"{spec.TOPK_DESIGN} {P} CTAs a row", f"{splits} splits"]
+    notes += [scan_note, f"{spec.topk_design(point)} {P} CTAs a row", f"{splits} splits"]
     step.note = ", ".join(notes)
     return step.ready()
 
@@ -214,11 +218,12 @@ class _HostLayer(Launch):
 LAYER_VARIANTS = (
     Variant("chained", "cuda", build_chained,
             why="the families' best kernels as one step on shared buffers: [compress_cuda] -> scan_mma (fp8: "
-                "scan_wgmma_e4m3) -> radix_split2 -> [expand_cuda] -> split_wgmma_1wave + combine, in plain stream "
+                "scan_wgmma_e4m3) -> radix_split2 (pooled scores) or radix_share (per token) -> [expand_cuda] -> "
+                "split_wgmma_1wave + combine, in plain stream "
                 "order (not every kernel waits on griddepcontrol, so no PDL)",
             supports=supports_chained,
             sources=("../dsa_indexer/kpool_compress.cu", "../dsa_indexer/scan_mma.cu", "../dsa_indexer/scan_wgmma.cu",
-                     f"../dsa_indexer/{topk_variants.SPLIT_DESIGNS[TOPK_SPLIT_DESIGN][0]}", "../dsa_indexer/expand.cu",
+                     "../dsa_indexer/" + SOURCES["topk"].name, "../dsa_indexer/expand.cu",
                      f"../sparse_mla/{SPLIT_SOURCE}")),
     Variant("ref_layer", "cpu", lambda g, p, i, b: _HostLayer(g, p, i), supports=lambda g, p: spec.strategy_problem(p),
             why="float32 NumPy on the host: compress_numpy, the scan's product, reference.topk, "
