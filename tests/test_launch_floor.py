@@ -46,3 +46,23 @@ def test_the_command_refuses_a_wrong_target_before_the_gpu(monkeypatch, capsys):
     monkeypatch.setattr(tool, "CudaBackend", lambda: pytest.fail("the GPU was touched before the targets were checked"))
     with pytest.raises(SystemExit, match="variant: unknown value 'nope'"):
         tool.main()
+
+
+def test_the_split_table_gives_each_kernel_its_medians_and_the_sums():
+    tool = _tool()
+    table = tool.split_table(["scan", "topk"], [[10.0, 12.0, 11.0], [3.0, 5.0, 4.0]], [[9.0, 9.0, 9.0], [2.0, 2.5, 2.0]],
+                             [15.0, 16.0, 14.0])
+    lines = table.splitlines()
+    assert lines[2] == "| scan | 11.00 | 9.00 | +2.00 |" and lines[3] == "| topk | 4.00 | 2.00 | +2.00 |"
+    assert lines[4] == "| sum of the kernels | 15.00 | 11.00 | +4.00 |"
+    assert lines[5].startswith("| the whole step (first event to last) | 15.00 |")
+
+
+def test_kernel_names_fall_back_to_the_launch_shape():
+    from types import SimpleNamespace
+
+    tool = _tool()
+    step = SimpleNamespace(kernels=[SimpleNamespace(fn=SimpleNamespace(symbol="scan_mma_bf16"), grid=264, threads=128,
+                                                    smem=0),
+                                    SimpleNamespace(fn=object(), grid=(4, 32), threads=1024, smem=163840)])
+    assert tool.kernel_names(step) == ["scan_mma_bf16", "kernel 1: grid (4, 32), 1024 threads, 163840 B dynamic"]

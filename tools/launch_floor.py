@@ -12,6 +12,14 @@ The flush kernel uses no shared memory, so a kernel that needs most of the SM's 
 change of the L1 / shared-memory split inside its timed span; `flush+big` leaves the SMs split for
 shared memory before the start event, `flush+small` for L1. The difference between the orders is
 that cost, measured per target (the empty kernels give the floor of each order).
+
+    python3 tools/launch_floor.py --split dsa_layer:chained:M=32,context=262144,... [...]
+
+With --split, each target must build a multi-kernel step (harness.cuda.KernelStep): its kernels
+are launched as the step launches them, the L2 flushed before the step, with an event between
+every two kernels, so each kernel's span inside the step is measured; then each kernel alone after
+its own flush (its inputs as the last step left them). A kernel slower inside the step than alone
+is what a step pays over the sum of its parts.
 """
 
 from __future__ import annotations
@@ -72,6 +80,65 @@ def time_orders(step, backend, reps: int, small, big) -> dict[str, list[float]]:
     return out
 
 
+def _launch_kernel(step, i: int, backend) -> None:
+    k = step.kernels[i]
+    grid = k.grid if isinstance(k.grid, tuple) else (k.grid,)
+    backend.launch(k.fn, grid, (k.threads,), k.args(step.dev), shared_mem=k.smem, programmatic=False)
+
+
+def time_split(step, backend, reps: int) -> tuple[list[list[float]], list[list[float]], list[float]]:
+    """``(in_step, alone, whole)``: per kernel of the step its µs between the events around it in a
+    flushed step, and alone after its own flush; the whole step's µs. ``reps`` samples each, after
+    5 unrecorded ones."""
+    cp = backend.cp
+    flush = flusher(backend)
+    n = len(step.kernels)
+    in_step, alone, whole = [[] for _ in range(n)], [[] for _ in range(n)], []
+    for r in range(reps + 5):
+        flush()
+        ev = [cp.cuda.Event() for _ in range(n + 1)]
+        ev[0].record(backend.stream)
+        for i in range(n):
+            _launch_kernel(step, i, backend)
+            ev[i + 1].record(backend.stream)
+        ev[n].synchronize()
+        if r >= 5:
+            for i in range(n):
+                in_step[i].append(cp.cuda.get_elapsed_time(ev[i], ev[i + 1]) * 1e3)
+            whole.append(cp.cuda.get_elapsed_time(ev[0], ev[n]) * 1e3)
+    for i in range(n):
+        for r in range(reps + 5):
+            flush()
+            a, b = cp.cuda.Event(), cp.cuda.Event()
+            a.record(backend.stream)
+            _launch_kernel(step, i, backend)
+            b.record(backend.stream)
+            b.synchronize()
+            if r >= 5:
+                alone[i].append(cp.cuda.get_elapsed_time(a, b) * 1e3)
+    return in_step, alone, whole
+
+
+def split_table(names: list[str], in_step: list[list[float]], alone: list[list[float]], whole: list[float]) -> str:
+    """The --split table: one row a kernel (p50 in the step, p50 alone, their difference), then the
+    sums and the whole step (µs)."""
+    rows = ["| kernel | in the step p50 µs | alone p50 µs | step - alone |", "| --- | --- | --- | --- |"]
+    s_in = s_alone = 0.0
+    for name, a, b in zip(names, in_step, alone):
+        pa, pb = statistics.median(a), statistics.median(b)
+        s_in, s_alone = s_in + pa, s_alone + pb
+        rows.append(f"| {name} | {pa:.2f} | {pb:.2f} | {pa - pb:+.2f} |")
+    rows.append(f"| sum of the kernels | {s_in:.2f} | {s_alone:.2f} | {s_in - s_alone:+.2f} |")
+    rows.append(f"| the whole step (first event to last) | {statistics.median(whole):.2f} | | |")
+    return "\n".join(rows)
+
+
+def kernel_names(step) -> list[str]:
+    """Each kernel's symbol where its function carries one (CuPy's does not: then its launch shape)."""
+    return [getattr(k.fn, "symbol", None) or f"kernel {i}: grid {k.grid}, {k.threads} threads, {k.smem} B dynamic"
+            for i, k in enumerate(step.kernels)]
+
+
 def parse_target(spec: str):
     """``COMPONENT:VARIANT:K=V,K=V`` -> (component, its CUDA variant, the point); a one-line
     ValueError naming the part that is wrong and what is allowed."""
@@ -101,6 +168,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("targets", nargs="*", metavar="COMPONENT:VARIANT:K=V,K=V")
     ap.add_argument("--reps", type=int, default=200)
+    ap.add_argument("--split", action="store_true", help="time each kernel of a multi-kernel step (module docstring)")
     args = ap.parse_args()
     for spec in args.targets:          # every target's spelling checked before the GPU is touched
         try:
@@ -109,6 +177,14 @@ def main() -> None:
             raise SystemExit(str(exc))
     geometry = load_fuel()
     backend = CudaBackend()
+    if args.split:
+        for spec in args.targets:
+            step = build_target(spec, geometry, backend)
+            if not hasattr(step, "kernels"):
+                raise SystemExit(f"{spec}: --split needs a multi-kernel step (harness.cuda.KernelStep)")
+            print(f"{spec}: {getattr(step, 'note', '')}")
+            print(split_table(kernel_names(step), *time_split(step, backend, args.reps)), flush=True)
+        return
     small, big = empty_kernels(backend)
     targets = [("empty, no shared memory", small), ("empty, 227 KiB shared memory", big)]
     for spec in args.targets:
