@@ -854,6 +854,27 @@ def test_the_share_emulation_gives_the_reference_set(kind, P, caps):
         assert res.ok, (kind, C, k, P, caps, res.describe())
 
 
+def test_the_share_tie_take_from_the_union_is_the_rows():
+    """Quantized scores (the DSA layer's integer keys and queries, small-integer weights: a few
+    keys at most a level, so most rows cut a level at the k-th) and few-level rows, with every
+    slice served or none (a buffer of 16: the slices' k best, lower index first): the final's tie
+    take from the union alone gives the reference's set, at partial tie levels."""
+    rng = np.random.default_rng(47)
+    partial = 0
+    for trial in range(6):
+        C, k = 65536, 512
+        keys_ = np.floor(rng.random((C, 32), dtype=np.float32) * 7) - 3
+        q = rng.integers(-3, 4, (8, 32)).astype(np.float32)
+        w = (rng.choice([-1, 1], 8) * rng.integers(1, 65, 8) * 2.0 ** -12).astype(np.float32)
+        rows = [(np.maximum(keys_ @ q.T, 0) @ w).astype(np.float32), rng.integers(0, 50, C).astype(np.float32)]
+        for row in rows:
+            for smp_cap in (4096, 16):
+                out, tr = topk_model.select_row_share(row, k, 4, 2560, smp_cap, 20480, rng)
+                partial += tr.final.partial
+                assert tr.level in (1, 2) and _strict_ok(out, row, k).ok, (trial, smp_cap, tr.level)
+    assert partial >= 6, partial                   # the union's take ran, not only whole levels
+
+
 def _share_caps():
     d = lambda name: topk_variants.split_define(name, "share")   # noqa: E731
     return d("SMP_CAP"), d("SMP_DYN_BYTES") // 8

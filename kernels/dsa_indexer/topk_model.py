@@ -683,7 +683,12 @@ def select_row_share(scores: np.ndarray, k: int, P: int, cap: int, smp_cap: int,
     t_max = max(s[0] for s in segs)
 
     def final(idx: np.ndarray):
-        out, tr = _one_select(key[idx], k, cap, rng, True, lambda p: idx[p], ties)
+        # the kernel's tie take (ShrFinalOut): the Q lowest indices among the union's keys == T,
+        # or the row's index-order take when more than cap of the union's keys equal T
+        def union_ties(T, Q):
+            tied = np.sort(idx[key[idx] == T])
+            return tied[:Q] if len(tied) <= cap else ties(T, Q)
+        out, tr = _one_select(key[idx], k, cap, rng, True, lambda p: idx[p], union_ties)
         return out.astype(np.int32), tr
 
     if sum(s[3] for s in segs) <= union_cap:

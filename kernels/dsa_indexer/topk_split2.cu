@@ -746,7 +746,11 @@ The row's last CTA (split_last_cta's counter) reads the P headers and
      N(0, 1) rows at the margin of 4): both groups of every segment, each a superset of its slice's
      k best (smp_served), so exact with no test; the select runs again over them;
   level 3 (the groups do not fit the ring and the buffer, SMP_DYN_BYTES / 8 pairs): the row itself.
-A later level rewrites every output slot (members then -1 to k), after a barrier.
+A later level rewrites every output slot (members then -1 to k), after a barrier. A partial tie
+level at levels 1 and 2 is taken from the union in shared memory (ShrFinalOut), not by re-reading
+the row: one CTA's index-order pass over 262144 scores took ~70 us on the DSA layer's quantized
+score rows (tools/launch_floor.py --split: the top-k 96.99 us inside the per-token layer step at
+1b7027d, against 28.7 on random rows, where a partial level is rare).
 topk_model.select_row_share emulates every decision (tests/test_dsa_topk.py).
 Workspace: ws [M][P][SHR_SEG] uint2: SHR_DATA pairs of data, then the header; count [M] as split2.
 */
@@ -835,6 +839,48 @@ __device__ __forceinline__ unsigned shr_gather(const uint2* seg0, unsigned P, bo
     return total;
 }
 
+// dsa_topk_share's final sink: S2FinalOut with the tie take over the union u (shared memory)
+// instead of the row. Exact: the union holds every key of the row >= T from the type-H / buffered
+// segments, and from a segment holding its slice's k best (lower index first among equal keys)
+// that slice's lowest-index keys == T, at least as many as the row can take from it (the row takes
+// at most k - (its keys > T) <= k - (the slice's keys > T) of them), so the Q lowest indices among
+// the union's keys == T are the row's. The union's ties gathered into s.buf_idx (free once the
+// select's bin passes are done; ONE_CAP entries), each ranked by the count of lower indices (E^2 /
+// 1024 compares a thread, E the union's keys == T); more than ONE_CAP: the row's index-order take.
+struct ShrFinalOut {
+    S2FinalOut row_out;
+    const uint2* u;
+    unsigned nu;
+    unsigned* list;       // s.buf_idx
+    unsigned* nlist;      // a free shared word (s.n_buf: the select's counts are read by now)
+    __device__ __forceinline__ void put(unsigned slot, unsigned pay, unsigned key) const { row_out.put(slot, pay, key); }
+    __device__ __forceinline__ void fill(unsigned F, unsigned k) const { row_out.fill(F, k); }
+    __device__ __forceinline__ void take_ties(unsigned T, unsigned Q, unsigned at, unsigned* scan) const {
+        __syncthreads();                               // every thread past the select's reads of s.n_buf
+        if (threadIdx.x == 0) *nlist = 0u;
+        __syncthreads();
+        for (unsigned j = threadIdx.x; j < nu; j += ONE_THREADS) {
+            const uint2 v = u[j];
+            if (v.x == T) {
+                const unsigned slot = atomicAdd(nlist, 1u);
+                if (slot < ONE_CAP) list[slot] = v.y;
+            }
+        }
+        __syncthreads();
+        const unsigned E = *nlist;
+        if (E > ONE_CAP) {                             // block-uniform
+            row_out.take_ties(T, Q, at, scan);
+            return;
+        }
+        for (unsigned i = threadIdx.x; i < E; i += ONE_THREADS) {
+            const unsigned e = list[i];
+            unsigned rank = 0u;
+            for (unsigned j = 0; j < E; ++j) rank += list[j] < e;   // indices are distinct
+            if (rank < Q) row_out.orow[at + rank] = (int)e;
+        }
+    }
+};
+
 extern "C" __global__ void __launch_bounds__(ONE_THREADS, 1)
     dsa_topk_share(const float* __restrict__ scores, int* __restrict__ out, uint2* ws, unsigned* count, int C_,
                    int k_) {
@@ -879,19 +925,20 @@ extern "C" __global__ void __launch_bounds__(ONE_THREADS, 1)
     __syncthreads();
     const S2FinalOut fout{c.row, c.C, out + (size_t)c.m * c.k};
     uint2* u = reinterpret_cast<uint2*>(ring);
+    auto union_out = [&](unsigned nu) { return ShrFinalOut{fout, u, nu, s.buf_idx, &s.n_buf}; };
     constexpr unsigned cap = SMP_DYN_BYTES / 8u;
     bool done = false;
     unsigned nu = shr_gather(seg0, c.P, false, u, cap, f);
     if (nu != ~0u) {
         one_reset(s);
-        const unsigned T = s2_select<true, 2>(SmpBufSrc{u, nu}, fout, c.k, s);
+        const unsigned T = s2_select<true, 2>(SmpBufSrc{u, nu}, union_out(nu), c.k, s);
         done = f.tmax == 0u || T >= f.tmax;            // block-uniform
     }
     if (!done) {
         nu = shr_gather(seg0, c.P, true, u, cap, f);
         one_reset(s);
         if (nu != ~0u)
-            s2_select<true, 2>(SmpBufSrc{u, nu}, fout, c.k, s);
+            s2_select<true, 2>(SmpBufSrc{u, nu}, union_out(nu), c.k, s);
         else
             s2_select<true, 2>(S2Src<false>{c.row, c.C, 0u, (c.C & 3u) == 0u, ring}, fout, c.k, s);
     }
