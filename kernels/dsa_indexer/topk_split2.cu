@@ -740,17 +740,18 @@ The row's last CTA (split_last_cta's counter) reads the P headers and
      every key of the row >= t_max = the largest header t (a t <= 1 counts 0: that H holds every
      nonzero key of its slice), and a type-k segment the slice's k best, so the row's k-th key T is
      the union's exactly when the union's T >= t_max (or t_max = 0): the union then holds every key
-     of the row > T and, with the row's k best, every candidate the select needs (its tie take
-     re-reads the row in index order, as stage 2 does). The result stands when that holds;
+     of the row > T and, with the row's k best, every candidate the select needs (its tie take:
+     below). The result stands when that holds;
   level 2 (a slice with fewer of the row's best than its share: skewed or ordered rows, ~0 of 200
      N(0, 1) rows at the margin of 4): both groups of every segment, each a superset of its slice's
      k best (smp_served), so exact with no test; the select runs again over them;
   level 3 (the groups do not fit the ring and the buffer, SMP_DYN_BYTES / 8 pairs): the row itself.
 A later level rewrites every output slot (members then -1 to k), after a barrier. A partial tie
 level at levels 1 and 2 is taken from the union in shared memory (ShrFinalOut), not by re-reading
-the row: one CTA's index-order pass over 262144 scores took ~70 us on the DSA layer's quantized
-score rows (tools/launch_floor.py --split: the top-k 96.99 us inside the per-token layer step at
-1b7027d, against 28.7 on random rows, where a partial level is rare).
+the row: inside the per-token DSA layer step at 1b7027d (quantized score rows, most of them cut a
+level at the k-th) the top-k took 96.99 us against 28.7 on random rows, where a partial level is
+rare (tools/launch_floor.py --split); one CTA's index-order pass over 262144 scores is the likely
+cost (inferred, not probed apart).
 topk_model.select_row_share emulates every decision (tests/test_dsa_topk.py).
 Workspace: ws [M][P][SHR_SEG] uint2: SHR_DATA pairs of data, then the header; count [M] as split2.
 */
