@@ -105,11 +105,16 @@ class KernelStep(Launch):
             for name, fill in self.fills.items():
                 self.dev[name].fill(fill)
 
+    def launch_kernel(self, i: int, programmatic: bool = False) -> None:
+        """Kernel i of the step alone, as the step launches it (a probe may put events between)."""
+        k = self.kernels[i]
+        grid = k.grid if isinstance(k.grid, tuple) else (k.grid,)
+        self.backend.launch(k.fn, grid, (k.threads,), k.args(self.dev), shared_mem=k.smem,
+                            programmatic=self.dependent and (programmatic or i > 0))
+
     def __call__(self, programmatic: bool = False) -> None:
-        for i, k in enumerate(self.kernels):
-            grid = k.grid if isinstance(k.grid, tuple) else (k.grid,)
-            self.backend.launch(k.fn, grid, (k.threads,), k.args(self.dev), shared_mem=k.smem,
-                                programmatic=self.dependent and (programmatic or i > 0))
+        for i in range(len(self.kernels)):
+            self.launch_kernel(i, programmatic)
 
     @classmethod
     def run_many(cls, launches: Sequence["KernelStep"]) -> Callable[[], None]:

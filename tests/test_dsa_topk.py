@@ -928,6 +928,10 @@ def test_the_share_launcher_reads_the_kernel_declarations():
     d = lambda name: topk_variants.split_define(name, "share")   # noqa: E731
     assert d("SHR_DATA") == d("SMP_CAP") + 2 and d("SHR_SEG") == d("SHR_DATA") + 2
     assert registry.get("dsa_topk").variant("radix_share").sources == (topk_variants.SPLIT2_SOURCE,)
+    assert topk_variants.split_ws_pairs("share", 2048) == d("SHR_SEG")
+    assert topk_variants.split_ws_pairs("split2", 2047) == 2048 == topk_variants.split_ws_pairs("sample", 2048)
+    with pytest.raises(ValueError, match=r"dsa_topk_split: workspace layout 'two arrays'"):
+        topk_variants.split_ws_pairs("split", 2048)
     with pytest.raises(ValueError, match=r"dsa_topk_share: P = 40 .*allowed: P <= 32"):
         topk_variants.split_launch(None, 1, 262144, 2048, "share", P_fixed=40)
     with pytest.raises(ValueError, match=r"k = 8192.*<= 4098"):

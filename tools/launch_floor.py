@@ -80,12 +80,6 @@ def time_orders(step, backend, reps: int, small, big) -> dict[str, list[float]]:
     return out
 
 
-def _launch_kernel(step, i: int, backend) -> None:
-    k = step.kernels[i]
-    grid = k.grid if isinstance(k.grid, tuple) else (k.grid,)
-    backend.launch(k.fn, grid, (k.threads,), k.args(step.dev), shared_mem=k.smem, programmatic=False)
-
-
 def time_split(step, backend, reps: int) -> tuple[list[list[float]], list[list[float]], list[float]]:
     """``(in_step, alone, whole)``: per kernel of the step its µs between the events around it in a
     flushed step, and alone after its own flush; the whole step's µs. ``reps`` samples each, after
@@ -99,7 +93,7 @@ def time_split(step, backend, reps: int) -> tuple[list[list[float]], list[list[f
         ev = [cp.cuda.Event() for _ in range(n + 1)]
         ev[0].record(backend.stream)
         for i in range(n):
-            _launch_kernel(step, i, backend)
+            step.launch_kernel(i)
             ev[i + 1].record(backend.stream)
         ev[n].synchronize()
         if r >= 5:
@@ -111,7 +105,7 @@ def time_split(step, backend, reps: int) -> tuple[list[list[float]], list[list[f
             flush()
             a, b = cp.cuda.Event(), cp.cuda.Event()
             a.record(backend.stream)
-            _launch_kernel(step, i, backend)
+            step.launch_kernel(i)
             b.record(backend.stream)
             b.synchronize()
             if r >= 5:

@@ -143,7 +143,7 @@ def make_unfused_build(topk: str = "radix_cluster"):
         else:
             fn, P, _, dyn, _ = topk_variants.split_launch(backend, Mn, C, k, "share")
             with backend.stream:
-                buffers["ws"] = cp.empty((Mn, P, topk_variants.split_define("SHR_SEG", "share"), 2), cp.uint32)
+                buffers["ws"] = cp.empty((Mn, P, topk_variants.split_ws_pairs("share", k), 2), cp.uint32)
                 buffers["count"] = cp.zeros(Mn, cp.uint32)
                 restore["count"] = cp.zeros(Mn, cp.uint32)   # zero before every launch (the kernel leaves it so)
             kernels.append(KernelCall(fn, (P, Mn), topk_variants.onecta_define("ONE_THREADS"), dyn, lambda b: (

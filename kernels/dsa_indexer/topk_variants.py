@@ -225,6 +225,17 @@ def make_split_build(P_fixed: int | None = None, design: str = "split"):
     return build
 
 
+def split_ws_pairs(design: str, k: int) -> int:
+    """(key, index) pairs a CTA's workspace segment holds for a design of layout "pairs" (k rounded up
+    to 4) or "segments" (SHR_SEG): the workspace is [M][P][that][2] uint32. ValueError for "two arrays"."""
+    layout = SPLIT_DESIGNS[design][3]
+    if layout == "pairs":
+        return (k + 3) & ~3
+    if layout == "segments":
+        return split_define("SHR_SEG", design)
+    raise ValueError(f"{SPLIT_DESIGNS[design][1]}: workspace layout {layout!r} is not one of (key, index) pairs")
+
+
 def split_launch(backend, M: int, C: int, k: int, design: str = "split", P_fixed: int | None = None):
     """A split design's launch for M rows of C scores: (kernel, P CTAs a row, kp = k rounded up to
     4 candidate slots a CTA, ring bytes of dynamic shared memory, the workspace layout: "pairs"
@@ -257,8 +268,7 @@ def _split_step(geometry, point, inputs, backend, P_fixed: int | None, design: s
     with backend.stream:
         buffers = {"indices": cp.empty((Mn, k), cp.int32), "count": cp.zeros(Mn, cp.uint32)}
         if layout in ("pairs", "segments"):
-            seg = kp if layout == "pairs" else split_define("SHR_SEG", design)
-            buffers["ws"] = cp.empty((Mn, P, seg, 2), cp.uint32)
+            buffers["ws"] = cp.empty((Mn, P, split_ws_pairs(design, k), 2), cp.uint32)
             poison = {"indices": topk_model.POISON, "ws": poison_u32}
             args = lambda b: (scores, b["indices"], b["ws"], b["count"], np.int32(C), np.int32(k))  # noqa: E731
         else:

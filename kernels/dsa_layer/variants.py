@@ -98,10 +98,8 @@ def build_chained(geometry, point, inputs, backend) -> KernelStep:
         scan_fn = get_kernel(backend, SOURCES["scan"], "scan_mma_bf16")
         scan_threads, scan_ctas, tpw = scan_variants.mma_launch(backend, scan_fn, Mn, C)
     topk_design = TOPK_SPLIT_DESIGNS[spec.pooling(point)]
-    topk_fn, P, kp, topk_ring, ws_layout = topk_variants.split_launch(backend, Mn, C, k, topk_design)
-    if ws_layout not in ("pairs", "segments"):
-        raise ValueError(f"{spec.topk_design(point)}: the layer holds (key, index) pair workspaces; got {ws_layout}")
-    ws_pairs = kp if ws_layout == "pairs" else topk_variants.split_define("SHR_SEG", topk_design)
+    topk_fn, P, _, topk_ring, _ = topk_variants.split_launch(backend, Mn, C, k, topk_design)
+    ws_pairs = topk_variants.split_ws_pairs(topk_design, k)   # the layer holds (key, index) pair workspaces
     splits = mla_variants.one_wave_splits(Mn, W, sms)
     split_smem = mla_variants.source_define(SPLIT_SOURCE, SPLIT_SMEM)
     if SPLIT_OPTIONS == mla_variants.WGMMA_OPTIONS:
