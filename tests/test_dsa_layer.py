@@ -369,3 +369,19 @@ def test_the_chained_step_is_wired_right_on_an_emulated_device(geometry, key_cac
     streams = runner.reference_streams(comp, geometry, point)
     bad = [c.describe() for c in runner.checked(comp, point, step.outputs(), ref, streams) if not c.ok]
     assert not bad, bad
+
+
+def test_the_experiments_claims_sum_the_parts_part_points_names(geometry):
+    """Each layer claim of experiments/experiment/dsa_layer.yaml divides the layer's row by the sum
+    of exactly the rows spec.part_points names for that layer point (the designs spec.py picks),
+    so a design change in spec.py without the claims (or the reverse) fails here."""
+    from harness import verdicts
+
+    claims = verdicts.experiment_claims("dsa_layer", geometry)
+    assert claims
+    for claim in claims:
+        rule = claim["rule"]
+        assert rule["numerator"]["component"] == "dsa_layer" and rule["op"] == "<=" and rule["factor"] == 1.05
+        want = [(c, v, p) for c, v, p in spec.part_points(geometry, rule["numerator"]["point"])]
+        got = [(d["component"], d["variant"], dict(d["point"])) for d in rule["denominator"]]
+        assert got == want, claim["id"]

@@ -540,6 +540,29 @@ def test_the_split_paths_are_exercised():
     assert np.array_equal(np.sort(out), np.arange(2048))
 
 
+def test_split2_takes_a_partial_tie_level_from_the_bin_buffer():
+    """topk_split2.cu's s2_select (buffered_ties) takes a partial level from bin b0's buffer, not
+    from the row: on rows quantized as the DSA layer's (a few hundred levels, most rows cut one at
+    the k-th) every stage's partial level comes from the buffer and the set is the reference's,
+    the lowest indices of the cut level; the buffer overflowing (one level over the row), the take
+    falls back to the index-order one and is still exact."""
+    rng = np.random.default_rng(29)
+    for C, k, P in ((65536, 512, 4), (40000, 2048, 4), (9000, 700, 3)):
+        row = (rng.integers(-200, 200, C) / 64.0).astype(np.float32)
+        for buffered in (False, True):
+            out, t = topk_model.select_row_split(row, k, P, 2560, rng, buffered_ties=buffered)
+            assert _strict_ok(out, row, k).ok, (C, k, P, buffered)
+            stages = [*t.slices, t.final]
+            assert any(s.partial for s in stages)
+            assert all(s.from_buffer == (buffered and s.partial and not s.overflow) for s in stages)
+            if buffered:
+                assert t.final.from_buffer
+    row = np.full(65536, 0.5, np.float32)
+    out, t = topk_model.select_row_split(row, 2048, 4, 2560, rng, buffered_ties=True)
+    assert all(s.overflow and s.partial and not s.from_buffer for s in t.slices)
+    assert np.array_equal(np.sort(out), np.arange(2048))
+
+
 def test_the_split_emulation_sees_an_unwritten_candidate():
     """A candidate slot stage 1 leaves unwritten keeps the poison (key 0xAAAAAAAA, a poison index):
     here the slot of the row's best score, so the final set misses it and the check fails: the
@@ -549,8 +572,8 @@ def test_the_split_emulation_sees_an_unwritten_candidate():
     best = int(np.argmax(row))
     real = topk_model._one_select
 
-    def lossy(key, k, cap, rng, drop, value, ties):
-        out, trace = real(key, k, cap, rng, drop, value, ties)
+    def lossy(key, k, cap, rng, drop, value, ties, *buffered):
+        out, trace = real(key, k, cap, rng, drop, value, ties, *buffered)
         if not drop:
             out[out == best] = topk_model.POISON               # that member not written
         return out, trace

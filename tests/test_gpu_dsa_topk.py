@@ -2,7 +2,8 @@
 runner's own verification, at random, tied, few-eligible and sorted rows, at model and irregular
 shapes (C % 4 != 0: the scalar path; every cluster size 1, 2, 4, 8 through M; the resident
 kernel's 1, 2 and 4 CTAs a row through C); and ours on
-degenerate rows built by hand (all -inf, NaN, +inf, -0 / +0, a tie level across every slice),
+degenerate rows built by hand (all -inf, NaN, +inf, -0 / +0, a tie level across every slice, 400
+levels cut at the k-th as the DSA layer's rows: the split designs' buffered tie take),
 judged strictly (members first, then -1). Skipped without a GPU."""
 
 from __future__ import annotations
@@ -85,13 +86,15 @@ def _degenerate(kind: str, C: int, rng) -> np.ndarray:
         return np.full(C, 0.5, np.float32)
     if kind == "few_levels":
         return rng.integers(0, 6, C).astype(np.float32) - 2.5
+    if kind == "quantized":          # 400 levels, as the DSA layer's exact-check scores: a level cut
+        return (rng.integers(-200, 200, C) / 64.0).astype(np.float32)   # at the k-th, bin b0 not full
     raise ValueError(kind)
 
 
 @pytest.mark.parametrize("M,context,pooling,topk", [(2, 65536, "per_token", 2048), (40, 16388, "pooled", 512),
                                                     (70, 8192, "per_token", 512), (140, 4100, "per_token", 64)],
                          ids=lambda v: str(v))
-@pytest.mark.parametrize("kind", ["all_minus_inf", "nan_inf_zeros", "one_level", "few_levels"])
+@pytest.mark.parametrize("kind", ["all_minus_inf", "nan_inf_zeros", "one_level", "few_levels", "quantized"])
 @pytest.mark.parametrize("variant", [v for v in CASES if not v.peer], ids=lambda v: v.name)
 def test_ours_on_degenerate_rows_members_first(backend, variant, kind, M, context, pooling, topk):
     """Ours only: torch.topk ranks NaN above everything and +0 above -0, as its radix keys do."""

@@ -296,6 +296,7 @@ class OneTrace:
     E: int
     Q: int
     partial: bool
+    from_buffer: bool = False    # a partial level taken from bin b0's buffer (s2_take_buffered)
 
 
 def _find_desc(hist: np.ndarray, kk: int) -> tuple[int, int]:
@@ -308,14 +309,16 @@ def _find_desc(hist: np.ndarray, kk: int) -> tuple[int, int]:
     return len(hist) - 1 - j, above
 
 
-def _one_select(key: np.ndarray, k: int, cap: int, rng: np.random.Generator, drop: bool, value, ties
-                ) -> tuple[np.ndarray, OneTrace]:
+def _one_select(key: np.ndarray, k: int, cap: int, rng: np.random.Generator, drop: bool, value, ties,
+                buffered_ties: bool = False) -> tuple[np.ndarray, OneTrace]:
     """topk_onecta.cuh's one_select over a source of keys: ``(slots [k] int64, trace)``.
 
     key [n] int64: the source's keys (0: nothing); value(positions) -> what a member's slot holds
     (the sink's put); ties(T, Q) -> the Q values the sink's index-order take writes at slots
     above .. above + Q - 1; drop: +inf counts towards k but is never a member (else a key like any
-    other, its level's ties taken by index). Slots past F hold -1; a slot never written keeps POISON.
+    other, its level's ties taken by index); buffered_ties (topk_split2.cu's s2_select): a partial
+    level whose bin b0 did not overflow is taken from the buffer instead, the Q lowest values among
+    the source's keys == T (s2_take_buffered). Slots past F hold -1; a slot never written keeps POISON.
     As the kernel: digit 0 (12 bits) of the nonzero keys; every key in a bin above b0 (not +inf
     under drop) written at a shared counter in pass 2; bin b0's nonzero keys buffered (overflow past
     ``cap``: the digits and the write read the source again, the same keys); digits 1 and 2 over
@@ -365,14 +368,15 @@ def _one_select(key: np.ndarray, k: int, cap: int, rng: np.random.Generator, dro
         claim(pos[member])
     assert counter == above + (E if take_all else 0), (counter, above, E, take_all)
     partial = t_finite and 0 < Q < E
+    from_buffer = partial and buffered_ties and not overflow
     if partial:
-        taken = np.asarray(ties(T, Q))
+        taken = np.sort(value(pos[key == T]))[:Q] if from_buffer else np.asarray(ties(T, Q))
         assert len(taken) == Q
         out[above:above + Q] = taken
     F = above + (Q if t_finite else 0)
     out[F:] = -1
     return out, OneTrace(b0=b0, T=T, buffered=int(in_bin.sum()), overflow=overflow, direct=n_direct, E=E, Q=Q,
-                         partial=partial)
+                         partial=partial, from_buffer=from_buffer)
 
 
 def _ties_of_row(key: np.ndarray, lo: int, hi: int):
@@ -442,8 +446,8 @@ def _store_segment(cand_key: np.ndarray, cand_idx: np.ndarray, r: int, kp: int, 
     seg_key[k:] = 0                                            # ... to kp
 
 
-def select_row_split(scores: np.ndarray, k: int, P: int, cap: int, rng: np.random.Generator | None = None
-                     ) -> tuple[np.ndarray, SplitTrace]:
+def select_row_split(scores: np.ndarray, k: int, P: int, cap: int, rng: np.random.Generator | None = None,
+                     buffered_ties: bool = False) -> tuple[np.ndarray, SplitTrace]:
     """One row as topk_split.cu's P CTAs (and topk_split2.cu's: the same decisions, slots and
     candidates, there stored as (key, index) pairs): ``(out [k] int32, trace)``.
 
@@ -453,16 +457,20 @@ def select_row_split(scores: np.ndarray, k: int, P: int, cap: int, rng: np.rando
     the slice's keys in index order; a slot never written keeps POISON (a key of 0xAAAAAAAA, which
     stage 2 would rank high: the test sees it). Stage 2: _one_select (drop) over the P kp candidate
     keys, a member's slot holding its candidate's row index, a partial tie quota taken from the
-    whole row in index order (the kernel re-reads the scores)."""
+    whole row in index order (the kernel re-reads the scores). buffered_ties: topk_split2.cu's
+    s2_select, which takes a partial level from bin b0's buffer where it did not overflow, in both
+    stages (the same set: _one_select)."""
     rng = rng or np.random.default_rng(0)
 
     def stage1(key, lo, hi):
-        return _one_select(key[lo:hi], k, cap, rng, False, lambda p: lo + p, _ties_of_row(key, lo, hi))
-    out, traces, final = _split_stages(scores, k, P, cap, rng, stage1)
+        return _one_select(key[lo:hi], k, cap, rng, False, lambda p: lo + p, _ties_of_row(key, lo, hi),
+                           buffered_ties)
+    out, traces, final = _split_stages(scores, k, P, cap, rng, stage1, buffered_ties)
     return out, SplitTrace(slices=traces, final=final)
 
 
-def _split_stages(scores: np.ndarray, k: int, P: int, cap: int, rng: np.random.Generator, stage1):
+def _split_stages(scores: np.ndarray, k: int, P: int, cap: int, rng: np.random.Generator, stage1,
+                  buffered_ties: bool):
     """The split designs' two stages over one row: stage1(key, lo, hi) -> (slots [k], trace) for each
     slice (slots holding row indices, -1 past the members), stored as candidates; then stage 2 over
     the P kp candidates. ``(out [k] int32, the slices' traces, stage 2's trace)``."""
@@ -474,7 +482,8 @@ def _split_stages(scores: np.ndarray, k: int, P: int, cap: int, rng: np.random.G
         slots, tr = stage1(key, lo, hi)
         _store_segment(cand_key, cand_idx, r, kp, slots, key)
         traces.append(tr)
-    out, final = _one_select(cand_key, k, cap, rng, True, lambda p: cand_idx[p], _ties_of_row(key, 0, len(key)))
+    out, final = _one_select(cand_key, k, cap, rng, True, lambda p: cand_idx[p], _ties_of_row(key, 0, len(key)),
+                             buffered_ties)
     return out.astype(np.int32), traces, final
 
 
@@ -604,7 +613,8 @@ def select_row_sample(scores: np.ndarray, k: int, P: int, cap: int, smp_cap: int
     Stage 1, each slice: t_est = sample_bound; the hits (keys >= t_est) buffered in a random order
     (the kernel's warp atomics give any); if hits <= smp_cap and (hits >= k or t_est == 1) the select
     (_one_select without drop) runs over the buffer, a member's value its row index and a partial
-    tie take from the slice in index order; otherwise over the slice itself (split2's stage 1).
+    tie take from its bin buffer (s2_take_buffered) or, that overflowing, from the slice in index
+    order; otherwise over the slice itself (split2's stage 1).
     The candidates, then stage 2, as select_row_split."""
     rng = rng or np.random.default_rng(0)
 
@@ -615,11 +625,11 @@ def select_row_sample(scores: np.ndarray, k: int, P: int, cap: int, smp_cap: int
         use_buf = len(hit_pos) <= smp_cap and (len(hit_pos) >= k or t_est == 1)
         ties = _ties_of_row(key, lo, hi)
         if use_buf:
-            slots, tr = _one_select(sk[hit_pos], k, cap, rng, False, lambda p: lo + hit_pos[p], ties)
+            slots, tr = _one_select(sk[hit_pos], k, cap, rng, False, lambda p: lo + hit_pos[p], ties, True)
         else:
-            slots, tr = _one_select(sk, k, cap, rng, False, lambda p: lo + p, ties)
+            slots, tr = _one_select(sk, k, cap, rng, False, lambda p: lo + p, ties, True)
         return slots, SampleTrace(t_est=t_est, hits=len(hit_pos), buffered=use_buf, select=tr)
-    return _split_stages(scores, k, P, cap, rng, stage1)
+    return _split_stages(scores, k, P, cap, rng, stage1, True)
 
 
 def select_sample(scores: np.ndarray, k: int, P: int, cap: int, smp_cap: int) -> np.ndarray:
@@ -658,7 +668,8 @@ def select_row_share(scores: np.ndarray, k: int, P: int, cap: int, smp_cap: int,
     (select_row_split's stage 1) as H with kp pairs, L empty, t = 0. The final: level 1 selects from
     the H groups (when their pairs fit union_cap) and keeps the result if t_max = 0 or its T >=
     t_max; else level 2 from both groups (when they fit), else level 3 from the row (_one_select
-    with drop, a partial tie take from the row in index order each time)."""
+    with drop each time; a partial tie level from the select's bin buffer, or, that overflowing, the
+    union's ties when at most cap, else the row's in index order)."""
     rng = rng or np.random.default_rng(0)
     key = keys(scores).astype(np.int64)
     C, kp = len(key), (k + 3) & ~3
@@ -674,7 +685,7 @@ def select_row_share(scores: np.ndarray, k: int, P: int, cap: int, smp_cap: int,
             H, L = lo + hi_pos, lo + lo_pos
             t, nH, nL = (t_share if t_share > 1 else 0), len(H) + len(H) % 2, len(L) + len(L) % 2
         else:
-            slots, _ = _one_select(sk, k, cap, rng, False, lambda p: lo + p, _ties_of_row(key, lo, hi))
+            slots, _ = _one_select(sk, k, cap, rng, False, lambda p: lo + p, _ties_of_row(key, lo, hi), True)
             H, L = slots[(slots != -1) & (slots != POISON)], np.zeros(0, np.int64)
             t, nH, nL = 0, kp, 0
         segs.append((t, H, L, nH, nL))
@@ -683,12 +694,13 @@ def select_row_share(scores: np.ndarray, k: int, P: int, cap: int, smp_cap: int,
     t_max = max(s[0] for s in segs)
 
     def final(idx: np.ndarray):
-        # the kernel's tie take (ShrFinalOut): the Q lowest indices among the union's keys == T,
-        # or the row's index-order take when more than cap of the union's keys equal T
+        # the kernel's tie take: from the select's bin buffer (s2_take_buffered); where it
+        # overflowed, ShrFinalOut's: the Q lowest indices among the union's keys == T, or the row's
+        # index-order take when more than cap of the union's keys equal T
         def union_ties(T, Q):
             tied = np.sort(idx[key[idx] == T])
             return tied[:Q] if len(tied) <= cap else ties(T, Q)
-        out, tr = _one_select(key[idx], k, cap, rng, True, lambda p: idx[p], union_ties)
+        out, tr = _one_select(key[idx], k, cap, rng, True, lambda p: idx[p], union_ties, True)
         return out.astype(np.int32), tr
 
     if sum(s[3] for s in segs) <= union_cap:

@@ -232,9 +232,60 @@ __device__ __forceinline__ void s2_hits(const Src& src, unsigned b, bool conv, u
     }
 }
 
+// The partial tie take from bin b0's buffer when it did not overflow (it then holds every key == T
+// of the source with its payload, the row index): the Q lowest payloads among its keys == T at
+// slots at .. at + Q - 1 through out.put. That is what out.take_ties writes by re-reading the row in
+// index order: over the row's slice (stage 1), trivially; over the candidates of P slices or a union
+// of share groups (the finals), by the argument in ShrFinalOut's comment (each slice hands on its
+// lowest-index keys == T, at least as many as the row can take from it). The payloads set bits of a
+// bitmap over a window of ONE_NB0 x 32 indices from the lowest tie (s.h0: free once digit 0's
+// search has been read), ranked by one block scan; windows follow until Q are taken (one, unless
+// the ties span more than 131072 indices). Why: the DSA layer's quantized score rows cut a level at
+// the k-th in most rows, and the take by index order costs one CTA a pass over the whole row in
+// the final (radix_split2 paid ~14 us of its 32.5 in the pooled layer step: TOPK_NOTES.md).
+// Block-uniform; 4 barriers and a block scan a window.
+template <class Out>
+__device__ __forceinline__ void s2_take_buffered(unsigned T, unsigned Q, unsigned at, unsigned nbuf, const Out& out,
+                                                 OneShared& s) {
+    constexpr unsigned WBITS = ONE_NB0 * 32u;
+    static_assert(ONE_NB0 == 4u * ONE_THREADS, "4 bitmap words (one uint4) a thread");
+    __syncthreads();                                   // every thread past its reads of s.found_bin
+    if (threadIdx.x == 0) s.found_bin = ~0u;
+    __syncthreads();
+    unsigned lo = ~0u;
+    for (unsigned j = threadIdx.x; j < nbuf; j += ONE_THREADS)
+        if (s.buf_key[j] == T) lo = min(lo, s.buf_idx[j]);
+    lo = __reduce_min_sync(FULL_MASK, lo);
+    if ((threadIdx.x & 31u) == 0u && lo != ~0u) atomicMin(&s.found_bin, lo);
+    __syncthreads();
+    unsigned w0 = s.found_bin, taken = 0u;
+    while (taken < Q) {                                // block-uniform: taken adds the scans' totals
+        reinterpret_cast<uint4*>(s.h0)[threadIdx.x] = make_uint4(0u, 0u, 0u, 0u);
+        __syncthreads();
+        for (unsigned j = threadIdx.x; j < nbuf; j += ONE_THREADS) {
+            const unsigned d = s.buf_idx[j] - w0;      // wraps past WBITS below the window
+            if (s.buf_key[j] == T && d < WBITS) atomicOr(&s.h0[d >> 5], 1u << (d & 31u));
+        }
+        __syncthreads();
+        const uint4 v = reinterpret_cast<const uint4*>(s.h0)[threadIdx.x];
+        const unsigned w[4] = {v.x, v.y, v.z, v.w};
+        unsigned total;                                // the scan's barriers also free s.h0 for the next window
+        unsigned r = taken + topk_block_scan<ONE_WARPS>(__popc(v.x) + __popc(v.y) + __popc(v.z) + __popc(v.w),
+                                                        s.scan, &total);
+#pragma unroll
+        for (unsigned i = 0; i < 4u; ++i) {
+            for (unsigned bits = w[i]; bits != 0u && r < Q; bits &= bits - 1u, ++r)
+                out.put(at + r, w0 + 32u * (4u * threadIdx.x + i) + (__ffs(bits) - 1u), T);
+        }
+        taken += total;
+        w0 += WBITS;
+    }
+}
+
 // The k best keys of src into out: one_select's decisions exactly (topk_onecta.cuh's design; DROP
 // the same), with pass 2 over the hits only and s2_find. Out: put(slot, payload, key),
-// take_ties(T, Q, at, scan), fill(F, k). MARKS: 1 stage 1's marks (read, digit0, pass2, digit1,
+// take_ties(T, Q, at, scan) (a partial tie level when bin b0's buffer overflowed; else
+// s2_take_buffered through put), fill(F, k). MARKS: 1 stage 1's marks (read, digit0, pass2, digit1,
 // digit2, counts, write); 2 the final stage's (fread, fpass2, fdigits); 0 none. Returns T, the k-th
 // key (0 when fewer than k nonzero keys): dsa_topk_share tests its union with it.
 template <bool DROP, int MARKS, class Src, class Out>
@@ -354,7 +405,10 @@ __device__ __forceinline__ unsigned s2_select(const Src& src, const Out& out, un
         });
     }
     if (t_finite && Q > 0u && Q < E) {                 // block-uniform
-        out.take_ties(T, Q, above, s.scan);
+        if (!overflow)
+            s2_take_buffered(T, Q, above, nbuf, out, s);
+        else
+            out.take_ties(T, Q, above, s.scan);
     }
     const unsigned F = above + (t_finite ? Q : 0u);
     out.fill(F, k);
@@ -747,8 +801,8 @@ The row's last CTA (split_last_cta's counter) reads the P headers and
      k best (smp_served), so exact with no test; the select runs again over them;
   level 3 (the groups do not fit the ring and the buffer, SMP_DYN_BYTES / 8 pairs): the row itself.
 A later level rewrites every output slot (members then -1 to k), after a barrier. A partial tie
-level at levels 1 and 2 is taken from the union in shared memory (ShrFinalOut), not by re-reading
-the row: inside the per-token DSA layer step at 1b7027d (quantized score rows, most of them cut a
+level at levels 1 and 2 is taken from the union in shared memory, not by re-reading the row
+(s2_select's bin buffer, s2_take_buffered; where that buffer overflowed, ShrFinalOut): inside the per-token DSA layer step at 1b7027d (quantized score rows, most of them cut a
 level at the k-th) the top-k took 96.99 us against 28.7 on random rows, where a partial level is
 rare (tools/launch_floor.py --split); one CTA's index-order pass over 262144 scores is the likely
 cost (inferred, not probed apart).
