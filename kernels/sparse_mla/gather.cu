@@ -26,6 +26,22 @@ sparse_gather_xor_fp8: the same over an FP8 arena (codes [rows][512] uint8, scal
     word: partial[(m * splits + s) * 5 + {0..3}] = the codes' words, + 4 = the scales'.
 Both are one template (gather_xor_body): the row width in 16-byte words a lane, the rows in
 flight, and whether rows carry a scale.
+sparse_gather_tma: the same rows and the same checksum (BF16), copied into shared memory by the
+    bulk-copy (TMA) engine instead of the SM's load path: what a producer built on it (one
+    instruction a 128-byte row segment, ~8 a row, against ~64 lane copies in split_wgmma_ws's
+    cp.async producer, whose consumers waited on it: NOTES.md) could feed a sparse MLA kernel.
+    Layout of the copy: the arena as a 2-D tensor map [rows][512] of 2-byte elements, a box of
+    {64 elements, 1 row} with the 128-byte swizzle (kernels/tma.py), i.e. exactly one 128-byte
+    segment of a K-major SW128 wgmma tile row. Grid (splits, M), block GTMA_THREADS, one CTA an SM
+    (GTMA_SMEM bytes of ring). Warp 0 produces: for each group of 32 chunk rows, a stage of the ring
+    (GTMA_STAGES stages of 32 rows x 1 KiB, 1024-aligned), its empty barrier waited, lane l resolves
+    row l (selection -> page table), lane 0 posts the stage's valid-row mask and arrives on the full
+    barrier expecting valid x 1024 bytes, and each valid lane issues its row's 8 segment boxes
+    (row l of the stage at + 1024 l, segment g at + 128 g); the next groups' token and page loads
+    run one and two groups ahead. Warps 1.. wait on the full barrier,
+    XOR the valid rows' 16-byte words (the swizzle permutes whole 16-byte words within a 128-byte
+    segment, so the XOR is sparse_gather_xor's), and arrive on the empty barrier (one arrival a
+    warp). No byte of an invalid row is read. The partial as sparse_gather_xor's.
 */
 
 #include "sparse_mla_common.cuh"
@@ -158,4 +174,118 @@ sparse_gather_xor_fp8(const unsigned char* __restrict__ codes, const float* __re
                       int splits) {
     gather_xor_body<1, true>(reinterpret_cast<const uint4*>(codes), row_scale, page_table, selection, partial, M, W,
                              pages_per_stream, page_size, splits);
+}
+
+// ---- sparse_gather_tma (variant gather_tma): the gather through the bulk-copy engine ------------
+#define GTMA_THREADS 256
+#define GTMA_WARPS (GTMA_THREADS / 32)
+#define GTMA_ROWS 32                      // rows a stage: one producer lane each
+#define GTMA_STAGES 6                     // 192 KiB of ring: more in flight than gather_xor's 128 KiB an SM
+#define GTMA_STAGE_BYTES (GTMA_ROWS * 1024)
+#define GTMA_SMEM (GTMA_STAGES * GTMA_STAGE_BYTES + 1024)   // + slack to place the ring 1024-aligned
+
+extern "C" __global__ void __launch_bounds__(GTMA_THREADS, 1)
+sparse_gather_tma(const void* __restrict__ tmap, const int* __restrict__ page_table,
+                  const int* __restrict__ selection, unsigned* __restrict__ partial, int M, int W,
+                  int pages_per_stream, int page_size, int splits) {
+    extern __shared__ __align__(16) unsigned char gtma_smem[];
+    __shared__ __align__(8) unsigned long long bars[2 * GTMA_STAGES];   // full, then empty
+    __shared__ unsigned stage_valid[GTMA_STAGES];
+    __shared__ unsigned red[GTMA_WARPS][4];
+    const int s = blockIdx.x, m = blockIdx.y;
+    if (m >= M) return;  // whole block
+    if (dynamic_smem_bytes() < GTMA_SMEM) __trap();
+    const unsigned ring = (smem_addr(gtma_smem) + 1023u) & ~1023u;  // the swizzle's 1024-B pattern
+    const unsigned full0 = smem_addr(bars), empty0 = full0 + 8u * GTMA_STAGES;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int start = (int)(((long long)s * W) / splits);
+    const int end = (int)(((long long)(s + 1) * W) / splits);
+    const int groups = (end - start + GTMA_ROWS - 1) / GTMA_ROWS;
+    if (threadIdx.x == 0) {
+        for (int st = 0; st < GTMA_STAGES; ++st) {
+            mbar_init(full0 + 8u * st, 1);                 // the producer's expect-tx arrival
+            mbar_init(empty0 + 8u * st, GTMA_WARPS - 1);   // one arrival a consumer warp
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+
+    unsigned x = 0u, y = 0u, z = 0u, w = 0u;
+    if (warp == 0) {
+        // Lane l carries chunk row l of each group: the token of group g + 1 is loaded while group g
+        // is issued, its page looked up at the end of iteration g (used at g + 1, after the empty
+        // wait), so the two dependent loads of a group are off the issue path once the ring is full.
+        const int* sel = selection + (size_t)m * (size_t)W;
+        auto token = [&](int g) {
+            const int i = start + g * GTMA_ROWS + lane;
+            return g < groups && i < end ? ld_nc_s32(sel + i) : -1;
+        };
+        auto arena_row = [&](int t) {
+            return t >= 0 ? (long long)row_of(page_table, m, t, pages_per_stream, page_size) : -1ll;
+        };
+        // The descriptor was written to global memory by a host copy (the generic proxy); the copy
+        // engine reads it through the tensor-map proxy: acquire it once, in every issuing thread.
+        asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;" ::"l"(tmap) : "memory");
+        long long row = arena_row(token(0));
+        int tok_next = token(1);
+        for (int g = 0; g < groups; ++g) {
+            const int st = g % GTMA_STAGES;
+            const unsigned use = (unsigned)(g / GTMA_STAGES);
+            mbar_wait(empty0 + 8u * st, (use & 1u) ^ 1u);   // the first use of a stage passes at once
+            const unsigned valid = __ballot_sync(FULL_MASK, row >= 0);
+            if (lane == 0) {
+                stage_valid[st] = valid;                    // released by the arrival below
+                mbar_arrive_expect_tx(full0 + 8u * st, (unsigned)__popc(valid) * 1024u);
+            }
+            __syncwarp();
+            if (row >= 0) {
+                const unsigned dst = ring + (unsigned)st * GTMA_STAGE_BYTES + 1024u * (unsigned)lane;
+#pragma unroll
+                for (int seg = 0; seg < 8; ++seg) tma_load_2d(dst + 128u * seg, tmap, 64 * seg, (int)row, full0 + 8u * st);
+            }
+            row = arena_row(tok_next);
+            tok_next = token(g + 2);
+        }
+    } else {
+        const int c0 = threadIdx.x - 32;                    // 0 .. 223
+        for (int g = 0; g < groups; ++g) {
+            const int st = g % GTMA_STAGES;
+            mbar_wait(full0 + 8u * st, (unsigned)(g / GTMA_STAGES) & 1u);
+            const unsigned valid = stage_valid[st];
+            const unsigned base = ring + (unsigned)st * GTMA_STAGE_BYTES;
+            for (int c = c0; c < GTMA_ROWS * 64; c += GTMA_THREADS - 32) {   // 16-byte word c: row c / 64
+                if ((valid >> (c >> 6)) & 1u) {
+                    unsigned a, b, d, e;
+                    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
+                                 : "=r"(a), "=r"(b), "=r"(d), "=r"(e) : "r"(base + 16u * c));
+                    x ^= a;
+                    y ^= b;
+                    z ^= d;
+                    w ^= e;
+                }
+            }
+            __syncwarp();
+            if (lane == 0) mbar_arrive(empty0 + 8u * st);   // this warp is done with the stage
+        }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        x ^= __shfl_xor_sync(FULL_MASK, x, o);
+        y ^= __shfl_xor_sync(FULL_MASK, y, o);
+        z ^= __shfl_xor_sync(FULL_MASK, z, o);
+        w ^= __shfl_xor_sync(FULL_MASK, w, o);
+    }
+    if (lane == 0) {
+        red[warp][0] = x;
+        red[warp][1] = y;
+        red[warp][2] = z;
+        red[warp][3] = w;
+    }
+    __syncthreads();
+    if (threadIdx.x < 4) {
+        unsigned v = 0u;
+#pragma unroll
+        for (int k = 0; k < GTMA_WARPS; ++k) v ^= red[k][threadIdx.x];
+        partial[((size_t)m * (size_t)splits + (size_t)s) * 4 + threadIdx.x] = v;
+    }
 }

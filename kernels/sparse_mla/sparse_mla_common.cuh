@@ -200,4 +200,39 @@ __device__ __forceinline__ unsigned e4m3x2_to_bf16x2(unsigned two) {
     return __byte_perm(__float_as_uint(lo), __float_as_uint(hi), 0x7632);
 }
 
+// ------------------------------------------------------------------------------------------------
+// mbarriers (CUTLASS include/cutlass/arch/barrier.h ClusterBarrier, CTA scope; sm_90 PTX) and the
+// bulk tensor copy that completes on one (split_wgmma_ws.cu's ring, gather.cu's sparse_gather_tma).
+__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+// Release (the default .release.cta): this thread's prior memory accesses happen before the phase
+// completes for every waiter.
+__device__ __forceinline__ void mbar_arrive(unsigned bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+// Until the phase of parity `parity` has completed (acquire).
+__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
+    unsigned done;
+    do {
+        asm volatile(
+            "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+            : "=r"(done)
+            : "r"(bar), "r"(parity)
+            : "memory");
+    } while (!done);
+}
+// Arrive (as mbar_arrive) and add `bytes` to the phase's expected transaction count: the phase
+// completes when every arrival is in and that many bytes have landed.
+__device__ __forceinline__ void mbar_arrive_expect_tx(unsigned bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+// One box of a 2-D tensor map (CUtensorMap, kernels/tma.py; tmap: its generic address in global
+// memory) at coordinates (c0 innermost, c1) into shared memory at dst, its bytes counted on bar.
+__device__ __forceinline__ void tma_load_2d(unsigned dst, const void* tmap, int c0, int c1, unsigned bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
+        ::"r"(dst), "l"(tmap), "r"(c0), "r"(c1), "r"(bar) : "memory");
+}
+
 #endif  // SPARSE_MLA_COMMON_CUH

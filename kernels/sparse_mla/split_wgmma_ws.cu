@@ -126,26 +126,7 @@ static_assert(128 * WS_PRODUCER_REGS + 256 * WS_CONSUMER_REGS <= 384 * WS_LAUNCH
 
 #ifdef SPARSE_MLA_WGMMA_ENABLED
 
-// ---- mbarriers (CUTLASS include/cutlass/arch/barrier.h ClusterBarrier, CTA scope) ---------------
-__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-}
-// Release (the default .release.cta): this thread's prior memory accesses happen before the phase
-// completes for every waiter.
-__device__ __forceinline__ void mbar_arrive(unsigned bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
-}
-// Until the phase of parity `parity` has completed (acquire).
-__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
-    unsigned done;
-    do {
-        asm volatile(
-            "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-            : "=r"(done)
-            : "r"(bar), "r"(parity)
-            : "memory");
-    } while (!done);
-}
+// mbar_init / mbar_arrive / mbar_wait: sparse_mla_common.cuh (the TMA gather uses them too).
 // Named barrier `id` over the `n` threads of the two consumer warpgroups (bar.sync orders their
 // shared-memory accesses as __syncthreads does).
 template <int ID, int N>

@@ -14,6 +14,8 @@
 - ``ref_sparse_mla`` (CPU backend): float32 NumPy on the host.
 - ``gather_xor`` (component ``sparse_gather``): reads exactly the selected rows and XORs them into
   a checksum: the family's bandwidth ceiling, as the copy is for KDA; at fp8 the codes and scales.
+- ``gather_tma`` (``sparse_gather``, BF16): the same rows and checksum through the bulk-copy
+  engine (a 2-D tensor map, kernels/tma.py): the rate a TMA producer could feed a design.
 
 Each CUDA design reads one latent dtype; at the other, ``supports`` gives the reason.
 
@@ -309,27 +311,63 @@ def _bf16(bits: np.ndarray) -> np.ndarray:
 GATHER_SYMBOLS = {"bf16": "sparse_gather_xor", "fp8": "sparse_gather_xor_fp8"}
 
 
-def build_gather(geometry, point, inputs, backend) -> KernelStep:
-    reason = _supports_cuda(geometry, point)
-    if reason:
-        raise ValueError(f"gather_xor: {reason}")
+def _gather_step(backend, point, fn, splits: int, W: int, threads: int, smem: int, args: tuple) -> KernelStep:
+    """The gather roofline's step: one kernel over grid (splits, M) writing partial
+    [M][splits][words], whose XOR over the splits is each stream's checksum; ``args`` the kernel's
+    arguments before partial."""
     cp = backend.cp
-    Mn, W = int(point["M"]), spec.width(geometry, point)
-    d = _Device(backend, inputs, point)
-    splits = pick_splits(Mn, W, int(backend.props["multiProcessorCount"]), 8)
-    fn = get_kernel(backend, HERE / "gather.cu", GATHER_SYMBOLS[point["latent_dtype"]])
+    Mn = int(point["M"])
     with backend.stream:
         buffers = {"partial": cp.empty((Mn, splits, spec.checksum_words(point)), cp.uint32)}
     pps, ps = np.int32(spec.pages_per_stream(point)), np.int32(point["page_size"])
-    kernels = [KernelCall(fn, (splits, Mn), THREADS, 0, lambda b: (
-        *d.arena_args, d.page_table, d.selection, b["partial"], np.int32(Mn), np.int32(W), pps, ps,
-        np.int32(splits)))]
+    kernels = [KernelCall(fn, (splits, Mn), threads, smem, lambda b: (
+        *args, b["partial"], np.int32(Mn), np.int32(W), pps, ps, np.int32(splits)))]
     # Poison with a pattern no XOR of a CTA's rows is likely to leave: a partial that is never
     # written corrupts its stream's checksum.
     step = KernelStep(backend, kernels, buffers, {}, {"partial": np.uint32(0xA5A5A5A5)}, lambda b: {
         "checksum": np.bitwise_xor.reduce(backend.to_host(b["partial"]), axis=1)}, dependent=False)
     step.note = f"{splits} CTAs per stream"
     return step.ready()
+
+
+def build_gather(geometry, point, inputs, backend) -> KernelStep:
+    reason = _supports_cuda(geometry, point)
+    if reason:
+        raise ValueError(f"gather_xor: {reason}")
+    Mn, W = int(point["M"]), spec.width(geometry, point)
+    d = _Device(backend, inputs, point)
+    splits = pick_splits(Mn, W, int(backend.props["multiProcessorCount"]), 8)
+    fn = get_kernel(backend, HERE / "gather.cu", GATHER_SYMBOLS[point["latent_dtype"]])
+    return _gather_step(backend, point, fn, splits, W, THREADS, 0, (*d.arena_args, d.page_table, d.selection))
+
+
+def _supports_gather_tma(geometry, point) -> str | None:
+    if point["latent_dtype"] != "bf16":
+        return f"gather_tma reads the bf16 latent; latent_dtype={point['latent_dtype']} runs in gather_xor"
+    return _supports_cuda(geometry, point)
+
+
+def build_gather_tma(geometry, point, inputs, backend) -> KernelStep:
+    """sparse_gather_tma (gather.cu): one wave of one CTA an SM, the arena through a 2-D tensor map
+    of 64-element, one-row boxes with the 128-byte swizzle (one segment of a wgmma tile row)."""
+    from kernels import tma
+
+    reason = _supports_gather_tma(geometry, point)
+    if reason:
+        raise ValueError(f"gather_tma: {reason}")
+    cp = backend.cp
+    Mn, W = int(point["M"]), spec.width(geometry, point)
+    _, D, _ = spec.dims(geometry)
+    d = _Device(backend, inputs, point)
+    (arena,) = d.arena_args
+    desc = tma.encode_2d(int(arena.data.ptr), spec.arena_total_rows(point), D, 2, 2 * D, (64, 1), "128B")
+    with backend.stream:
+        tmap = cp.asarray(np.frombuffer(desc, np.uint8))   # device allocations are 256-B aligned
+    splits = one_wave_splits(Mn, W, int(backend.props["multiProcessorCount"]))
+    smem = source_define("gather.cu", "GTMA_SMEM")
+    fn = get_kernel(backend, HERE / "gather.cu", "sparse_gather_tma", smem)
+    return _gather_step(backend, point, fn, splits, W, source_define("gather.cu", "GTMA_THREADS"), smem,
+                        (tmap, d.page_table, d.selection))
 
 
 class _TorchGatherBmm(Launch):
@@ -547,6 +585,11 @@ GATHER_VARIANTS = (
                 "lane, and XORs them into a checksum: the gather's bandwidth ceiling (fp8: the codes, "
                 "8 rows in flight, and each row's scale)",
             supports=_supports_cuda, sources=("gather.cu",)),
+    Variant("gather_tma", "cuda", build_gather_tma,
+            why="the same rows and checksum copied into shared memory by the bulk-copy engine: one "
+                "64-element, 128-B-swizzled box a row segment (a wgmma tile row's layout), 8 a row, a "
+                "6-stage mbarrier ring of 32 rows, one producer warp: what a TMA producer could feed",
+            supports=_supports_gather_tma, sources=("gather.cu",)),
     Variant("numpy_gather", "cpu", lambda g, p, i, b: _HostGather(p, i),
             why="NumPy on the host: the selected rows' XOR"),
 )
