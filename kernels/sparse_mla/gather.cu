@@ -51,6 +51,37 @@ sparse_gather_tma: the same rows and the same checksum (BF16), copied into share
 #define GATHER_BATCH_BYTES 128  // bytes a lane has in flight before it XORs any (4 BF16 rows, 8 FP8 rows)
 
 
+// The block's XOR of every thread's words into partial[slot * WORDS + k]: a butterfly within each
+// warp, then the GATHER_WARPS warps' words through shared memory (red). WORDS 5: sx is the fifth.
+template <int WORDS>
+__device__ __forceinline__ void gather_write_partial(unsigned x, unsigned y, unsigned z, unsigned w, unsigned sx,
+                                                     unsigned (*red)[WORDS], unsigned* __restrict__ partial,
+                                                     size_t slot) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        x ^= __shfl_xor_sync(FULL_MASK, x, o);
+        y ^= __shfl_xor_sync(FULL_MASK, y, o);
+        z ^= __shfl_xor_sync(FULL_MASK, z, o);
+        w ^= __shfl_xor_sync(FULL_MASK, w, o);
+        if (WORDS == 5) sx ^= __shfl_xor_sync(FULL_MASK, sx, o);
+    }
+    if (lane == 0) {
+        red[warp][0] = x;
+        red[warp][1] = y;
+        red[warp][2] = z;
+        red[warp][3] = w;
+        if (WORDS == 5) red[warp][WORDS - 1] = sx;
+    }
+    __syncthreads();
+    if (threadIdx.x < WORDS) {
+        unsigned v = 0u;
+#pragma unroll
+        for (int k = 0; k < GATHER_WARPS; ++k) v ^= red[k][threadIdx.x];
+        partial[slot * WORDS + threadIdx.x] = v;
+    }
+}
+
 // LOADS: 16-byte words a lane reads of a row (2: BF16 rows of 1 KiB; 1: FP8 codes of 512 B).
 // SCALED: the rows carry an FP32 scale each (row_scale[row]), XORed into word 4 of the partial.
 template <int LOADS, bool SCALED>
@@ -130,29 +161,7 @@ __device__ __forceinline__ void gather_xor_body(const uint4* __restrict__ rows, 
         __syncwarp();  // every lane has read list[warp] before the next round overwrites it
     }
 
-    // Block reduction: butterfly within each warp, then the 8 warps' words through shared memory.
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        x ^= __shfl_xor_sync(FULL_MASK, x, o);
-        y ^= __shfl_xor_sync(FULL_MASK, y, o);
-        z ^= __shfl_xor_sync(FULL_MASK, z, o);
-        w ^= __shfl_xor_sync(FULL_MASK, w, o);
-        if (SCALED) sx ^= __shfl_xor_sync(FULL_MASK, sx, o);
-    }
-    if (lane == 0) {
-        red[warp][0] = x;
-        red[warp][1] = y;
-        red[warp][2] = z;
-        red[warp][3] = w;
-        if (SCALED) red[warp][WORDS - 1] = sx;
-    }
-    __syncthreads();
-    if (threadIdx.x < WORDS) {
-        unsigned v = 0u;
-#pragma unroll
-        for (int k = 0; k < GATHER_WARPS; ++k) v ^= red[k][threadIdx.x];
-        partial[((size_t)m * (size_t)splits + (size_t)s) * WORDS + threadIdx.x] = v;
-    }
+    gather_write_partial<WORDS>(x, y, z, w, sx, red, partial, (size_t)m * (size_t)splits + (size_t)s);
 }
 
 // minBlocks 4 (64 registers): with the default bound ptxas held the kernel to 32 registers and
@@ -179,6 +188,7 @@ sparse_gather_xor_fp8(const unsigned char* __restrict__ codes, const float* __re
 // ---- sparse_gather_tma (variant gather_tma): the gather through the bulk-copy engine ------------
 #define GTMA_THREADS 256
 #define GTMA_WARPS (GTMA_THREADS / 32)
+static_assert(GTMA_WARPS == GATHER_WARPS, "gather_write_partial reduces GATHER_WARPS warps");
 #define GTMA_ROWS 32                      // rows a stage: one producer lane each
 #define GTMA_STAGES 6                     // 192 KiB of ring: more in flight than gather_xor's 128 KiB an SM
 #define GTMA_STAGE_BYTES (GTMA_ROWS * 1024)
@@ -268,24 +278,5 @@ sparse_gather_tma(const void* __restrict__ tmap, const int* __restrict__ page_ta
             if (lane == 0) mbar_arrive(empty0 + 8u * st);   // this warp is done with the stage
         }
     }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        x ^= __shfl_xor_sync(FULL_MASK, x, o);
-        y ^= __shfl_xor_sync(FULL_MASK, y, o);
-        z ^= __shfl_xor_sync(FULL_MASK, z, o);
-        w ^= __shfl_xor_sync(FULL_MASK, w, o);
-    }
-    if (lane == 0) {
-        red[warp][0] = x;
-        red[warp][1] = y;
-        red[warp][2] = z;
-        red[warp][3] = w;
-    }
-    __syncthreads();
-    if (threadIdx.x < 4) {
-        unsigned v = 0u;
-#pragma unroll
-        for (int k = 0; k < GTMA_WARPS; ++k) v ^= red[k][threadIdx.x];
-        partial[((size_t)m * (size_t)splits + (size_t)s) * 4 + threadIdx.x] = v;
-    }
+    gather_write_partial<4>(x, y, z, w, 0u, red, partial, (size_t)m * (size_t)splits + (size_t)s);
 }
