@@ -170,6 +170,16 @@ def test_a_split_design_is_launched_with_what_its_source_declares():
         variants.source_define("split_cc.cu", "NOPE")
 
 
+def test_the_tma_gather_is_launched_with_what_its_source_declares():
+    """gather_tma's launcher reads its block and ring size from gather.cu (literals, as
+    source_define needs): 6 stages of 32 rows of 1 KiB and 1 KiB of alignment slack, 8 warps."""
+    from kernels.sparse_mla import variants
+
+    stages, rows = variants.source_define("gather.cu", "GTMA_STAGES"), variants.source_define("gather.cu", "GTMA_ROWS")
+    assert variants.source_define("gather.cu", "GTMA_SMEM") == stages * rows * 1024 + 1024 <= 227 * 1024
+    assert variants.source_define("gather.cu", "GTMA_THREADS") == variants.THREADS
+
+
 @pytest.mark.parametrize("M,W,expect", [(32, 2112, 11), (8, 2112, 33), (1, 2112, 66), (64, 8192, 4)])
 def test_splits_fill_the_device(M, W, expect):
     from kernels.sparse_mla.variants import pick_splits

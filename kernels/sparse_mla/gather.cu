@@ -192,7 +192,8 @@ static_assert(GTMA_WARPS == GATHER_WARPS, "gather_write_partial reduces GATHER_W
 #define GTMA_ROWS 32                      // rows a stage: one producer lane each
 #define GTMA_STAGES 6                     // 192 KiB of ring: more in flight than gather_xor's 128 KiB an SM
 #define GTMA_STAGE_BYTES (GTMA_ROWS * 1024)
-#define GTMA_SMEM (GTMA_STAGES * GTMA_STAGE_BYTES + 1024)   // + slack to place the ring 1024-aligned
+#define GTMA_SMEM 197632                  // the ring + 1024 B of slack to place it 1024-aligned (a literal: the launcher reads it)
+static_assert(GTMA_SMEM == GTMA_STAGES * GTMA_STAGE_BYTES + 1024, "GTMA_SMEM: the ring and its alignment slack");
 
 extern "C" __global__ void __launch_bounds__(GTMA_THREADS, 1)
 sparse_gather_tma(const void* __restrict__ tmap, const int* __restrict__ page_table,
