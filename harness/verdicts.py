@@ -29,7 +29,12 @@ The decision never sets one median against another: with the numerator's interva
 and the denominator's ``[b_lo, b_hi]`` the ratio lies in ``[a_lo / b_hi, a_hi / b_lo]``; a claim
 is *accepted* when that whole range satisfies ``op factor``, *rejected* when none of it does, and
 *inconclusive* when the range straddles the factor. A claim resting on a missing, skipped, failed
-or noisy row, or on a selector that matches several rows, is inconclusive and says which.
+row, or on a selector that matches several rows, is inconclusive and says which. A noisy row (its
+p20-p80 spread over the timing's bound) is not trusted for its interval, only for its fastest
+sample: its time is taken as anywhere from its ``ms_min`` up (a rate: anywhere up to the rate at
+``ms_min``), so it decides a claim only where no sample of it could have (a peer whose fastest
+launch is slower than our p80 is slower than ours whatever its noise); otherwise the claim stays
+inconclusive and names the noisy row.
 
 `check_claims` validates the rules against the registry (one line naming the key and what is
 allowed) when an experiment is composed; `evaluate` decides them over a rows frame.
@@ -211,6 +216,12 @@ class Pick:
     problem: str = ""
     parts: list["Pick"] = dataclasses.field(default_factory=list)   # a sum's terms
     noisy: bool = False      # the only problem is the row's noise (a sum judges its own)
+    fastest: tuple[float, float] | None = None   # a noisy row's bound from its fastest sample
+
+    @property
+    def bounded(self) -> bool:
+        """A single noisy row that its fastest sample bounds: the claim may use ``fastest``."""
+        return self.noisy and not self.parts and self.fastest is not None
 
     @property
     def rows(self) -> list[pd.Series]:
@@ -256,16 +267,37 @@ def _label(sel: Mapping[str, Any]) -> str:
         f" in {sel['sweep']}" if sel.get("sweep") else "")
 
 
+def _rate_per_ms(row: pd.Series, metric: str) -> float:
+    """The metric times ms for a rate metric: GB/s = bytes / (ms * 1e6), or that over the roofline."""
+    rate = float(row["bytes"]) / 1e6
+    if metric == "roofline_fraction":
+        roof = float(row.get("roofline_gbps", math.nan))
+        rate = rate / roof if roof == roof and roof > 0 else math.nan
+    return rate
+
+
 def _interval(row: pd.Series, metric: str) -> tuple[float, float, float]:
     """(lo, mid, hi) of the metric from the row's ms_p20 / ms_p50 / ms_p80."""
     p20, p50, p80 = (float(row[c]) for c in ("ms_p20", "ms_p50", "ms_p80"))
     if metric == "us":
         return p20 * 1e3, p50 * 1e3, p80 * 1e3
-    rate = float(row["bytes"]) / 1e6  # GB/s = bytes / (ms * 1e6)
-    if metric == "roofline_fraction":
-        roof = float(row.get("roofline_gbps", math.nan))
-        rate = rate / roof if roof == roof and roof > 0 else math.nan
+    rate = _rate_per_ms(row, metric)
     return rate / p80, rate / p50, rate / p20
+
+
+def _fastest_bound(row: pd.Series, metric: str) -> tuple[float, float] | None:
+    """What a noisy row's fastest sample (ms_min) bounds: its time is at least that (us: [min, inf)),
+    its rate at most the rate at it ([0, rate / min]); None without a usable ms_min."""
+    try:
+        fastest = float(row.get("ms_min", math.nan))
+    except (TypeError, ValueError):
+        return None
+    if not (math.isfinite(fastest) and fastest > 0):
+        return None
+    if metric == "us":
+        return fastest * 1e3, math.inf
+    rate = _rate_per_ms(row, metric)
+    return (0.0, rate / fastest) if math.isfinite(rate) else None
 
 
 def select(rows: pd.DataFrame, sel: Mapping[str, Any], metric: str) -> Pick:
@@ -311,6 +343,7 @@ def select(rows: pd.DataFrame, sel: Mapping[str, Any], metric: str) -> Pick:
     if truthy(row.get("noisy")):
         pick.problem = f"its row is noisy (p20–p80 spread {float(row.get('spread', math.nan)) * 100:.1f}% of p50)"
         pick.noisy = all(math.isfinite(x) for x in (pick.lo, pick.mid, pick.hi))
+        pick.fastest = _fastest_bound(row, metric) if pick.noisy else None
     elif not all(math.isfinite(x) for x in (pick.lo, pick.mid, pick.hi)):
         pick.problem = f"its row has no {metric} interval"
     return pick
@@ -367,24 +400,35 @@ def evaluate_claim(claim: Mapping[str, Any], rows: pd.DataFrame) -> dict[str, An
     else:
         factor, den = float(rule["value"]), None
         target_text = f"{op} {factor:g} {unit}"
-    bad = [p for p in picks if p.problem]
+    bad = [p for p in picks if p.problem and not p.bounded]
+    noisy = [p for p in picks if p.problem and p.bounded]
     figures = "; ".join(p.describe(unit) for p in picks if p.row is not None and p.lo == p.lo)
     result = {"id": claim["id"], "text": claim["text"], "rule": target_text,
               "rows": [r for p in picks for r in p.rows]}
     if bad:
-        why = "; ".join(f"{p.label}: {p.problem}" for p in bad)
+        why = "; ".join(f"{p.label}: {p.problem}" for p in bad + noisy)
         return {**result, "verdict": "inconclusive", "figures": figures or "–", "why": why,
                 "ratio": None}
+
+    def bounds(p: Pick) -> tuple[float, float]:
+        return p.fastest if p.bounded else (p.lo, p.hi)
+    nlo, nhi = bounds(num)
+    what = "p20–p80" if not noisy else "p20–p80, a noisy row from its fastest sample,"
     if den is not None:
-        lo, mid, hi = num.lo / den.hi, num.mid / den.mid, num.hi / den.lo
-        figures += f"; ratio {mid:.3f} (p20–p80 bounds {lo:.3f}–{hi:.3f}) {target_text.replace(' × denominator', '')}"
+        dlo, dhi = bounds(den)
+        lo, mid, hi = nlo / dhi, num.mid / den.mid, nhi / dlo
+        figures += f"; ratio {mid:.3f} ({what} bounds {lo:.3f}–{hi:.3f}) {target_text.replace(' × denominator', '')}"
     else:
-        lo, mid, hi = num.lo, num.mid, num.hi
+        lo, mid, hi = nlo, num.mid, nhi
         figures += f"; {target_text}"
     verdict = _holds(lo, hi, op, factor)
-    why = {"accepted": f"the whole p20–p80 range {_f(lo)}–{_f(hi)} is {op} {factor:g}",
-           "rejected": f"no part of the p20–p80 range {_f(lo)}–{_f(hi)} is {op} {factor:g}",
-           "inconclusive": f"the p20–p80 range {_f(lo)}–{_f(hi)} straddles {factor:g}"}[verdict]
+    why = {"accepted": f"the whole {what} range {_f(lo)}–{_f(hi)} is {op} {factor:g}",
+           "rejected": f"no part of the {what} range {_f(lo)}–{_f(hi)} is {op} {factor:g}",
+           "inconclusive": f"the {what} range {_f(lo)}–{_f(hi)} straddles {factor:g}"}[verdict]
+    if noisy:
+        fastest = "; ".join(f"{p.label}: {p.problem}, fastest sample {_f(float(p.row['ms_min']) * 1e3)} µs"
+                            for p in noisy)
+        why = f"{why} ({fastest})"
     return {**result, "verdict": verdict, "figures": figures, "why": why, "ratio": (lo, mid, hi)}
 
 

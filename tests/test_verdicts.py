@@ -62,6 +62,36 @@ def test_a_claim_on_a_noisy_failed_or_skipped_row_is_inconclusive(tmp_path, geom
     assert res["verdict"] == "inconclusive" and why in res["why"] and "bulk32k_early_pdl" in res["why"]
 
 
+# A noisy peer (p20-p80 0.050-0.080 ms) whose fastest sample took 0.045 ms, against ours at 0.034-0.036.
+NOISY_PEER = _row("bulk32k_early", 0.050, 0.060, 0.080, noisy=True, ms_min=0.045)
+
+
+@pytest.mark.parametrize("op,factor,want", [
+    ("<", 1.0, "accepted"),       # 0.036 / 0.045 = 0.8: ours is faster than the peer's fastest launch
+    ("<=", 0.85, "accepted"),     # 0.8 <= 0.85
+    ("<=", 0.75, "inconclusive"),  # the peer's time is only bounded below: 0 .. 0.8 straddles 0.75
+    (">=", 0.5, "inconclusive"),  # a ratio bounded only above (0 .. 0.8) cannot be >= anything
+    (">", 0.9, "rejected"),       # no value in 0 .. 0.8 is > 0.9
+])
+def test_a_noisy_row_decides_only_through_its_fastest_sample(tmp_path, geometry, op, factor, want):
+    res = _decide(tmp_path, [AB[0], NOISY_PEER], _claim(op, factor), geometry)
+    assert res["verdict"] == want, res
+    lo, _, hi = res["ratio"]
+    assert lo == 0.0 and hi == pytest.approx(0.036 / 0.045)
+    assert "bulk32k_early" in res["why"] and "noisy" in res["why"] and "fastest sample 45 µs" in res["why"]
+
+
+def test_a_noisy_numerator_is_rejected_by_its_fastest_sample_never_accepted(tmp_path, geometry):
+    noisy_ours = {**AB[0], "noisy": True, "ms_min": 0.033}
+    assert _decide(tmp_path, [noisy_ours, AB[1]], _claim("<=", 0.80), geometry)["verdict"] == "rejected"  # 0.033 / 0.040 > 0.8
+    assert _decide(tmp_path / "b", [noisy_ours, AB[1]], _claim("<=", 5.0), geometry)["verdict"] == "inconclusive"
+    # a rate: the fastest sample bounds the rate above; 64e6 B / 0.033 ms = 1939 GB/s
+    rate = _claim(">=", num="bulk32k_early_pdl", value=2000.0, metric="gbps")
+    assert _decide(tmp_path / "c", [noisy_ours, AB[1]], rate, geometry)["verdict"] == "rejected"
+    rate = _claim(">=", num="bulk32k_early_pdl", value=1000.0, metric="gbps")
+    assert _decide(tmp_path / "d", [noisy_ours, AB[1]], rate, geometry)["verdict"] == "inconclusive"
+
+
 def test_a_missing_or_ambiguous_row_is_inconclusive(tmp_path, geometry):
     res = _decide(tmp_path, AB[:1], _claim("<=", 0.95), geometry)
     assert res["verdict"] == "inconclusive" and "no row matches" in res["why"]
