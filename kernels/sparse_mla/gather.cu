@@ -42,6 +42,10 @@ sparse_gather_tma: the same rows and the same checksum (BF16), copied into share
     XOR the valid rows' 16-byte words (the swizzle permutes whole 16-byte words within a 128-byte
     segment, so the XOR is sparse_gather_xor's), and arrive on the empty barrier (one arrival a
     warp). No byte of an invalid row is read. The partial as sparse_gather_xor's.
+    sparse_gather_tma4: the same with 4 producer warps (2 segments of each row apiece);
+    sparse_gather_bulk: each row one 1 KiB 1-D bulk copy instead (no tensor map, no swizzle). They
+    tell whether the box rate belongs to the issuing warp, to the copy engine per request, or to its
+    bytes (kernels/sparse_mla/NOTES.md).
 */
 
 #include "sparse_mla_common.cuh"
@@ -195,10 +199,17 @@ static_assert(GTMA_WARPS == GATHER_WARPS, "gather_write_partial reduces GATHER_W
 #define GTMA_SMEM 197632                  // the ring + 1024 B of slack to place it 1024-aligned (a literal: the launcher reads it)
 static_assert(GTMA_SMEM == GTMA_STAGES * GTMA_STAGE_BYTES + 1024, "GTMA_SMEM: the ring and its alignment slack");
 
-extern "C" __global__ void __launch_bounds__(GTMA_THREADS, 1)
-sparse_gather_tma(const void* __restrict__ tmap, const int* __restrict__ page_table,
-                  const int* __restrict__ selection, unsigned* __restrict__ partial, int M, int W,
-                  int pages_per_stream, int page_size, int splits) {
+// PRODUCERS warps issue the boxes (warp p: segments [p S, (p + 1) S) of every row, S = 8 /
+// PRODUCERS, each warp resolving the group's rows itself), the other warps XOR. BULK: each row one
+// 1-D bulk copy of its 1 KiB (cp.async.bulk, no tensor map, no swizzle: a row-major stage no wgmma
+// operand can read as it is), src the arena; else src the tensor map's address.
+template <int PRODUCERS, bool BULK>
+__device__ __forceinline__ void gather_tma_body(const void* __restrict__ src, const int* __restrict__ page_table,
+                                                const int* __restrict__ selection, unsigned* __restrict__ partial,
+                                                int M, int W, int pages_per_stream, int page_size, int splits) {
+    static_assert(8 % PRODUCERS == 0 && PRODUCERS < GTMA_WARPS, "whole segments a producer warp, a consumer left");
+    static_assert(!BULK || PRODUCERS == 1, "a bulk row copy is one instruction: one producer warp");
+    constexpr int SEGS = 8 / PRODUCERS;    // 128-byte segments a producer warp issues of each row
     extern __shared__ __align__(16) unsigned char gtma_smem[];
     __shared__ __align__(8) unsigned long long bars[2 * GTMA_STAGES];   // full, then empty
     __shared__ unsigned stage_valid[GTMA_STAGES];
@@ -214,15 +225,15 @@ sparse_gather_tma(const void* __restrict__ tmap, const int* __restrict__ page_ta
     const int groups = (end - start + GTMA_ROWS - 1) / GTMA_ROWS;
     if (threadIdx.x == 0) {
         for (int st = 0; st < GTMA_STAGES; ++st) {
-            mbar_init(full0 + 8u * st, 1);                 // the producer's expect-tx arrival
-            mbar_init(empty0 + 8u * st, GTMA_WARPS - 1);   // one arrival a consumer warp
+            mbar_init(full0 + 8u * st, PRODUCERS);                 // each producer warp's expect-tx arrival
+            mbar_init(empty0 + 8u * st, GTMA_WARPS - PRODUCERS);   // one arrival a consumer warp
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
 
     unsigned x = 0u, y = 0u, z = 0u, w = 0u;
-    if (warp == 0) {
+    if (warp < PRODUCERS) {
         // Lane l carries chunk row l of each group: the token of group g + 1 is loaded while group g
         // is issued, its page looked up at the end of iteration g (used at g + 1, after the empty
         // wait), so the two dependent loads of a group are off the issue path once the ring is full.
@@ -236,7 +247,7 @@ sparse_gather_tma(const void* __restrict__ tmap, const int* __restrict__ page_ta
         };
         // The descriptor was written to global memory by a host copy (the generic proxy); the copy
         // engine reads it through the tensor-map proxy: acquire it once, in every issuing thread.
-        asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;" ::"l"(tmap) : "memory");
+        if (!BULK) asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;" ::"l"(src) : "memory");
         long long row = arena_row(token(0));
         int tok_next = token(1);
         for (int g = 0; g < groups; ++g) {
@@ -245,26 +256,33 @@ sparse_gather_tma(const void* __restrict__ tmap, const int* __restrict__ page_ta
             mbar_wait(empty0 + 8u * st, (use & 1u) ^ 1u);   // the first use of a stage passes at once
             const unsigned valid = __ballot_sync(FULL_MASK, row >= 0);
             if (lane == 0) {
-                stage_valid[st] = valid;                    // released by the arrival below
-                mbar_arrive_expect_tx(full0 + 8u * st, (unsigned)__popc(valid) * 1024u);
+                if (warp == 0) stage_valid[st] = valid;     // released by the arrival below
+                mbar_arrive_expect_tx(full0 + 8u * st, (unsigned)__popc(valid) * 128u * SEGS);
             }
             __syncwarp();
             if (row >= 0) {
                 const unsigned dst = ring + (unsigned)st * GTMA_STAGE_BYTES + 1024u * (unsigned)lane;
+                if (BULK) {
+                    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], 1024, [%2];"
+                                 ::"r"(dst), "l"(static_cast<const unsigned char*>(src) + (size_t)row * 1024u),
+                                 "r"(full0 + 8u * st) : "memory");
+                } else {
 #pragma unroll
-                for (int seg = 0; seg < 8; ++seg) tma_load_2d(dst + 128u * seg, tmap, 64 * seg, (int)row, full0 + 8u * st);
+                    for (int seg = warp * SEGS; seg < (warp + 1) * SEGS; ++seg)
+                        tma_load_2d(dst + 128u * seg, src, 64 * seg, (int)row, full0 + 8u * st);
+                }
             }
             row = arena_row(tok_next);
             tok_next = token(g + 2);
         }
     } else {
-        const int c0 = threadIdx.x - 32;                    // 0 .. 223
+        const int c0 = threadIdx.x - 32 * PRODUCERS;        // 0 .. the consumers' threads - 1
         for (int g = 0; g < groups; ++g) {
             const int st = g % GTMA_STAGES;
             mbar_wait(full0 + 8u * st, (unsigned)(g / GTMA_STAGES) & 1u);
             const unsigned valid = stage_valid[st];
             const unsigned base = ring + (unsigned)st * GTMA_STAGE_BYTES;
-            for (int c = c0; c < GTMA_ROWS * 64; c += GTMA_THREADS - 32) {   // 16-byte word c: row c / 64
+            for (int c = c0; c < GTMA_ROWS * 64; c += GTMA_THREADS - 32 * PRODUCERS) {   // 16-B word c: row c / 64
                 if ((valid >> (c >> 6)) & 1u) {
                     unsigned a, b, d, e;
                     asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
@@ -280,4 +298,28 @@ sparse_gather_tma(const void* __restrict__ tmap, const int* __restrict__ page_ta
         }
     }
     gather_write_partial<4>(x, y, z, w, 0u, red, partial, (size_t)m * (size_t)splits + (size_t)s);
+}
+
+extern "C" __global__ void __launch_bounds__(GTMA_THREADS, 1)
+sparse_gather_tma(const void* __restrict__ tmap, const int* __restrict__ page_table,
+                  const int* __restrict__ selection, unsigned* __restrict__ partial, int M, int W,
+                  int pages_per_stream, int page_size, int splits) {
+    gather_tma_body<1, false>(tmap, page_table, selection, partial, M, W, pages_per_stream, page_size, splits);
+}
+
+// 4 producer warps, 2 segments of each row apiece: whether the box rate is the issuing warp's or the SM's.
+extern "C" __global__ void __launch_bounds__(GTMA_THREADS, 1)
+sparse_gather_tma4(const void* __restrict__ tmap, const int* __restrict__ page_table,
+                   const int* __restrict__ selection, unsigned* __restrict__ partial, int M, int W,
+                   int pages_per_stream, int page_size, int splits) {
+    gather_tma_body<4, false>(tmap, page_table, selection, partial, M, W, pages_per_stream, page_size, splits);
+}
+
+// Each row one 1 KiB bulk copy (no tensor map, no swizzle): whether the engine's rate is per request
+// or per byte, at 8x the bytes a request of gather_tma's boxes.
+extern "C" __global__ void __launch_bounds__(GTMA_THREADS, 1)
+sparse_gather_bulk(const bf16* __restrict__ arena, const int* __restrict__ page_table,
+                   const int* __restrict__ selection, unsigned* __restrict__ partial, int M, int W,
+                   int pages_per_stream, int page_size, int splits) {
+    gather_tma_body<1, true>(arena, page_table, selection, partial, M, W, pages_per_stream, page_size, splits);
 }

@@ -343,31 +343,47 @@ def build_gather(geometry, point, inputs, backend) -> KernelStep:
 
 def _supports_gather_tma(geometry, point) -> str | None:
     if point["latent_dtype"] != "bf16":
-        return f"gather_tma reads the bf16 latent; latent_dtype={point['latent_dtype']} runs in gather_xor"
+        return f"the TMA gathers read the bf16 latent; latent_dtype={point['latent_dtype']} runs in gather_xor"
     return _supports_cuda(geometry, point)
 
 
-def build_gather_tma(geometry, point, inputs, backend) -> KernelStep:
-    """sparse_gather_tma (gather.cu): one wave of one CTA an SM, the arena through a 2-D tensor map
+# The bulk-copy gathers: variant -> kernel (gather.cu's gather_tma_body: tensor-map boxes from 1 and
+# 4 producer warps, and 1-D bulk row copies, which take the arena instead of a tensor map)
+GATHER_TMA_SYMBOLS = {"gather_tma": "sparse_gather_tma", "gather_tma4": "sparse_gather_tma4",
+                      "gather_bulk": "sparse_gather_bulk"}
+
+
+def build_gather_tma(name: str):
+    """The launcher of a TMA gather: one wave of one CTA an SM, the arena through a 2-D tensor map
     of 64-element, one-row boxes with the 128-byte swizzle (one segment of a wgmma tile row)."""
+    def build(geometry, point, inputs, backend) -> KernelStep:
+        return _build_gather_tma(name, geometry, point, inputs, backend)
+    build.__name__ = f"build_{name}"
+    return build
+
+
+def _build_gather_tma(name, geometry, point, inputs, backend) -> KernelStep:
     from kernels import tma
 
     reason = _supports_gather_tma(geometry, point)
     if reason:
-        raise ValueError(f"gather_tma: {reason}")
+        raise ValueError(f"{name}: {reason}")
     cp = backend.cp
     Mn, W = int(point["M"]), spec.width(geometry, point)
     _, D, _ = spec.dims(geometry)
     d = _Device(backend, inputs, point)
     (arena,) = d.arena_args
-    desc = tma.encode_2d(int(arena.data.ptr), spec.arena_total_rows(point), D, 2, 2 * D, (64, 1), "128B")
-    with backend.stream:
-        tmap = cp.asarray(np.frombuffer(desc, np.uint8))   # device allocations are 256-B aligned
+    if name == "gather_bulk":
+        src = arena
+    else:
+        desc = tma.encode_2d(int(arena.data.ptr), spec.arena_total_rows(point), D, 2, 2 * D, (64, 1), "128B")
+        with backend.stream:
+            src = cp.asarray(np.frombuffer(desc, np.uint8))   # device allocations are 256-B aligned
     splits = one_wave_splits(Mn, W, int(backend.props["multiProcessorCount"]))
     smem = source_define("gather.cu", "GTMA_SMEM")
-    fn = get_kernel(backend, HERE / "gather.cu", "sparse_gather_tma", smem)
+    fn = get_kernel(backend, HERE / "gather.cu", GATHER_TMA_SYMBOLS[name], smem)
     return _gather_step(backend, point, fn, splits, W, source_define("gather.cu", "GTMA_THREADS"), smem,
-                        (tmap, d.page_table, d.selection))
+                        (src, d.page_table, d.selection))
 
 
 class _TorchGatherBmm(Launch):
@@ -585,10 +601,18 @@ GATHER_VARIANTS = (
                 "lane, and XORs them into a checksum: the gather's bandwidth ceiling (fp8: the codes, "
                 "8 rows in flight, and each row's scale)",
             supports=_supports_cuda, sources=("gather.cu",)),
-    Variant("gather_tma", "cuda", build_gather_tma,
+    Variant("gather_tma", "cuda", build_gather_tma("gather_tma"),
             why="the same rows and checksum copied into shared memory by the bulk-copy engine: one "
                 "64-element, 128-B-swizzled box a row segment (a wgmma tile row's layout), 8 a row, a "
                 "6-stage mbarrier ring of 32 rows, one producer warp: what a TMA producer could feed",
+            supports=_supports_gather_tma, sources=("gather.cu",)),
+    Variant("gather_tma4", "cuda", build_gather_tma("gather_tma4"),
+            why="gather_tma with 4 producer warps issuing 2 segments of each row apiece (4 XOR warps): "
+                "whether the box rate is one issuing warp's or the SM's copy engine's",
+            supports=_supports_gather_tma, sources=("gather.cu",)),
+    Variant("gather_bulk", "cuda", build_gather_tma("gather_bulk"),
+            why="gather_tma's ring with each row one 1 KiB 1-D bulk copy (no tensor map, no swizzle: no "
+                "wgmma operand layout): whether the copy engine's rate is per request or per byte",
             supports=_supports_gather_tma, sources=("gather.cu",)),
     Variant("numpy_gather", "cpu", lambda g, p, i, b: _HostGather(p, i),
             why="NumPy on the host: the selected rows' XOR"),
