@@ -138,10 +138,17 @@ def validate(cfg: DictConfig | JobConfig, geometry: Geometry) -> None:
     if variants and c.variant != "all":
         raise ConfigError(f"variants: given with variant={c.variant!r}; allowed: one of the two "
                           f"(variant=all when variants lists the variants)")
+    # A sweep over several components (component=a,b) may list variants of each: a job runs the
+    # listed variants of its own component, so a name must be some component's variant and every
+    # job's component must keep at least one.
+    known = {v for other in comps.values() for v in other.variant_names(None)}
     for name in variants:
-        if name not in backend_names:
+        if name not in known:
             raise ConfigError(f"variants: unknown value {name!r} for component {comp.name}; "
-                              f"allowed: {', '.join(backend_names)}")
+                              f"allowed: {', '.join(backend_names)} (or another swept component's)")
+    if variants and not set(variants) & set(backend_names):
+        raise ConfigError(f"variants: none of {', '.join(variants)} is a variant of component {comp.name}; "
+                          f"allowed: {', '.join(backend_names)}")
     if len(set(variants)) != len(variants):
         raise ConfigError(f"variants: {variants} names a variant twice; allowed: each variant once")
     for axis in registry.axes().values():

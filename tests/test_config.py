@@ -30,6 +30,8 @@ CPU_QUICK = ("backend=cpu", "timing=quick", "copy_mib=1")
     (["variants=[nope]"], "variants:", "numpy_copy"),
     (["variants=[numpy_copy]", "variant=numpy_copy"], "variants:", "variant=all"),
     (["variants=[numpy_copy,numpy_copy]"], "variants:", "each variant once"),
+    # another component's variant alone leaves this job's component nothing to run
+    (["variants=[ref_scan]"], "variants:", "none of ref_scan is a variant of component roofline"),
     (["M=abc"], "M:", "Integer"),
     (["+experiment=nope"], "experiment:", "roofline"),
     (["M=8,16"], "M:", "-m"),
@@ -84,6 +86,17 @@ def test_multirun_runs_one_job_per_value(cli, tmp_path):
     df = store.load(root)
     assert len(df) == 3 and set(df["status"]) == {"ok"}
     assert isinstance(df, pd.DataFrame) and {"commit", "device_short", "driver_version"} <= set(df.columns)
+
+
+def test_a_sweep_over_components_lists_each_ones_variants(cli, tmp_path):
+    """variants=[...] over component=a,b names variants of either; each job runs its own."""
+    root = tmp_path / "store"
+    res = cli("-m", "component=roofline,sparse_gather", "variants=[numpy_copy,numpy_gather]", "copy_mib=1", "M=1",
+              "context=4096", "backend=cpu", "timing=quick", f"store.root={root}", "sweep=pair")
+    assert res.returncode == 0, res.stderr
+    df = store.load(root)
+    assert sorted(zip(df["component"], df["variant"])) == [("roofline", "numpy_copy"), ("sparse_gather", "numpy_gather")]
+    assert set(df["status"]) == {"ok"}
 
 
 def test_experiment_sweeper_params_sweep(cli, tmp_path):
