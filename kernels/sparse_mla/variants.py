@@ -14,8 +14,10 @@
 - ``ref_sparse_mla`` (CPU backend): float32 NumPy on the host.
 - ``gather_xor`` (component ``sparse_gather``): reads exactly the selected rows and XORs them into
   a checksum: the family's bandwidth ceiling, as the copy is for KDA; at fp8 the codes and scales.
-- ``gather_tma`` (``sparse_gather``, BF16): the same rows and checksum through the bulk-copy
-  engine (a 2-D tensor map, kernels/tma.py): the rate a TMA producer could feed a design.
+- ``gather_tma``, ``gather_tma4``, ``gather_bulk`` (``sparse_gather``, BF16): the same rows and
+  checksum through the bulk-copy engine (tensor-map boxes of one 128-byte row segment, kernels/tma.py,
+  from 1 or 4 producer warps; 1-D bulk copies of whole rows): the rate a bulk-copy producer could
+  feed a design (NOTES.md).
 
 Each CUDA design reads one latent dtype; at the other, ``supports`` gives the reason.
 
