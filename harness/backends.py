@@ -159,15 +159,20 @@ class CudaBackend:
         return self.cp.RawModule(path=str(path))
 
     def launch(self, kernel, grid: tuple[int, ...], block: tuple[int, ...], args: tuple,
-               shared_mem: int = 0, programmatic: bool = False) -> None:
+               shared_mem: int = 0, programmatic: bool = False, cooperative: bool = False) -> None:
         """Enqueue ``kernel`` on this stream. ``programmatic``: as a programmatic dependent of the
         kernel before it (sm_90 PDL): it may launch once every CTA of that kernel has executed
         griddepcontrol.launch_dependents, and must griddepcontrol.wait before reading its outputs.
-        CuPy has no launch attributes, so that path calls cuLaunchKernelEx itself."""
+        CuPy has no launch attributes, so that path calls cuLaunchKernelEx itself. ``cooperative``:
+        a cooperative launch (every CTA resident at once, or an error), for kernels whose CTAs wait
+        on each other; not with ``programmatic``."""
+        if programmatic and cooperative:
+            raise ValueError("launch: programmatic and cooperative together; allowed: one of the two")
         if programmatic:
             _launch_programmatic(kernel, grid, block, args, shared_mem, self.stream.ptr)
         else:
-            kernel(grid, block, args, shared_mem=shared_mem, stream=self.stream)
+            kernel(grid, block, args, shared_mem=shared_mem, stream=self.stream,
+                   enable_cooperative_groups=cooperative)
 
     def capture(self, step: Callable[[], None]) -> Callable[[], None]:
         """Capture one ``step`` on this stream into a CUDA graph; return its replay."""

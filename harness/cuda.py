@@ -71,6 +71,7 @@ class KernelCall:
     threads: int
     smem: int
     args: Callable[[dict], tuple]
+    cooperative: bool = False     # every CTA resident at once (the launch fails where they cannot be)
 
 
 class KernelStep(Launch):
@@ -109,8 +110,9 @@ class KernelStep(Launch):
         """Kernel i of the step alone, as the step launches it (a probe may put events between)."""
         k = self.kernels[i]
         grid = k.grid if isinstance(k.grid, tuple) else (k.grid,)
+        coop = {"cooperative": True} if k.cooperative else {}   # only then: backends without it stay valid
         self.backend.launch(k.fn, grid, (k.threads,), k.args(self.dev), shared_mem=k.smem,
-                            programmatic=self.dependent and (programmatic or i > 0))
+                            programmatic=self.dependent and (programmatic or i > 0), **coop)
 
     def __call__(self, programmatic: bool = False) -> None:
         for i in range(len(self.kernels)):

@@ -222,12 +222,74 @@ __device__ __forceinline__ float4 ld_rank_f4(const float* local, unsigned rank) 
 // same barrier: every thread passes it only after its wgmma.wait_group 0 of tile it - 1's PV).
 // CS = 0: the partial states out (the split-K contract); CS >= 2: the CTA is rank s of a cluster of
 // the stream's CS splits (splits = CS) and the cluster combines in shared memory (header).
+// The cooperative form's combine (wg_split with CS = WG_COOP; sparse_mla_split_wgmma_coop): every
+// CTA of row m runs at once (a cooperative launch refuses a grid that cannot), so after writing its
+// partials each waits for the row's other splits and merges a 1 / splits share of the row's 64 x 512
+// outputs from them in L2: sparse_mla_combine's work spread over the row's CTAs, with no second
+// launch. The wait: thread 0 fences the CTA's partial stores and takes a ticket on row_count[m]
+// (never reset: launch n's tickets are [n splits, (n + 1) splits), so the row is complete when the
+// count reaches the next multiple of splits), then spins on an acquire load of it (a bounded spin:
+// a trap, not a hang, if a CTA never came). The merge is sparse_mla_combine's arithmetic, per float4
+// of outputs (gmax a max, L and the sums fmaf chains in split order, an empty split skipped); the
+// partials are read by ld.global.cg (L2: other CTAs wrote them in this launch).
+#define WG_COOP (-1)
+__device__ __forceinline__ unsigned ld_acquire_u32(const unsigned* p) {
+    unsigned v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ void wg_coop_combine(const float* __restrict__ part_acc, const float* __restrict__ part_ml,
+                                                bf16* __restrict__ out, float* __restrict__ lse,
+                                                unsigned* __restrict__ row_count, int m, int s, int splits) {
+    __syncthreads();  // every thread's partial stores issued before thread 0's fence
+    if (threadIdx.x == 0) {
+        __threadfence();
+        const unsigned ticket = atomicAdd(row_count + m, 1u);
+        const unsigned want = (ticket / (unsigned)splits + 1u) * (unsigned)splits;
+        for (unsigned spins = 0; (int)(ld_acquire_u32(row_count + m) - want) < 0; ++spins) {
+            if (spins > (1u << 24)) __trap();  // ~1 s: a CTA of the row never arrived
+            __nanosleep(64);
+        }
+        __threadfence();
+    }
+    __syncthreads();
+    constexpr int Q4 = SMLA_DIM / 4, N4 = SMLA_HEADS * Q4;   // float4s of a row's outputs
+    const int e0 = (int)((long long)s * N4 / splits), e1 = (int)((long long)(s + 1) * N4 / splits);
+    const size_t ms0 = (size_t)m * (size_t)splits;
+    for (int e = e0 + (int)threadIdx.x; e < e1; e += SPARSE_MLA_SPLIT_WGMMA_THREADS) {
+        const int h = e / Q4, d = 4 * (e % Q4);
+        float gmax = neg_inf();
+        for (int r = 0; r < splits; ++r) gmax = fmaxf(gmax, __ldcg(part_ml + ((ms0 + r) * SMLA_HEADS + h) * 2));
+        bf16* op = out + ((size_t)m * SMLA_HEADS + h) * SMLA_DIM + d;
+        if (gmax == neg_inf()) {  // no valid slot in the whole row
+            st_v2_b32(op, 0u, 0u);
+            if (d == 0) lse[(size_t)m * SMLA_HEADS + h] = neg_inf();
+            continue;
+        }
+        float L = 0.f, a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
+        for (int r = 0; r < splits; ++r) {
+            const size_t row = (ms0 + r) * SMLA_HEADS + h;
+            const float mx = __ldcg(part_ml + row * 2);
+            if (mx == neg_inf()) continue;  // an empty split: its sum and acc are 0
+            const float f = __expf(mx - gmax);
+            L = fmaf(__ldcg(part_ml + row * 2 + 1), f, L);
+            const float4 v = __ldcg(reinterpret_cast<const float4*>(part_acc + row * SMLA_DIM + d));
+            a0 = fmaf(v.x, f, a0);
+            a1 = fmaf(v.y, f, a1);
+            a2 = fmaf(v.z, f, a2);
+            a3 = fmaf(v.w, f, a3);
+        }
+        st_v2_b32(op, pack_bf16x2(a0 / L, a1 / L), pack_bf16x2(a2 / L, a3 / L));
+        if (d == 0) lse[(size_t)m * SMLA_HEADS + h] = gmax + __logf(L);
+    }
+}
+
 template <int TILE, int STAGES, int CS>
 __device__ __forceinline__ void wg_split(unsigned char* smem_raw, const bf16* __restrict__ q, const bf16* __restrict__ arena,
                                          const int* __restrict__ page_table, const int* __restrict__ selection,
                                          float* __restrict__ part_acc, float* __restrict__ part_ml, bf16* __restrict__ out,
                                          float* __restrict__ lse, int M, int W, int pages_per_stream, int page_size,
-                                         int splits, float scale) {
+                                         int splits, float scale, unsigned* __restrict__ row_count = nullptr) {
     static_assert(TILE == 32 || TILE == 64, "the S wgmma is m64n32 or m64n64");
     static_assert(STAGES >= 2 && (STAGES & (STAGES - 1)) == 0, "a power-of-two ring");
     constexpr int H = TILE / 32;   // token halves a lane carries (slots 32 h + lane)
@@ -238,9 +300,10 @@ __device__ __forceinline__ void wg_split(unsigned char* smem_raw, const bf16* __
     using Lay = WgLayout<TILE, STAGES>;
     constexpr bool issue_after_s = STAGES > 2;
 
-    static_assert(CS == 0 || CS == 2 || CS == 4 || CS == 8, "a cluster's CTAs split the 512 columns");
+    static_assert(CS == 0 || CS == 2 || CS == 4 || CS == 8 || CS == WG_COOP,
+                  "partials (0), a cluster's CTAs splitting the 512 columns, or the cooperative combine");
     if (dynamic_smem_bytes() < Lay::USED + 1024) __trap();
-    if (CS && (wg_cluster_nctarank() != (unsigned)CS || splits != CS)) __trap();  // launched without its cluster
+    if (CS > 0 && (wg_cluster_nctarank() != (unsigned)CS || splits != CS)) __trap();  // launched without its cluster
     // The swizzle atoms need 1024-aligned addresses: place the layout at run time (nothing relies
     // on where the dynamic window starts).
     const unsigned raw_addr = smem_addr(smem_raw);
@@ -404,9 +467,10 @@ __device__ __forceinline__ void wg_split(unsigned char* smem_raw, const bf16* __
     cp_async_wait<0>();  // nothing in flight at exit (the last groups are empty; ntiles = 0: q's)
 
     const int h0 = 16 * w + g;  // and h0 + 8
-    if constexpr (CS == 0) {
+    if constexpr (CS <= 0) {
         // ---- partial state out ---------------------------------------------------------------------
         wg_store_partials(part_acc, part_ml, (size_t)m * (size_t)splits + (size_t)s, h0, wg, t4, m_run, l_run, o, 1.f);
+        if constexpr (CS == WG_COOP) wg_coop_combine(part_acc, part_ml, out, lse, row_count, m, s, splits);
     } else {
         // ---- the cluster's combine (header), sparse_mla_combine's contract -------------------------
         // Shared memory is free: every copy landed (the wait above) and, past this barrier, every
@@ -492,6 +556,25 @@ sparse_mla_split_wgmma(const bf16* __restrict__ q, const bf16* __restrict__ aren
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     wg_split<WG_TILE, 2, 0>(smem_raw, q, arena, page_table, selection, part_acc, part_ml, nullptr, nullptr, M, W,
                             pages_per_stream, page_size, splits, scale);
+#else
+    __trap();  // compiled without sm_90a: no wgmma (the launcher passes -arch=sm_90a)
+#endif
+}
+
+// split_wgmma with the combine in the kernel (wg_coop_combine): launched cooperatively (every CTA
+// resident at once), grid (splits, M); part_acc / part_ml as split_wgmma's (read back from L2),
+// out [M][64][512] bf16 and lse [M][64] written by the row's CTAs, row_count [M] the launcher's
+// (zero at build, never reset).
+extern "C" __global__ void __launch_bounds__(SPARSE_MLA_SPLIT_WGMMA_THREADS, 1)
+sparse_mla_split_wgmma_coop(const bf16* __restrict__ q, const bf16* __restrict__ arena,
+                            const int* __restrict__ page_table, const int* __restrict__ selection,
+                            float* __restrict__ part_acc, float* __restrict__ part_ml, bf16* __restrict__ out,
+                            float* __restrict__ lse, unsigned* __restrict__ row_count, int M, int W,
+                            int pages_per_stream, int page_size, int splits, float scale) {
+#ifdef SPARSE_MLA_WGMMA_ENABLED
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    wg_split<WG_TILE, 2, WG_COOP>(smem_raw, q, arena, page_table, selection, part_acc, part_ml, out, lse, M, W,
+                                  pages_per_stream, page_size, splits, scale, row_count);
 #else
     __trap();  // compiled without sm_90a: no wgmma (the launcher passes -arch=sm_90a)
 #endif

@@ -209,6 +209,43 @@ def _make_split_build(name: str, one_wave: bool = False):
     return build
 
 
+def build_coop(geometry, point, inputs, backend) -> KernelStep:
+    """split_wgmma_coop_1wave: split_wgmma's kernel at one_wave_splits with the combine inside it
+    (sparse_mla_split_wgmma_coop), launched cooperatively; the row counters are the launcher's
+    (zero at build; the kernel never resets them: its tickets count launches)."""
+    name = "split_wgmma_coop_1wave"
+    reason = _supports_split("split_wgmma")(geometry, point)
+    if reason:
+        raise ValueError(f"{name}: {reason}")
+    require_wgmma_device(name, backend)
+    cp = backend.cp
+    H, D, scale = spec.dims(geometry)
+    Mn, W = int(point["M"]), spec.width(geometry, point)
+    d = _Device(backend, inputs, point)
+    sms = int(backend.props["multiProcessorCount"])
+    splits = one_wave_splits(Mn, W, sms)
+    if Mn * splits > sms:   # one CTA an SM: a cooperative grid must fit the SMs at once
+        raise ValueError(f"{name}: M = {Mn} needs {Mn * splits} CTAs resident at once; this device holds {sms}")
+    source = "split_wgmma.cu"
+    smem = source_define(source, "SPARSE_MLA_SPLIT_WGMMA_SMEM_BYTES")
+    fn = get_kernel(backend, HERE / source, "sparse_mla_split_wgmma_coop", smem, options=WGMMA_OPTIONS)
+    with backend.stream:
+        buffers = {"part_acc": cp.empty((Mn, splits, H, D), cp.float32),
+                   "part_ml": cp.empty((Mn, splits, H, 2), cp.float32),
+                   "out": cp.empty((Mn, H, D), cp.uint16), "lse": cp.empty((Mn, H), cp.float32),
+                   "row_count": cp.zeros(Mn, cp.uint32)}
+    pps, ps = np.int32(spec.pages_per_stream(point)), np.int32(point["page_size"])
+    kernels = [KernelCall(fn, (splits, Mn), source_define(source, "SPARSE_MLA_SPLIT_WGMMA_THREADS"), smem, lambda b: (
+        d.q, *d.arena_args, d.page_table, d.selection, b["part_acc"], b["part_ml"], b["out"], b["lse"],
+        b["row_count"], np.int32(Mn), np.int32(W), pps, ps, np.int32(splits), np.float32(scale)), cooperative=True)]
+    poison = {"part_acc": np.float32(np.nan), "part_ml": np.float32(np.nan), "out": 0xFFFF, "lse": np.float32(np.nan)}
+    step = KernelStep(backend, kernels, buffers, {}, poison, lambda b: {
+        "out": _bf16(backend.to_host(b["out"])), "lse": backend.to_host(b["lse"]).astype(np.float64)},
+        dependent=False)
+    step.note = f"{splits} splits per stream, the combine in the kernel (cooperative launch)"
+    return step.ready()
+
+
 def _one_wave_variant(design: str) -> Variant:
     """``<design>_1wave``: design's kernels with split_mma_1wave's splits (one wave of CTAs)."""
     return Variant(f"{design}_1wave", "cuda", _make_split_build(design, one_wave=True),
@@ -589,6 +626,12 @@ MLA_VARIANTS = (
                 "and to the weights (over the CTA's reference scale, to keep them out of f16's subnormals)",
             supports=_supports_split("split_wgmma_ws_fp8"), sources=("split_wgmma_ws.cu",)),
     _one_wave_variant("split_wgmma_ws_fp8"),
+    Variant("split_wgmma_coop_1wave", "cuda", build_coop,
+            why="split_wgmma_1wave with the combine in the kernel: launched cooperatively (every CTA "
+                "resident), each CTA takes a ticket on its row's counter after writing its partials, waits "
+                "for the row's other splits and merges a 1 / splits share of the row's outputs from L2: "
+                "no second launch, the merge spread over the row's SMs (the last-CTA forms merged on one)",
+            supports=_supports_split("split_wgmma"), sources=("split_wgmma.cu",)),
     *FLASHINFER_VARIANTS,
     Variant("torch_gather_bmm", "cuda", lambda g, p, i, b: _TorchGatherBmm(g, p, i, b),
             why="torch: gather the rows into a [M, W, 512] copy, bmm, masked softmax, bmm",
