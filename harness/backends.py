@@ -170,9 +170,13 @@ class CudaBackend:
             raise ValueError("launch: programmatic and cooperative together; allowed: one of the two")
         if programmatic:
             _launch_programmatic(kernel, grid, block, args, shared_mem, self.stream.ptr)
+        elif cooperative:
+            # a RawKernel fixes its cooperative flag when it is made and refuses it per call; its
+            # Function (.kernel, which carries the shared-memory attribute set on the RawKernel) takes it
+            getattr(kernel, "kernel", kernel)(grid, block, args, shared_mem=shared_mem, stream=self.stream,
+                                              enable_cooperative_groups=True)
         else:
-            kernel(grid, block, args, shared_mem=shared_mem, stream=self.stream,
-                   enable_cooperative_groups=cooperative)
+            kernel(grid, block, args, shared_mem=shared_mem, stream=self.stream)
 
     def capture(self, step: Callable[[], None]) -> Callable[[], None]:
         """Capture one ``step`` on this stream into a CUDA graph; return its replay."""

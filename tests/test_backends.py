@@ -101,30 +101,31 @@ def test_programmatic_launch_failure_and_ambiguous_argument_are_errors(monkeypat
         backends._launch_programmatic(kernel, (1,), (32,), (5,), 0, 0)
 
 
-def test_a_cooperative_kernel_call_launches_cooperatively(monkeypatch):
-    """KernelCall(cooperative=True) reaches CuPy's launch as enable_cooperative_groups; a plain
-    call does not pass the flag (stand-in backends without it stay valid); both kinds of launch
-    together are refused in one line."""
+def test_a_cooperative_kernel_call_launches_cooperatively():
+    """KernelCall(cooperative=True) reaches the RawKernel's Function with enable_cooperative_groups
+    (CuPy's RawKernel refuses that keyword per call: it fixes it at construction); a plain call goes
+    to the RawKernel without it; both kinds of launch together are refused in one line."""
     from harness.cuda import KernelCall, KernelStep
 
     calls = []
 
-    def kernel(grid, block, args, shared_mem=0, stream=None, enable_cooperative_groups=False):
-        calls.append((grid, enable_cooperative_groups))
+    class Function:          # cupy.cuda.function.Function: takes the flag per call
+        def __call__(self, grid, block, args, shared_mem=0, stream=None, enable_cooperative_groups=False):
+            calls.append(("function", grid, enable_cooperative_groups))
+
+    class RawKernel:         # cupy.RawKernel: no such keyword per call (raw.pyx passes its own)
+        kernel = Function()
+
+        def __call__(self, grid, block, args, shared_mem=0, stream=None):
+            calls.append(("raw", grid, False))
 
     cuda = object.__new__(backends.CudaBackend)
     cuda.stream = None
-    seen = []
-
-    class Recording:
-        def launch(self, fn, grid, block, args, shared_mem=0, programmatic=False, **kw):
-            seen.append(kw)
-            backends.CudaBackend.launch(cuda, fn, grid, block, args, shared_mem, programmatic, **kw)
-
-    step = KernelStep(Recording(), [KernelCall(kernel, (4, 32), 256, 0, lambda b: ()),
-                                    KernelCall(kernel, 8, 128, 0, lambda b: (), cooperative=True)],
+    kernel = RawKernel()
+    step = KernelStep(cuda, [KernelCall(kernel, (4, 32), 256, 0, lambda b: ()),
+                             KernelCall(kernel, 8, 128, 0, lambda b: (), cooperative=True)],
                       {}, {}, {}, lambda b: {}, dependent=False)
     step()
-    assert calls == [((4, 32), False), ((8,), True)] and seen == [{}, {"cooperative": True}]
+    assert calls == [("raw", (4, 32), False), ("function", (8,), True)]
     with pytest.raises(ValueError, match="programmatic and cooperative together"):
         backends.CudaBackend.launch(cuda, kernel, (1,), (32,), (), 0, True, cooperative=True)
