@@ -9,6 +9,8 @@
   and combine; compiled with ``WGMMA_OPTIONS`` (``-arch=sm_90a``), as scan_wgmma_e4m3 is.
 - ``split_wgmma_ws`` / ``split_wgmma_ws_fp8`` (sm_90a, BF16 / FP8): ``split_wgmma_ws.cu``, split_wgmma's
   math in two consumer warpgroups fed by a producer warpgroup through an mbarrier ring.
+- ``split_wgmma_coop_1wave`` (sm_90a, BF16): split_wgmma_1wave with the combine in the kernel, launched
+  cooperatively (each CTA merges a share of its row after the row's partials are in).
 - ``torch_gather_bmm`` (peer): what an engineer writes in torch: gather the rows, two bmm and a
   softmax (FP8: the codes widened to BF16, the row scales applied to the scores and the weights).
 - ``ref_sparse_mla`` (CPU backend): float32 NumPy on the host.
