@@ -790,3 +790,53 @@ def test_the_fp8_scaled_f16_algorithm_matches_the_reference_on_the_dequantized_r
     assert errs[True]["out"] < 1e-3, errs            # measured ~2e-4 at both magnitudes
     if magnitude < 1:
         assert errs[False]["out"] > 3 * errs[True]["out"], errs
+
+
+# ---- split_wgmma_coop_1wave's row counter (wg_coop_combine): never reset, tickets count launches ----
+
+def coop_model(splits: int, launches: int, rng: np.random.Generator, start: int = 0, bits: int = 32):
+    """Launches of one row's `splits` CTAs in stream order, each CTA's steps interleaved at random
+    (take a ticket, then spin), with the kernel's arithmetic on a `bits`-bit counter: ticket = the
+    atomic's old value, want = (ticket / splits + 1) splits, done when (int)(count - want) >= 0.
+    Returns, per launch, whether any CTA got past its wait before all of its launch's tickets were
+    taken (a wrong merge) and whether all got past (no hang)."""
+    mask = (1 << bits) - 1
+
+    def signed(x):
+        x &= mask
+        return x - (1 << bits) if x >> (bits - 1) else x
+    count, results = start & mask, []
+    for _ in range(launches):
+        want = [None] * splits
+        passed, early = set(), False
+        while len(passed) < splits:
+            waiting = [c for c in range(splits) if want[c] is not None and c not in passed]
+            fresh = [c for c in range(splits) if want[c] is None]
+            c = int(rng.choice(fresh + waiting))
+            if want[c] is None:
+                ticket, count = count, (count + 1) & mask
+                want[c] = ((ticket // splits + 1) * splits) & mask
+            elif signed(count - want[c]) >= 0:
+                early = early or any(w is None for w in want)
+                passed.add(c)
+            elif not fresh:
+                break   # nobody left to take a ticket: this CTA would spin forever
+        results.append((early, len(passed) == splits))
+    return results
+
+
+@pytest.mark.parametrize("splits", [1, 2, 4, 16, 26, 33])
+def test_the_coop_counter_completes_each_launch_and_never_early(splits):
+    rng = np.random.default_rng(splits)
+    assert coop_model(splits, 40, rng) == [(False, True)] * 40
+
+
+@pytest.mark.parametrize("splits", [2, 4, 16])
+def test_the_coop_counter_wraps_cleanly_when_splits_divides_the_counter_range(splits):
+    """A power-of-two split count keeps its launches' tickets aligned across the 32-bit wrap; a
+    split count that does not divide 2^32 (33 at M = 1) misaligns there, ~2^32 / 33 launches in:
+    bits = 8 makes both visible (the kernel's counter is 32 bits: 1.3e8 launches of one row)."""
+    rng = np.random.default_rng(7)
+    assert coop_model(splits, 40, rng, start=256 - 3 * splits, bits=8) == [(False, True)] * 40
+    wrapped = coop_model(33, 40, np.random.default_rng(8), start=33 * (256 // 33 - 1), bits=8)
+    assert wrapped[0] == (False, True) and any(r != (False, True) for r in wrapped[1:])
