@@ -164,6 +164,16 @@ def _supports_split(name: str):
     return _supports_latent(name, SPLIT_DESIGNS[name][4], _supports_cuda)
 
 
+def _attention_step(backend, kernels: list, buffers: dict, poison: dict, note: str) -> KernelStep:
+    """A sparse MLA design's step over its buffers, read back as the component's out (bf16 decoded)
+    and lse; plain stream order; poisoned and ready."""
+    step = KernelStep(backend, kernels, buffers, {}, poison, lambda b: {
+        "out": _bf16(backend.to_host(b["out"])), "lse": backend.to_host(b["lse"]).astype(np.float64)},
+        dependent=False)
+    step.note = note
+    return step.ready()
+
+
 def _make_split_build(name: str, one_wave: bool = False):
     """The launcher of design ``name``; ``one_wave``: fewer, longer splits (``one_wave_splits``)
     instead of ``pick_splits``'s 32-slot multiples that fill the last wave."""
@@ -201,11 +211,7 @@ def _make_split_build(name: str, one_wave: bool = False):
         ]
         poison = {"part_acc": np.float32(np.nan), "part_ml": np.float32(np.nan), "out": 0xFFFF,
                   "lse": np.float32(np.nan)}
-        step = KernelStep(backend, kernels, buffers, {}, poison, lambda b: {
-            "out": _bf16(backend.to_host(b["out"])), "lse": backend.to_host(b["lse"]).astype(np.float64)},
-            dependent=False)
-        step.note = f"{splits} splits per stream"
-        return step.ready()
+        return _attention_step(backend, kernels, buffers, poison, f"{splits} splits per stream")
 
     build.__name__ = f"build_{name}{'_1wave' if one_wave else ''}"
     return build
@@ -241,11 +247,8 @@ def build_coop(geometry, point, inputs, backend) -> KernelStep:
         d.q, *d.arena_args, d.page_table, d.selection, b["part_acc"], b["part_ml"], b["out"], b["lse"],
         b["row_count"], np.int32(Mn), np.int32(W), pps, ps, np.int32(splits), np.float32(scale)), cooperative=True)]
     poison = {"part_acc": np.float32(np.nan), "part_ml": np.float32(np.nan), "out": 0xFFFF, "lse": np.float32(np.nan)}
-    step = KernelStep(backend, kernels, buffers, {}, poison, lambda b: {
-        "out": _bf16(backend.to_host(b["out"])), "lse": backend.to_host(b["lse"]).astype(np.float64)},
-        dependent=False)
-    step.note = f"{splits} splits per stream, the combine in the kernel (cooperative launch)"
-    return step.ready()
+    return _attention_step(backend, kernels, buffers, poison,
+                           f"{splits} splits per stream, the combine in the kernel (cooperative launch)")
 
 
 def _one_wave_variant(design: str) -> Variant:
@@ -335,11 +338,8 @@ def _make_cluster_build(name: str):
         kernels = [KernelCall(fn, (cs, Mn), threads, smem, lambda b: (
             d.q, *d.arena_args, d.page_table, d.selection, b["out"], b["lse"], np.int32(Mn), np.int32(W), pps, ps,
             np.int32(cs), np.float32(scale)))]
-        step = KernelStep(backend, kernels, buffers, {}, {"out": 0xFFFF, "lse": np.float32(np.nan)}, lambda b: {
-            "out": _bf16(backend.to_host(b["out"])), "lse": backend.to_host(b["lse"]).astype(np.float64)},
-            dependent=False)
-        step.note = f"{cs} splits per stream, one cluster of {cs} CTAs"
-        return step.ready()
+        return _attention_step(backend, kernels, buffers, {"out": 0xFFFF, "lse": np.float32(np.nan)},
+                               f"{cs} splits per stream, one cluster of {cs} CTAs")
 
     build.__name__ = f"build_{name}"
     return build
