@@ -93,3 +93,27 @@ def test_topk_timeline_build_compiles(source, tmp_path):
     """tools/topk_timeline.py builds the probed top-k files with -DDSA_TOPK_TIMELINE; that build must
     compile too."""
     _compile(source, tmp_path, "-DDSA_TOPK_TIMELINE")
+
+
+# The files whose kernels issue wgmma (they include the common wgmma helpers), and the define that
+# switches each one's wgmma body on (their variants' NVRTC options: kernels/wgmma.py).
+WGMMA_SOURCES = sorted(p for p in SOURCES if (REPO_ROOT / "kernels/common/wgmma.cuh").resolve() in compiled_files(p))
+
+
+@pytest.mark.parametrize("source", WGMMA_SOURCES, ids=lambda p: p.name)
+def test_wgmma_builds_keep_their_wgmmas_asynchronous(source, tmp_path):
+    """The sm_90a build that runs (not the sm_90 trap body the test above compiles): ptxas must not
+    serialise the wgmmas (C7513: a non-wgmma instruction defines a wgmma input while one is in
+    flight, so every wgmma waits for the previous one). It costs no correctness, only the overlap
+    the designs exist for, and it appears or goes with small code changes (split_wgmma_seesaw.cu's
+    fold), so it is checked on every build."""
+    if NVCC is None:
+        if os.environ.get("CI"):
+            pytest.fail("nvcc not found: CI must compile every kernel")
+        pytest.skip("nvcc not installed on this machine")
+    cmd = [NVCC, "-arch=sm_90a", "-DSPARSE_MLA_WGMMA_SM90A", "-DSCAN_WGMMA_SM90A", "-cubin", "-std=c++17",
+           "--use_fast_math", f"-I{source.parent}", "-Xptxas", "-v", "-o", str(tmp_path / "k.cubin"), str(source)]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-4000:]
+    serialised = [line for line in res.stderr.splitlines() if "C7513" in line]
+    assert not serialised, serialised

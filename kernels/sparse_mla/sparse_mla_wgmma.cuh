@@ -146,6 +146,24 @@ __device__ __forceinline__ int wg_row(int page, int t, int page_size) {
     return page >= 0 ? page * page_size + t % page_size : -1;
 }
 
+// q[m] [64 heads][512] bf16 into sQ by cp.async in the tile layout (wg_swz), THREADS threads: thread
+// tid copies chunk tid % 64 of rows tid / 64 + (THREADS / 64) i (a warp: 512 contiguous bytes of a row).
+template <int THREADS>
+__device__ __forceinline__ void wg_stage_q(unsigned char* sq, const bf16* __restrict__ q, int m, int tid) {
+    const bf16* qm = q + (size_t)m * SMLA_HEADS * SMLA_DIM;
+    const int c = tid & 63;
+#pragma unroll
+    for (int i = 0; i < (SMLA_HEADS * SMLA_ROW_CHUNKS) / THREADS; ++i) {
+        const int r = (tid >> 6) + (THREADS / 64) * i;
+        cp_async16_zfill(sq + wg_swz(r, c), qm + r * SMLA_DIM + c * 8, 16u);
+    }
+}
+
+// Bytes from the dynamic shared window's start to its first 1024-aligned address: the swizzle atoms
+// need 1024-aligned addresses, so each design places its layout there at run time (nothing relies
+// on where the window starts; the launchers give 1024 bytes of slack).
+__device__ __forceinline__ unsigned wg_align_pad(unsigned raw_addr) { return (1024u - (raw_addr & 1023u)) & 1023u; }
+
 // The split-K contract's partial state of CTA row ms = m splits + s (split_wgmma.cu header): the
 // thread's rows h0 and h0 + 8 (h0 = 16 w + g) of warpgroup wg's O half (o as the m64n256 accumulator,
 // times f), and (max, sum) once (both warpgroups hold the same m and l: warpgroup 0's quad leaders).

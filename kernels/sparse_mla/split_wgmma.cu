@@ -350,7 +350,7 @@ __device__ __forceinline__ void wg_split(unsigned char* smem_raw, const bf16* __
     // The swizzle atoms need 1024-aligned addresses: place the layout at run time (nothing relies
     // on where the dynamic window starts).
     const unsigned raw_addr = smem_addr(smem_raw);
-    const unsigned pad = (1024u - (raw_addr & 1023u)) & 1023u;
+    const unsigned pad = wg_align_pad(raw_addr);
     unsigned char* smem = smem_raw + pad;
     const unsigned base = raw_addr + pad;
     float4* xbuf = reinterpret_cast<float4*>(smem + Lay::X_AT);
@@ -367,15 +367,7 @@ __device__ __forceinline__ void wg_split(unsigned char* smem_raw, const bf16* __
     const int* pt_m = page_table + (size_t)m * (size_t)pages_per_stream;
 
     // ---- prologue: q[m] and tile 0 in group 0, tiles 1 .. L - 1 one group each; the chain -----------
-    {
-        const bf16* qm = q + (size_t)m * SMLA_HEADS * SMLA_DIM;
-        const int c = tid & 63;
-#pragma unroll
-        for (int i = 0; i < (SMLA_HEADS * SMLA_ROW_CHUNKS) / SPARSE_MLA_SPLIT_WGMMA_THREADS; ++i) {
-            const int r = (tid >> 6) + 4 * i;
-            cp_async16_zfill(smem + WG_Q_AT + wg_swz(r, c), qm + r * SMLA_DIM + c * 8, 16u);
-        }
-    }
+    wg_stage_q<SPARSE_MLA_SPLIT_WGMMA_THREADS>(smem + WG_Q_AT, q, m, tid);
     int tq[L + 2][H];  // tq[k][h]: token of slot 32 h + lane of tile it + k (the AHEAD chain, header)
     int pg[H];         // page of tq[L][h]
     // every token load first, then every page load, then the copies: one dependent round trip

@@ -127,12 +127,7 @@ static_assert(128 * WS_PRODUCER_REGS + 256 * WS_CONSUMER_REGS <= 384 * WS_LAUNCH
 #ifdef SPARSE_MLA_WGMMA_ENABLED
 
 // mbar_init / mbar_arrive / mbar_wait: sparse_mla_common.cuh (the TMA gather uses them too).
-// Named barrier `id` over the `n` threads of the two consumer warpgroups (bar.sync orders their
-// shared-memory accesses as __syncthreads does).
-template <int ID, int N>
-__device__ __forceinline__ void named_sync() {
-    asm volatile("bar.sync %0, %1;" ::"n"(ID), "n"(N) : "memory");
-}
+// named_sync<ID, N>: ../common/wgmma.cuh (here over the 256 threads of the two consumer warpgroups).
 template <int R>
 __device__ __forceinline__ void regs_dec() {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(R));
@@ -518,7 +513,7 @@ __device__ __forceinline__ void ws_split(unsigned char* smem_raw, const bf16* __
                                          int splits, float scale) {
     if (dynamic_smem_bytes() < WS_USED + 1024) __trap();
     const unsigned raw_addr = smem_addr(smem_raw);
-    const unsigned pad = (1024u - (raw_addr & 1023u)) & 1023u;
+    const unsigned pad = wg_align_pad(raw_addr);
     unsigned char* smem = smem_raw + pad;
     const unsigned base = raw_addr + pad;
 

@@ -9,6 +9,9 @@
   and combine; compiled with ``WGMMA_OPTIONS`` (``-arch=sm_90a``), as scan_wgmma_e4m3 is.
 - ``split_wgmma_ws`` / ``split_wgmma_ws_fp8`` (sm_90a, BF16 / FP8): ``split_wgmma_ws.cu``, split_wgmma's
   math in two consumer warpgroups fed by a producer warpgroup through an mbarrier ring.
+- ``split_wgmma_seesaw`` (sm_90a, BF16): ``split_wgmma_seesaw.cu``, the same split and combine with the
+  two warpgroups on alternate 32-slot tiles (each the full-depth S and softmax of its own, P handed
+  over as register fragments), so one's softmax runs under the other's wgmmas.
 - ``split_wgmma_coop_1wave`` (sm_90a, BF16): split_wgmma_1wave with the combine in the kernel, launched
   cooperatively (each CTA merges a share of its row after the row's partials are in).
 - ``torch_gather_bmm`` (peer): what an engineer writes in torch: gather the rows, two bmm and a
@@ -154,10 +157,12 @@ SPLIT_DESIGNS = {
                            "SPARSE_MLA_SPLIT_WGMMA_WS_THREADS", "fp8"),
     "split_wgmma_ws_nol2": ("split_wgmma_ws.cu", "sparse_mla_split_wgmma_ws_nol2", "SPARSE_MLA_SPLIT_WGMMA_WS_SMEM_BYTES",
                             "SPARSE_MLA_SPLIT_WGMMA_WS_THREADS", "bf16"),
+    "split_wgmma_seesaw": ("split_wgmma_seesaw.cu", "sparse_mla_split_wgmma_seesaw", "SPARSE_MLA_SEESAW_SMEM_BYTES",
+                           "SPARSE_MLA_SEESAW_THREADS", "bf16"),
 }
 # The designs that compile with extra NVRTC options (the rest with none): every wgmma source.
 SPLIT_OPTIONS = {name: WGMMA_OPTIONS for name, design in SPLIT_DESIGNS.items()
-                 if design[0] in ("split_wgmma.cu", "split_wgmma_ws.cu")}
+                 if design[0] in ("split_wgmma.cu", "split_wgmma_ws.cu", "split_wgmma_seesaw.cu")}
 
 
 def _supports_split(name: str):
@@ -628,6 +633,16 @@ MLA_VARIANTS = (
                 "and to the weights (over the CTA's reference scale, to keep them out of f16's subnormals)",
             supports=_supports_split("split_wgmma_ws_fp8"), sources=("split_wgmma_ws.cu",)),
     _one_wave_variant("split_wgmma_ws_fp8"),
+    # Issue 13, the seesaw: one warpgroup's softmax under the other's wgmmas.
+    Variant("split_wgmma_seesaw", "cuda", _make_split_build("split_wgmma_seesaw"),
+            why="split_wgmma's split and combine with the two warpgroups on alternate 32-slot tiles: each "
+                "computes the full-depth S (32 x wgmma m64n32k16 SS) and the softmax of its own tile, hands "
+                "P to the other as register fragments through shared memory (named barriers, no CTA "
+                "barrier in the loop), and both multiply every tile into their own 256 columns of O; each "
+                "keeps its own running max (the partner's is never below it), so one warpgroup's softmax "
+                "runs under the other's wgmmas",
+            supports=_supports_split("split_wgmma_seesaw"), sources=("split_wgmma_seesaw.cu",)),
+    _one_wave_variant("split_wgmma_seesaw"),
     Variant("split_wgmma_coop_1wave", "cuda", build_coop,
             why="split_wgmma_1wave with the combine in the kernel: launched cooperatively (every CTA "
                 "resident), each CTA takes a ticket on its row's counter after writing its partials, waits "
