@@ -323,3 +323,103 @@ sparse_gather_bulk(const bf16* __restrict__ arena, const int* __restrict__ page_
                    int pages_per_stream, int page_size, int splits) {
     gather_tma_body<1, true>(arena, page_table, selection, partial, M, W, pages_per_stream, page_size, splits);
 }
+
+// ---- sparse_gather_ring_* (variants gather_ring_<TILE>x<STAGES>): the wgmma designs' copy schedule alone --
+// The same rows and checksum as sparse_gather_xor, moved the way split_wgmma's and
+// split_wgmma_seesaw's cp.async rings move them, with no math: one CTA of 256 threads an SM
+// (one_wave_splits), a ring of STAGES stages of TILE rows x 1 KiB, STAGES - 1 tiles in flight while
+// one is "computed" (here: each thread XORs the 16-byte chunks it copied). Its time against
+// gather_xor's (128 KiB in flight an SM from registers, 4 CTAs an SM) and against the designs' says
+// how much of their distance from the gather is the depth of a shared-memory ring that must sit
+// beside q (64 KiB) in one SM, rather than their math. The chunk's arena rows are resolved once in
+// the prologue into shared memory (all loads in parallel), so no row chain sits on the copy path.
+// Per tile: cp.async.wait_group STAGES - 2, __syncthreads (the stage of tile it - 1 free), tile
+// it + STAGES - 1 issued into it, then tile it read. Thread tid copies chunk tid % 64 of rows
+// tid / 64 + 4 i (split_wgmma's map: a warp 512 contiguous bytes of a row); an invalid row is
+// zero-filled (cp.async src-size 0), so XORing it changes nothing: the checksum is gather_xor's.
+#define GRING_THREADS 256
+
+template <int TILE, int STAGES>
+struct GatherRing {
+    static constexpr int STAGE_BYTES = TILE * 1024;
+    static constexpr int RING = STAGES * STAGE_BYTES;
+};
+// The rings' bytes (literals: the launcher reads them and adds 4 bytes a chunk slot for the row list)
+#define GRING_RING_64x2 131072
+#define GRING_RING_32x4 131072
+#define GRING_RING_64x3 196608
+#define GRING_RING_32x6 196608
+static_assert(GRING_RING_64x2 == GatherRing<64, 2>::RING && GRING_RING_32x4 == GatherRing<32, 4>::RING &&
+                  GRING_RING_64x3 == GatherRing<64, 3>::RING && GRING_RING_32x6 == GatherRing<32, 6>::RING,
+              "GRING_RING literals");
+
+template <int TILE, int STAGES>
+__device__ __forceinline__ void gather_ring_body(const bf16* __restrict__ arena, const int* __restrict__ page_table,
+                                                 const int* __restrict__ selection, unsigned* __restrict__ partial,
+                                                 int M, int W, int pages_per_stream, int page_size, int splits) {
+    using G = GatherRing<TILE, STAGES>;
+    constexpr int PER = TILE * 64 / GRING_THREADS;  // 16-byte chunks a thread copies a tile
+    extern __shared__ __align__(16) unsigned char gring_smem[];
+    __shared__ unsigned red[GATHER_WARPS][4];
+    const int s = blockIdx.x, m = blockIdx.y;
+    if (m >= M) return;  // whole block
+    const int start = (int)(((long long)s * W) / splits);
+    const int end = (int)(((long long)(s + 1) * W) / splits);
+    const int ntiles = (end - start + TILE - 1) / TILE;
+    if (dynamic_smem_bytes() < (unsigned)(G::RING + 4 * ntiles * TILE)) __trap();  // the ring and the row list
+    int* rows = reinterpret_cast<int*>(gring_smem + G::RING);  // arena row of chunk slot i, -1 invalid
+    const int* sel = selection + (size_t)m * (size_t)W;
+    for (int i = threadIdx.x; i < ntiles * TILE; i += GRING_THREADS) {
+        const int t = start + i < end ? ld_nc_s32(sel + start + i) : -1;
+        rows[i] = t >= 0 ? (int)row_of(page_table, m, t, pages_per_stream, page_size) : -1;
+    }
+    __syncthreads();
+    const int c = threadIdx.x & 63, r0 = threadIdx.x >> 6;
+    auto issue = [&](int tile) {
+        if (tile < ntiles) {
+            unsigned char* stage = gring_smem + (tile % STAGES) * G::STAGE_BYTES;
+#pragma unroll
+            for (int i = 0; i < PER; ++i) {
+                const int r = r0 + 4 * i;
+                const int row = rows[tile * TILE + r];
+                const bool ok = row >= 0;
+                cp_async16_zfill(stage + r * 1024 + c * 16, ok ? arena + (size_t)row * SMLA_DIM + c * 8 : arena,
+                                 ok ? 16u : 0u);
+            }
+        }
+        cp_async_commit();  // one group a tile (empty past the last)
+    };
+#pragma unroll
+    for (int k = 0; k < STAGES - 1; ++k) issue(k);
+    unsigned x = 0u, y = 0u, z = 0u, w = 0u;
+#pragma unroll 1
+    for (int it = 0; it < ntiles; ++it) {
+        cp_async_wait<STAGES - 2>();  // this thread's copies of tile it
+        __syncthreads();              // every thread past tile it - 1: its stage is free
+        issue(it + STAGES - 1);
+        const unsigned char* stage = gring_smem + (it % STAGES) * G::STAGE_BYTES;
+#pragma unroll
+        for (int i = 0; i < PER; ++i) {
+            const uint4 v = *reinterpret_cast<const uint4*>(stage + (r0 + 4 * i) * 1024 + c * 16);
+            x ^= v.x;
+            y ^= v.y;
+            z ^= v.z;
+            w ^= v.w;
+        }
+    }
+    cp_async_wait<0>();
+    gather_write_partial<4>(x, y, z, w, 0u, red, partial, (size_t)m * (size_t)splits + (size_t)s);
+}
+
+#define GATHER_RING_KERNEL(TILE, STAGES)                                                                        \
+    extern "C" __global__ void __launch_bounds__(GRING_THREADS, 1)                                             \
+    sparse_gather_ring_##TILE##x##STAGES(const bf16* __restrict__ arena, const int* __restrict__ page_table,   \
+                                         const int* __restrict__ selection, unsigned* __restrict__ partial,     \
+                                         int M, int W, int pages_per_stream, int page_size, int splits) {       \
+        gather_ring_body<TILE, STAGES>(arena, page_table, selection, partial, M, W, pages_per_stream, page_size, \
+                                       splits);                                                                 \
+    }
+GATHER_RING_KERNEL(64, 2)  // split_wgmma's ring: one 64 KiB tile in flight
+GATHER_RING_KERNEL(32, 4)  // split_wgmma_t32's: 96 KiB in flight
+GATHER_RING_KERNEL(64, 3)  // 128 KiB in flight (no room beside q and the S exchange)
+GATHER_RING_KERNEL(32, 6)  // 160 KiB in flight (no room beside q)

@@ -19,6 +19,9 @@
 - ``ref_sparse_mla`` (CPU backend): float32 NumPy on the host.
 - ``gather_xor`` (component ``sparse_gather``): reads exactly the selected rows and XORs them into
   a checksum: the family's bandwidth ceiling, as the copy is for KDA; at fp8 the codes and scales.
+- ``gather_ring_<rows>x<stages>`` (``sparse_gather``, BF16): the same rows and checksum moved by a
+  cp.async shared-memory ring of the wgmma designs' shape, with no math: what that ring's depth
+  delivers (NOTES.md).
 - ``gather_tma``, ``gather_tma4``, ``gather_bulk`` (``sparse_gather``, BF16): the same rows and
   checksum through the bulk-copy engine (tensor-map boxes of one 128-byte row segment, kernels/tma.py,
   from 1 or 4 producer warps; 1-D bulk copies of whole rows): the rate a bulk-copy producer could
@@ -432,6 +435,40 @@ def _build_gather_tma(name, geometry, point, inputs, backend) -> KernelStep:
                         (src, d.page_table, d.selection))
 
 
+SMEM_LIMIT = 232448   # dynamic shared memory one CTA may take on sm_90 (227 KiB)
+# The cp.async ring gathers (gather.cu's gather_ring_body): variant -> (rows a stage, stages)
+GATHER_RING = {f"gather_ring_{t}x{n}": (t, n) for t, n in ((64, 2), (32, 4), (64, 3), (32, 6))}
+
+
+def _supports_gather_ring(geometry, point) -> str | None:
+    if point["latent_dtype"] != "bf16":
+        return f"the ring gathers read the bf16 latent; latent_dtype={point['latent_dtype']} runs in gather_xor"
+    return _supports_cuda(geometry, point)
+
+
+def build_gather_ring(name: str):
+    """The launcher of a ring gather: split_wgmma_1wave's grid (one_wave_splits, one CTA an SM)."""
+    rows, stages = GATHER_RING[name]
+    symbol, ring_define = f"sparse_gather_ring_{rows}x{stages}", f"GRING_RING_{rows}x{stages}"
+
+    def build(geometry, point, inputs, backend) -> KernelStep:
+        reason = _supports_gather_ring(geometry, point)
+        if reason:
+            raise ValueError(f"{name}: {reason}")
+        Mn, W = int(point["M"]), spec.width(geometry, point)
+        d = _Device(backend, inputs, point)
+        splits = one_wave_splits(Mn, W, int(backend.props["multiProcessorCount"]))
+        chunk = -(-W // splits)                                # the longest chunk, in slots
+        smem = source_define("gather.cu", ring_define) + 4 * rows * -(-chunk // rows)   # the ring, the row list
+        if smem > SMEM_LIMIT:
+            raise ValueError(f"{name}: {chunk} slots a CTA need {smem} B of shared memory; an SM holds {SMEM_LIMIT}")
+        fn = get_kernel(backend, HERE / "gather.cu", symbol, smem)
+        return _gather_step(backend, point, fn, splits, W, source_define("gather.cu", "GRING_THREADS"), smem,
+                            (*d.arena_args, d.page_table, d.selection))
+    build.__name__ = f"build_{name}"
+    return build
+
+
 class _TorchGatherBmm(Launch):
     """torch, as an engineer writes it: rows gathered into a [M, W, D] copy, scores by bmm, masked
     softmax in float32, the weighted sum by bmm; on our stream. FP8: the gathered codes widened to
@@ -676,6 +713,13 @@ GATHER_VARIANTS = (
             why="gather_tma's ring with each row one 1 KiB 1-D bulk copy (no tensor map, no swizzle: no "
                 "wgmma operand layout): whether the copy engine's rate is per request or per byte",
             supports=_supports_gather_tma, sources=("gather.cu",)),
+    *(Variant(name, "cuda", build_gather_ring(name),
+              why=f"the same rows and checksum moved by the wgmma designs' copy schedule alone: a cp.async ring of "
+                  f"{GATHER_RING[name][1]} stages of {GATHER_RING[name][0]} rows (1 KiB each) "
+                  f"in one CTA an SM, all stages but one in flight, each tile XORed by the threads that copied it: "
+                  f"what a shared-memory ring of that depth delivers with no math (split_wgmma: 64 x 2, "
+                  f"split_wgmma_t32 and split_wgmma_seesaw: 32 x 4)",
+              supports=_supports_gather_ring, sources=("gather.cu",)) for name in GATHER_RING),
     Variant("numpy_gather", "cpu", lambda g, p, i, b: _HostGather(p, i),
             why="NumPy on the host: the selected rows' XOR"),
 )
