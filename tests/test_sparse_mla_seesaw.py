@@ -297,3 +297,21 @@ def test_the_schedule_model_tells_a_wrong_order(wrong):
         except AssertionError:
             failures += 1
     assert failures > 0
+
+
+def test_the_hoisted_copy_map_is_the_swizzled_placement_and_covers_the_tile_once():
+    """ss_copy_map / ss_issue: chunk c = tl % 64 of rows r0 + 2 i (r0 = tl / 64) lands at
+    (i / 4) 8192 + soff[i % 4], soff[q] = wg_swz(2 q + r0, c): that must be wg_swz(r0 + 2 i, c) for
+    every thread and copy, and the 128 threads x 16 copies must fill the 32-row tile exactly once."""
+    from test_sparse_mla_wgmma import wg_swz
+
+    seen = set()
+    for tl in range(128):
+        c, r0 = tl & 63, tl >> 6
+        soff = [wg_swz(2 * q + r0, c) for q in range(4)]
+        for i in range(16):
+            r = r0 + 2 * i
+            assert (i >> 2) * 8192 + soff[i & 3] == wg_swz(r, c), (tl, i)
+            seen.add((r, c))
+    assert seen == {(r, c) for r in range(TILE) for c in range(64)}
+    assert "cm.soff[i & 3] + (i >> 2) * 8192" in SRC and "wg_swz(2 * q + cm.r0, c)" in SRC

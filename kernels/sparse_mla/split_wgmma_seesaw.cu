@@ -83,16 +83,35 @@ one own tile ahead); the copy thread of row r takes the row from lane r by shuff
 static_assert(SS_XM_AT + 2 * 128 * 16 + 1024 == SPARSE_MLA_SEESAW_SMEM_BYTES, "smem layout");
 
 #ifdef SPARSE_MLA_WGMMA_ENABLED
-// This warpgroup's 32-slot tile into its stage: thread tl copies chunk tl % 64 of rows
-// tl / 64 + 2 i (i < 16): a warp covers 512 contiguous bytes of one row; the row from lane r.
-__device__ __forceinline__ void ss_issue(unsigned char* stage, const bf16* __restrict__ arena, int row_of_lane, int tl) {
+// The copy map of warpgroup thread tl (chunk c = tl % 64 of rows r0 + 2 i, r0 = tl / 64, i < 16: a
+// warp covers 512 contiguous bytes of one row), its addresses computed once: row r0 + 2 i of a
+// 32-row tile is in row group i / 4 at row 2 (i % 4) + r0 of its 8, so its chunk lands at
+// (i / 4) 8192 + soff[i % 4] (wg_swz with the per-thread part hoisted), and its source is
+// gbase + row x 1024. 25 SASS instructions a copy became ~5 (shuffle, clamp, size, address, copy).
+struct SsCopyMap {
+    unsigned soff[4];
+    const unsigned char* gbase;
+    int r0;
+};
+__device__ __forceinline__ SsCopyMap ss_copy_map(int tl, const bf16* __restrict__ arena) {
+    SsCopyMap cm;
     const int c = tl & 63;
+    cm.r0 = tl >> 6;
+#pragma unroll
+    for (int q = 0; q < 4; ++q) cm.soff[q] = wg_swz(2 * q + cm.r0, c);  // row group 0: rows 0 .. 7
+    cm.gbase = reinterpret_cast<const unsigned char*>(arena) + 16 * c;
+    return cm;
+}
+// This warpgroup's 32-slot tile into the stage at shared address `stage`; the row of slot r comes
+// from lane r (-1: zero-filled, nothing read; the clamped address is never dereferenced).
+__device__ __forceinline__ void ss_issue(unsigned stage, const SsCopyMap& cm, int row_of_lane) {
 #pragma unroll
     for (int i = 0; i < 16; ++i) {
-        const int r = (tl >> 6) + 2 * i;
-        const int row = __shfl_sync(FULL_MASK, row_of_lane, r);
-        const bool ok = row >= 0;
-        cp_async16_zfill(stage + wg_swz(r, c), ok ? arena + (size_t)row * SMLA_DIM + c * 8 : arena, ok ? 16u : 0u);
+        const int row = __shfl_sync(FULL_MASK, row_of_lane, cm.r0 + 2 * i);
+        const unsigned char* src = cm.gbase + (size_t)max(row, 0) * (SMLA_DIM * 2);
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(stage + cm.soff[i & 3] + (i >> 2) * 8192),
+                     "l"(src), "r"(row >= 0 ? 16u : 0u)
+                     : "memory");
     }
 }
 
@@ -126,9 +145,9 @@ __device__ __forceinline__ void ss_pv(float (&o)[128], unsigned (&p)[2][4], unsi
     fence_regs(p[0]);
     fence_regs(p[1]);
     wgmma_fence();
+    const unsigned long long d0 = wg_desc(stage + (unsigned)(wg * 4 * 1024), 1024, 8192);
 #pragma unroll
-    for (int ks = 0; ks < 2; ++ks)
-        wgmma_m64n256k16_rs(o, p[ks], wg_desc(stage + (unsigned)(ks * 2 * 8192 + wg * 4 * 1024), 1024, 8192));
+    for (int ks = 0; ks < 2; ++ks) wgmma_m64n256k16_rs(o, p[ks], d0 + (unsigned)(ks * 2 * 8192 / 16));
     wgmma_commit();
 }
 
@@ -150,10 +169,11 @@ __device__ __forceinline__ void ss_scores(float (&sc)[16], unsigned q_addr, unsi
     for (int i = 0; i < 16; ++i) sc[i] = 0.f;
     fence_regs(sc);
     wgmma_fence();
+    const unsigned long long dq = wg_desc(q_addr, 16, 8192), dt = wg_desc(stage, 16, 8192);
 #pragma unroll
     for (int k = 0; k < 32; ++k) {
-        const unsigned off = (unsigned)((k >> 2) * 1024 + (k & 3) * 32);
-        wgmma_m64n32k16_ss(sc, wg_desc(q_addr + off, 16, 8192), wg_desc(stage + off, 16, 8192), k > 0);
+        const unsigned off16 = (unsigned)((k >> 2) * 1024 + (k & 3) * 32) / 16;
+        wgmma_m64n32k16_ss(sc, dq + off16, dt + off16, k > 0);
     }
     wgmma_commit();
 }
@@ -230,6 +250,7 @@ sparse_mla_split_wgmma_seesaw(const bf16* __restrict__ q, const bf16* __restrict
     const int* pt_m = page_table + (size_t)m * (size_t)pages_per_stream;
     auto own = [&](int p) { return 2 * p + wg < ntiles; };         // this warpgroup's tile of pair p exists
     auto stage_of = [&](int j) { return (unsigned)((j & 3) * SS_STAGE_BYTES); };
+    const SsCopyMap cm = ss_copy_map(tl, arena);
 
     // ---- prologue: q (all 256 threads) with this warpgroup's tile of pair 0 in group 0, pair 1 in
     // group 1; the token chain of pairs 0 .. 2, pages of pairs 0 and 1 ------------------------------
@@ -241,9 +262,9 @@ sparse_mla_split_wgmma_seesaw(const bf16* __restrict__ q, const bf16* __restrict
     {
         const int g0 = wg_page(pt_m, t0, page_size);
         const int g1p = wg_page(pt_m, t1, page_size);
-        if (own(0)) ss_issue(smem + SS_RING_AT + stage_of(wg), arena, wg_row(g0, t0, page_size), tl);
+        if (own(0)) ss_issue(base + SS_RING_AT + stage_of(wg), cm, wg_row(g0, t0, page_size));
         cp_async_commit();  // group 0: q and pair 0's tile
-        if (own(1)) ss_issue(smem + SS_RING_AT + stage_of(2 + wg), arena, wg_row(g1p, t1, page_size), tl);
+        if (own(1)) ss_issue(base + SS_RING_AT + stage_of(2 + wg), cm, wg_row(g1p, t1, page_size));
         cp_async_commit();  // group 1: pair 1's tile (empty if none)
     }
     int g1 = -1;  // page of t1 from pair 1 on (pair 0 copies nothing: the prologue issued pairs 0 and 1)
@@ -280,7 +301,7 @@ sparse_mla_split_wgmma_seesaw(const bf16* __restrict__ q, const bf16* __restrict
                 // this warpgroup once at most the 2 newest groups are pending (its PVs of tiles
                 // j - 2 and j - 1 then S(j), or j - 1, j: its PV of j - 2 retired)
                 wgmma_wait<2>();
-                if (own(p + 1)) ss_issue(smem + SS_RING_AT + stage_of(j + 2), arena, wg_row(g1, t1, page_size), tl);
+                if (own(p + 1)) ss_issue(base + SS_RING_AT + stage_of(j + 2), cm, wg_row(g1, t1, page_size));
                 cp_async_commit();
             }
             wgmma_wait0();
