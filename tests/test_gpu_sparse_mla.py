@@ -30,7 +30,8 @@ SHAPES = [
     {"M": 32, "context": 262144, "selection": "grouped", "page_size": 64, "arena_scale": 1},
 ]
 POINTS = [{**shape, "latent_dtype": latent} for latent in ("bf16", "fp8") for shape in SHAPES]
-CASES = [(c, v) for c in ("sparse_mla", "sparse_gather") for v in registry.get(c).variants if v.backend == "cuda"]
+CASES = [(c, v) for c in ("sparse_mla", "sparse_gather", "sparse_mla_math") for v in registry.get(c).variants
+         if v.backend == "cuda"]
 
 
 @pytest.fixture(scope="module")

@@ -10,8 +10,9 @@ a paged arena (absorbed NoPE MLA: 64 heads over one 512-wide latent).
   peers and the CPU variants; ``NOTES.md``.
 - ``latent_dtype``: the arena in BF16 or FP8 (e4m3 codes and one FP32 scale a row, kernels/fp8.py).
 
-Two components: ``sparse_mla`` (the layer) and ``sparse_gather`` (the same rows read and XORed:
-the bandwidth ceiling of this family, measured in the same sweep).
+Three components: ``sparse_mla`` (the layer), ``sparse_gather`` (the same rows read and XORed: the
+bandwidth ceiling of this family, measured in the same sweep) and ``sparse_mla_math`` (a design's
+math over one resident tile, no gather: its compute and synchronisation ceiling).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import pathlib
 from harness.registry import Component, Plot, register
 
 from . import spec
-from .variants import GATHER_VARIANTS, MLA_VARIANTS
+from .variants import GATHER_VARIANTS, MATH_VARIANTS, MLA_VARIANTS
 
 _common = dict(
     axes=spec.AXES,
@@ -52,3 +53,10 @@ GATHER = register(Component(
     name="sparse_gather", checks=spec.gather_checks, bytes_moved=spec.gather_bytes, variants=GATHER_VARIANTS,
     summary="the selected rows of the arena read once and XORed: sparse MLA's gather ceiling",
     **{**_common, "flops": lambda geometry, point: 0}))
+
+MATH = register(Component(
+    name="sparse_mla_math", checks=spec.checks, bytes_moved=spec.resident_bytes, variants=MATH_VARIANTS,
+    summary="a sparse MLA design's math with its gather taken out: each split runs its whole chunk's "
+            "iterations over the stream's first 64 selected rows, held in shared memory; the op is the "
+            "attention over those 64 slots (out, lse)",
+    **{**_common, "reference": spec.resident_reference}))

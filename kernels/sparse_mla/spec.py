@@ -269,12 +269,14 @@ def row_checksum(raw: np.ndarray, scale: np.ndarray | None) -> np.ndarray:
     return np.append(xor, np.bitwise_xor.reduce(bits) if len(bits) else np.uint32(0)).astype(np.uint32)
 
 
-def reference(geometry, point, inputs) -> dict[str, np.ndarray]:
+def reference(geometry, point, inputs, first: int | None = None) -> dict[str, np.ndarray]:
     """out and lse for the sampled streams, from the arena rows the selection names (read back
     from the device for those streams only; FP8 rows dequantized by ``fp8.dequantize_rows``), in
-    float64; and the gather's checksum of the same rows."""
+    float64; and the gather's checksum of the same rows. first: only the selection's first slots
+    (the resident-tile component's op)."""
     _, _, scale = dims(geometry)
-    rows = arena_rows(point, inputs["page_table"], inputs["selection"])
+    selection = inputs["selection"] if first is None else inputs["selection"][:, :first]
+    rows = arena_rows(point, inputs["page_table"], selection)
     streams = reference_streams(geometry, point) or range(int(point["M"]))
     out, lse, xor = [], [], []
     for m in streams:
@@ -285,6 +287,24 @@ def reference(geometry, point, inputs) -> dict[str, np.ndarray]:
         lse.append(l)
         xor.append(row_checksum(raw, row_scale))
     return {"out": np.stack(out), "lse": np.stack(lse), "checksum": np.stack(xor).astype(np.uint32)}
+
+
+# The resident-tile component (sparse_mla_math): its op is the attention over the first RESIDENT_SLOTS
+# slots of each stream's selection (split_wgmma.cu's sparse_mla_split_wgmma_resident holds that one
+# 64-slot tile in shared memory and runs a whole chunk's iterations over it).
+RESIDENT_SLOTS = 64
+
+
+def resident_reference(geometry, point, inputs) -> dict[str, np.ndarray]:
+    ref = reference(geometry, point, inputs, first=RESIDENT_SLOTS)
+    return {"out": ref["out"], "lse": ref["lse"]}
+
+
+def resident_bytes(geometry, point) -> int:
+    """What the resident form must move: q, the first tile's selection and rows, out and lse."""
+    H, D, _ = dims(geometry)
+    Mn = int(point["M"])
+    return Mn * (H * D * 2 + RESIDENT_SLOTS * (4 + row_bytes(geometry, point)) + H * D * 2 + H * 4)
 
 
 def checks(point) -> dict:

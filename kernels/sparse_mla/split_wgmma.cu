@@ -327,7 +327,7 @@ __device__ __forceinline__ void wg_coop_combine(const float* __restrict__ part_a
     }
 }
 
-template <int TILE, int STAGES, int CS>
+template <int TILE, int STAGES, int CS, bool RESIDENT = false>
 __device__ __forceinline__ void wg_split(unsigned char* smem_raw, const bf16* __restrict__ q, const bf16* __restrict__ arena,
                                          const int* __restrict__ page_table, const int* __restrict__ selection,
                                          float* __restrict__ part_acc, float* __restrict__ part_ml, bf16* __restrict__ out,
@@ -343,6 +343,7 @@ __device__ __forceinline__ void wg_split(unsigned char* smem_raw, const bf16* __
     using Lay = WgLayout<TILE, STAGES>;
     constexpr bool issue_after_s = STAGES > 2;
 
+    static_assert(!RESIDENT || (CS == 0 && STAGES == 2), "the resident form: split_wgmma's two-kernel instance");
     static_assert(CS == 0 || CS == 2 || CS == 4 || CS == 8 || CS == WG_COOP,
                   "partials (0), a cluster's CTAs splitting the 512 columns, or the cooperative combine");
     if (dynamic_smem_bytes() < Lay::USED + 1024) __trap();
@@ -371,10 +372,12 @@ __device__ __forceinline__ void wg_split(unsigned char* smem_raw, const bf16* __
     int tq[L + 2][H];  // tq[k][h]: token of slot 32 h + lane of tile it + k (the AHEAD chain, header)
     int pg[H];         // page of tq[L][h]
     // every token load first, then every page load, then the copies: one dependent round trip
+    // RESIDENT: the stream's first tile (slots 0 .. TILE - 1) is the only one read, into stage 0
+    const int tok_start = RESIDENT ? 0 : start, tok_end = RESIDENT ? min(W, TILE) : end;
 #pragma unroll
     for (int k = 0; k < L + 2; ++k)
 #pragma unroll
-        for (int h = 0; h < H; ++h) tq[k][h] = wg_tok<TILE>(sel_m, start, end, k, h, lane);
+        for (int h = 0; h < H; ++h) tq[k][h] = (RESIDENT && k > 0) ? -1 : wg_tok<TILE>(sel_m, tok_start, tok_end, k, h, lane);
     {
         int pk[L + 1][H];
 #pragma unroll
@@ -386,7 +389,7 @@ __device__ __forceinline__ void wg_split(unsigned char* smem_raw, const bf16* __
             int rows[H];
 #pragma unroll
             for (int h = 0; h < H; ++h) rows[h] = wg_row(pk[k][h], tq[k][h], page_size);
-            if (k < ntiles) wg_issue<TILE>(smem + WG_RING_AT + k * Lay::STAGE_BYTES, arena, rows);
+            if (k < ntiles && (!RESIDENT || k == 0)) wg_issue<TILE>(smem + WG_RING_AT + k * Lay::STAGE_BYTES, arena, rows);
             cp_async_commit();  // group k: tile k (and q, k = 0); empty past the last tile
         }
 #pragma unroll
@@ -412,10 +415,10 @@ __device__ __forceinline__ void wg_split(unsigned char* smem_raw, const bf16* __
         cp_async_wait<STAGES - 2>();
         fence_proxy_async_shared();  // this thread's copies visible to the async proxy
         __syncthreads();          // every thread's copies; both warpgroups done with tile it - 1 and xbuf
-        if constexpr (!issue_after_s)
+        if constexpr (!issue_after_s && !RESIDENT)
             wg_ahead<TILE, STAGES>(smem + WG_RING_AT, arena, sel_m, pt_m, start, end, ntiles, it, page_size, lane, tq, pg);
 
-        const unsigned stage = base + WG_RING_AT + (unsigned)((it & (STAGES - 1)) * Lay::STAGE_BYTES);
+        const unsigned stage = base + WG_RING_AT + (unsigned)(((RESIDENT ? 0 : it) & (STAGES - 1)) * Lay::STAGE_BYTES);
 
         // ---- S_wg[64 x TILE] = Q[:, half] . C[:, half]^T: 16 k-steps of 16 dims -------------------
         float sc[NSC];  // sc[4 j + 2 v1 + v0] = (row 16 w + g + 8 v1, slot 8 j + 2 t4 + v0)
@@ -500,6 +503,13 @@ __device__ __forceinline__ void wg_split(unsigned char* smem_raw, const bf16* __
         for (int ks = 0; ks < KS; ++ks) fence_regs(pa[ks]);
     }
     cp_async_wait<0>();  // nothing in flight at exit (the last groups are empty; ntiles = 0: q's)
+    if constexpr (RESIDENT) {
+        // ntiles copies of the same tile: lower the partial's max by log(ntiles x splits), so the
+        // combine of the splits' partials is the attention over the tile once (header, resident form)
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+            if (m_run[r] != neg_inf()) m_run[r] -= __logf((float)ntiles * (float)splits);
+    }
 
     const int h0 = 16 * w + g;  // and h0 + 8
     if constexpr (CS <= 0) {
@@ -612,6 +622,27 @@ sparse_mla_split_wgmma_coop(const bf16* __restrict__ q, const bf16* __restrict__
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     wg_split<WG_TILE, 2, WG_COOP>(smem_raw, q, arena, page_table, selection, part_acc, part_ml, out, lse, M, W,
                                   pages_per_stream, page_size, splits, scale, row_count);
+#else
+    __trap();  // compiled without sm_90a: no wgmma (the launcher passes -arch=sm_90a)
+#endif
+}
+
+// The resident form (sparse_mla_split_wgmma_resident; component sparse_mla_math): split_wgmma with
+// its gather taken out. Every CTA copies the stream's first 64 selected rows once into stage 0 and
+// runs its chunk's ntiles iterations over them (the same barriers, S, exchange, softmax and PV; no
+// copy, no row chain), then lowers its partial max by log(ntiles x splits): the combine of the
+// splits' partials is then the attention over those 64 slots, checked against float64 like the
+// layer. Its time is the design's math and synchronisation alone, the ceiling the gather roofline
+// is for its memory side.
+extern "C" __global__ void __launch_bounds__(SPARSE_MLA_SPLIT_WGMMA_THREADS, 1)
+sparse_mla_split_wgmma_resident(const bf16* __restrict__ q, const bf16* __restrict__ arena,
+                                const int* __restrict__ page_table, const int* __restrict__ selection,
+                                float* __restrict__ part_acc, float* __restrict__ part_ml, int M, int W,
+                                int pages_per_stream, int page_size, int splits, float scale) {
+#ifdef SPARSE_MLA_WGMMA_ENABLED
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    wg_split<WG_TILE, 2, 0, true>(smem_raw, q, arena, page_table, selection, part_acc, part_ml, nullptr, nullptr, M,
+                                  W, pages_per_stream, page_size, splits, scale);
 #else
     __trap();  // compiled without sm_90a: no wgmma (the launcher passes -arch=sm_90a)
 #endif

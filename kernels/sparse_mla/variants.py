@@ -14,6 +14,9 @@
   over as register fragments), so one's softmax runs under the other's wgmmas.
 - ``split_wgmma_coop_1wave`` (sm_90a, BF16): split_wgmma_1wave with the combine in the kernel, launched
   cooperatively (each CTA merges a share of its row after the row's partials are in).
+- ``split_wgmma_resident_1wave`` (component ``sparse_mla_math``): split_wgmma_1wave with its gather taken
+  out (one resident tile; the op is the attention over each stream's first 64 slots): the design's math
+  and synchronisation alone, the compute ceiling beside the gather one.
 - ``torch_gather_bmm`` (peer): what an engineer writes in torch: gather the rows, two bmm and a
   softmax (FP8: the codes widened to BF16, the row scales applied to the scores and the weights).
 - ``ref_sparse_mla`` (CPU backend): float32 NumPy on the host.
@@ -160,6 +163,8 @@ SPLIT_DESIGNS = {
                            "SPARSE_MLA_SPLIT_WGMMA_WS_THREADS", "fp8"),
     "split_wgmma_ws_nol2": ("split_wgmma_ws.cu", "sparse_mla_split_wgmma_ws_nol2", "SPARSE_MLA_SPLIT_WGMMA_WS_SMEM_BYTES",
                             "SPARSE_MLA_SPLIT_WGMMA_WS_THREADS", "bf16"),
+    "split_wgmma_resident": ("split_wgmma.cu", "sparse_mla_split_wgmma_resident", "SPARSE_MLA_SPLIT_WGMMA_SMEM_BYTES",
+                             "SPARSE_MLA_SPLIT_WGMMA_THREADS", "bf16"),
     "split_wgmma_seesaw": ("split_wgmma_seesaw.cu", "sparse_mla_split_wgmma_seesaw", "SPARSE_MLA_SEESAW_SMEM_BYTES",
                            "SPARSE_MLA_SEESAW_THREADS", "bf16"),
 }
@@ -542,12 +547,13 @@ def _supports_torch(geometry, point) -> str | None:
 
 class _HostSparseMla(Launch):
     """CPU reference backend: float32 NumPy, every stream, reading the arena in place (FP8 rows
-    dequantized)."""
+    dequantized). first: only the selection's first slots (sparse_mla_math's op)."""
 
-    def __init__(self, geometry, point, inputs):
+    def __init__(self, geometry, point, inputs, first: int | None = None):
         _, _, self.scale = spec.dims(geometry)
         self.point, self.inputs = point, inputs
-        self.rows = spec.arena_rows(point, inputs["page_table"], inputs["selection"])
+        selection = inputs["selection"] if first is None else inputs["selection"][:, :first]
+        self.rows = spec.arena_rows(point, inputs["page_table"], selection)
         self.q = inputs["q"]
 
     def poison(self) -> None:
@@ -692,6 +698,17 @@ MLA_VARIANTS = (
             supports=_supports_torch, peer=True),  # torch's version is in every provenance already
     Variant("ref_sparse_mla", "cpu", lambda g, p, i, b: _HostSparseMla(g, p, i),
             why="float32 NumPy on the host, every stream", sources=("spec.py",)),
+)
+
+MATH_VARIANTS = (
+    Variant("split_wgmma_resident_1wave", "cuda", _make_split_build("split_wgmma_resident", one_wave=True),
+            why="split_wgmma_1wave's kernel, grid and combine with the gather taken out: every CTA copies the "
+                "stream's first 64 selected rows once and runs its chunk's iterations over them (the same "
+                "barriers, S wgmmas, S exchange, softmax and PV wgmmas; no copy, no row chain): the time of "
+                "split_wgmma_1wave's math and synchronisation alone",
+            supports=_supports_split("split_wgmma_resident"), sources=("split_wgmma.cu",)),
+    Variant("ref_sparse_mla_math", "cpu", lambda g, p, i, b: _HostSparseMla(g, p, i, first=spec.RESIDENT_SLOTS),
+            why="float32 NumPy on the host, every stream, over its first 64 selected slots", sources=("spec.py",)),
 )
 
 GATHER_VARIANTS = (
