@@ -26,6 +26,7 @@ import numpy as np
 import pytest
 
 from harness import registry
+from harness.fuel import REPO_ROOT as REPO_ROOT_WG
 from kernels.kda_decode.reference import bf16_to_float, float_to_bf16
 from kernels.sparse_mla import spec, variants
 
@@ -840,3 +841,21 @@ def test_the_coop_counter_wraps_cleanly_when_splits_divides_the_counter_range(sp
     assert coop_model(splits, 40, rng, start=256 - 3 * splits, bits=8) == [(False, True)] * 40
     wrapped = coop_model(33, 40, np.random.default_rng(8), start=33 * (256 // 33 - 1), bits=8)
     assert wrapped[0] == (False, True) and any(r != (False, True) for r in wrapped[1:])
+
+
+def test_the_lean_copy_map_is_the_swizzled_placement():
+    """wg_issue_lean: thread tid's copy i of chunk c = tid % 64, row r0 + 4 i (r0 = tid / 64), lands at
+    (i / 2) 8192 + soff[i % 2], soff[v] = wg_swz(r0 + 4 v, c): wg_issue's wg_swz(r, c) for every
+    thread and copy of a 64- and a 32-slot tile."""
+    src = (REPO_ROOT_WG / "kernels/sparse_mla/split_wgmma.cu").read_text()
+    assert "soff0 = wg_swz(r0, c), soff1 = wg_swz(r0 + 4, c)" in src and "(i >> 1) * 8192" in src
+    for tile in (64, 32):
+        seen = set()
+        for tid in range(256):
+            c, r0 = tid & 63, tid >> 6
+            soff = [wg_swz(r0 + 4 * v, c) for v in range(2)]
+            for i in range(tile * 64 // 256):
+                r = r0 + 4 * i
+                assert (i >> 1) * 8192 + soff[i & 1] == wg_swz(r, c)
+                seen.add((r, c))
+        assert seen == {(r, c) for r in range(tile) for c in range(64)}

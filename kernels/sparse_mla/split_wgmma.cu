@@ -143,6 +143,26 @@ static_assert(64 * WG_SO_STRIDE * 4 <= WgLayout<32, 4>::X_AT && 64 * WG_SO_STRID
 // zero-fill, nothing read). Thread tid copies chunk c = tid % 64 of rows r = tid / 64 + 4 i, so
 // r / 32 = i / 8 is the half (64 slots: rows < 32 for i < 8, >= 32 after); r is warp-uniform, so
 // every lane of the warp takes part in each shuffle.
+// LEAN (sparse_mla_split_wgmma_lean): the same copies with the addresses hoisted. Row r = r0 + 4 i
+// (r0 = tid / 64) sits in row group i / 2 at row r0 + 4 (i % 2) of its 8, so chunk c lands at
+// (i / 2) 8192 + soff[i % 2], soff[v] = wg_swz(r0 + 4 v, c), and reads gbase + row x 1024: ~5 SASS
+// instructions a copy where wg_swz and the pointer arithmetic per copy took ~25 (the resident form
+// showed the copy path is ~35 % of split_wgmma's instructions; the kernel is issue-latency bound).
+template <int TILE>
+__device__ __forceinline__ void wg_issue_lean(unsigned stage, const bf16* __restrict__ arena, const int (&rows)[TILE / 32]) {
+    const int c = threadIdx.x & 63, r0 = threadIdx.x >> 6;
+    const unsigned soff0 = wg_swz(r0, c), soff1 = wg_swz(r0 + 4, c);
+    const unsigned char* gbase = reinterpret_cast<const unsigned char*>(arena) + 16 * c;
+#pragma unroll
+    for (int i = 0; i < (TILE * SMLA_ROW_CHUNKS) / SPARSE_MLA_SPLIT_WGMMA_THREADS; ++i) {
+        const int row = __shfl_sync(FULL_MASK, rows[i >> 3], (r0 + 4 * i) & 31);
+        const unsigned char* src = gbase + (size_t)max(row, 0) * (SMLA_DIM * 2);
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(stage + (i >> 1) * 8192 + ((i & 1) ? soff1 : soff0)),
+                     "l"(src), "r"(row >= 0 ? 16u : 0u)
+                     : "memory");
+    }
+}
+
 template <int TILE>
 __device__ __forceinline__ void wg_issue(unsigned char* stage, const bf16* __restrict__ arena, const int (&rows)[TILE / 32]) {
     const int c = threadIdx.x & 63;
@@ -160,7 +180,7 @@ __device__ __forceinline__ void wg_issue(unsigned char* stage, const bf16* __res
 // past the last tile), then move the chain one tile on: tq[k] <- tq[k + 1], the page of the new
 // tq[L] loaded, the token of tile it + L + 2 loaded. tq[k][h] = token of slot 32 h + lane of tile
 // it + k; pg[h] = page of tq[L][h].
-template <int TILE, int STAGES>
+template <int TILE, int STAGES, bool LEAN = false>
 __device__ __forceinline__ void wg_ahead(unsigned char* ring, const bf16* __restrict__ arena, const int* __restrict__ sel_m,
                                          const int* __restrict__ pt_m, int start, int end, int ntiles, int it,
                                          int page_size, int lane, int (&tq)[STAGES + 1][TILE / 32],
@@ -170,7 +190,10 @@ __device__ __forceinline__ void wg_ahead(unsigned char* ring, const bf16* __rest
         int rows[H];
 #pragma unroll
         for (int h = 0; h < H; ++h) rows[h] = wg_row(pg[h], tq[L][h], page_size);
-        wg_issue<TILE>(ring + ((it + L) & (STAGES - 1)) * WgLayout<TILE, STAGES>::STAGE_BYTES, arena, rows);
+        if constexpr (LEAN)
+            wg_issue_lean<TILE>(smem_addr(ring) + ((it + L) & (STAGES - 1)) * WgLayout<TILE, STAGES>::STAGE_BYTES, arena, rows);
+        else
+            wg_issue<TILE>(ring + ((it + L) & (STAGES - 1)) * WgLayout<TILE, STAGES>::STAGE_BYTES, arena, rows);
     }
     cp_async_commit();  // always: one group a tile
 #pragma unroll
@@ -327,7 +350,7 @@ __device__ __forceinline__ void wg_coop_combine(const float* __restrict__ part_a
     }
 }
 
-template <int TILE, int STAGES, int CS, bool RESIDENT = false>
+template <int TILE, int STAGES, int CS, bool RESIDENT = false, bool LEAN = false>
 __device__ __forceinline__ void wg_split(unsigned char* smem_raw, const bf16* __restrict__ q, const bf16* __restrict__ arena,
                                          const int* __restrict__ page_table, const int* __restrict__ selection,
                                          float* __restrict__ part_acc, float* __restrict__ part_ml, bf16* __restrict__ out,
@@ -389,7 +412,12 @@ __device__ __forceinline__ void wg_split(unsigned char* smem_raw, const bf16* __
             int rows[H];
 #pragma unroll
             for (int h = 0; h < H; ++h) rows[h] = wg_row(pk[k][h], tq[k][h], page_size);
-            if (k < ntiles && (!RESIDENT || k == 0)) wg_issue<TILE>(smem + WG_RING_AT + k * Lay::STAGE_BYTES, arena, rows);
+            if (k < ntiles && (!RESIDENT || k == 0)) {
+                if constexpr (LEAN)
+                    wg_issue_lean<TILE>(base + WG_RING_AT + k * Lay::STAGE_BYTES, arena, rows);
+                else
+                    wg_issue<TILE>(smem + WG_RING_AT + k * Lay::STAGE_BYTES, arena, rows);
+            }
             cp_async_commit();  // group k: tile k (and q, k = 0); empty past the last tile
         }
 #pragma unroll
@@ -416,7 +444,7 @@ __device__ __forceinline__ void wg_split(unsigned char* smem_raw, const bf16* __
         fence_proxy_async_shared();  // this thread's copies visible to the async proxy
         __syncthreads();          // every thread's copies; both warpgroups done with tile it - 1 and xbuf
         if constexpr (!issue_after_s && !RESIDENT)
-            wg_ahead<TILE, STAGES>(smem + WG_RING_AT, arena, sel_m, pt_m, start, end, ntiles, it, page_size, lane, tq, pg);
+            wg_ahead<TILE, STAGES, LEAN>(smem + WG_RING_AT, arena, sel_m, pt_m, start, end, ntiles, it, page_size, lane, tq, pg);
 
         const unsigned stage = base + WG_RING_AT + (unsigned)(((RESIDENT ? 0 : it) & (STAGES - 1)) * Lay::STAGE_BYTES);
 
@@ -426,17 +454,25 @@ __device__ __forceinline__ void wg_split(unsigned char* smem_raw, const bf16* __
         for (int i = 0; i < NSC; ++i) sc[i] = 0.f;
         fence_regs(sc);
         wgmma_fence();
+        // LEAN: both descriptors built once a tile and each k-step's offset added (the start field is
+        // the address >> 4 in the low 14 bits; shared addresses stay below 2^18: no carry out of it)
+        const unsigned long long dq0 = wg_desc(base + WG_Q_AT + (unsigned)(wg * 4 * 1024), 16, 8192);
+        const unsigned long long dt0 = wg_desc(stage + (unsigned)(wg * 4 * 1024), 16, 8192);
 #pragma unroll
         for (int k = 0; k < 16; ++k) {  // dims 256 wg + 16 k ..: segment 4 wg + k / 4, 32 B a step in it
             const unsigned off = (unsigned)(wg * 4 * 1024 + (k >> 2) * 1024 + (k & 3) * 32);
+            const unsigned long long da = LEAN ? dq0 + (unsigned)(((k >> 2) * 1024 + (k & 3) * 32) / 16)
+                                               : wg_desc(base + WG_Q_AT + off, 16, 8192);
+            const unsigned long long db = LEAN ? dt0 + (unsigned)(((k >> 2) * 1024 + (k & 3) * 32) / 16)
+                                               : wg_desc(stage + off, 16, 8192);
             if constexpr (TILE == 64)
-                wgmma_m64n64k16_ss(sc, wg_desc(base + WG_Q_AT + off, 16, 8192), wg_desc(stage + off, 16, 8192), k > 0);
+                wgmma_m64n64k16_ss(sc, da, db, k > 0);
             else
-                wgmma_m64n32k16_ss(sc, wg_desc(base + WG_Q_AT + off, 16, 8192), wg_desc(stage + off, 16, 8192), k > 0);
+                wgmma_m64n32k16_ss(sc, da, db, k > 0);
         }
         wgmma_commit();
         if constexpr (issue_after_s)  // under the S wgmmas; touches no S register
-            wg_ahead<TILE, STAGES>(smem + WG_RING_AT, arena, sel_m, pt_m, start, end, ntiles, it, page_size, lane, tq, pg);
+            wg_ahead<TILE, STAGES, LEAN>(smem + WG_RING_AT, arena, sel_m, pt_m, start, end, ntiles, it, page_size, lane, tq, pg);
         wgmma_wait0();
         fence_regs(sc);
 
@@ -495,7 +531,8 @@ __device__ __forceinline__ void wg_split(unsigned char* smem_raw, const bf16* __
         wgmma_fence();
 #pragma unroll
         for (int ks = 0; ks < KS; ++ks)
-            wgmma_m64n256k16_rs(o, pa[ks], wg_desc(stage + (unsigned)(ks * 2 * 8192 + wg * 4 * 1024), 1024, 8192));
+            wgmma_m64n256k16_rs(o, pa[ks], LEAN ? wg_desc(stage + (unsigned)(wg * 4 * 1024), 1024, 8192) + (unsigned)(ks * 2 * 8192 / 16)
+                                                : wg_desc(stage + (unsigned)(ks * 2 * 8192 + wg * 4 * 1024), 1024, 8192));
         wgmma_commit();
         wgmma_wait0();
         fence_regs(o);
@@ -643,6 +680,22 @@ sparse_mla_split_wgmma_resident(const bf16* __restrict__ q, const bf16* __restri
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     wg_split<WG_TILE, 2, 0, true>(smem_raw, q, arena, page_table, selection, part_acc, part_ml, nullptr, nullptr, M,
                                   W, pages_per_stream, page_size, splits, scale);
+#else
+    __trap();  // compiled without sm_90a: no wgmma (the launcher passes -arch=sm_90a)
+#endif
+}
+
+// split_wgmma with its copy addresses hoisted and its descriptors added to (wg_issue_lean, LEAN above):
+// the same schedule and math in fewer instructions (the kernel is bound by its warps' issue latency).
+extern "C" __global__ void __launch_bounds__(SPARSE_MLA_SPLIT_WGMMA_THREADS, 1)
+sparse_mla_split_wgmma_lean(const bf16* __restrict__ q, const bf16* __restrict__ arena,
+                            const int* __restrict__ page_table, const int* __restrict__ selection,
+                            float* __restrict__ part_acc, float* __restrict__ part_ml, int M, int W,
+                            int pages_per_stream, int page_size, int splits, float scale) {
+#ifdef SPARSE_MLA_WGMMA_ENABLED
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    wg_split<WG_TILE, 2, 0, false, true>(smem_raw, q, arena, page_table, selection, part_acc, part_ml, nullptr, nullptr,
+                                         M, W, pages_per_stream, page_size, splits, scale);
 #else
     __trap();  // compiled without sm_90a: no wgmma (the launcher passes -arch=sm_90a)
 #endif

@@ -163,6 +163,8 @@ SPLIT_DESIGNS = {
                            "SPARSE_MLA_SPLIT_WGMMA_WS_THREADS", "fp8"),
     "split_wgmma_ws_nol2": ("split_wgmma_ws.cu", "sparse_mla_split_wgmma_ws_nol2", "SPARSE_MLA_SPLIT_WGMMA_WS_SMEM_BYTES",
                             "SPARSE_MLA_SPLIT_WGMMA_WS_THREADS", "bf16"),
+    "split_wgmma_lean": ("split_wgmma.cu", "sparse_mla_split_wgmma_lean", "SPARSE_MLA_SPLIT_WGMMA_SMEM_BYTES",
+                         "SPARSE_MLA_SPLIT_WGMMA_THREADS", "bf16"),
     "split_wgmma_resident": ("split_wgmma.cu", "sparse_mla_split_wgmma_resident", "SPARSE_MLA_SPLIT_WGMMA_SMEM_BYTES",
                              "SPARSE_MLA_SPLIT_WGMMA_THREADS", "bf16"),
     "split_wgmma_seesaw": ("split_wgmma_seesaw.cu", "sparse_mla_split_wgmma_seesaw", "SPARSE_MLA_SEESAW_SMEM_BYTES",
@@ -676,6 +678,12 @@ MLA_VARIANTS = (
                 "and to the weights (over the CTA's reference scale, to keep them out of f16's subnormals)",
             supports=_supports_split("split_wgmma_ws_fp8"), sources=("split_wgmma_ws.cu",)),
     _one_wave_variant("split_wgmma_ws_fp8"),
+    # Issue 13: split_wgmma in fewer instructions (its warps are issue-latency bound; sparse_mla_math).
+    Variant("split_wgmma_lean_1wave", "cuda", _make_split_build("split_wgmma_lean", one_wave=True),
+            why="split_wgmma_1wave with its copy addresses hoisted (two per-thread swizzle offsets and a row "
+                "base: ~5 instructions a 16-byte copy instead of ~25) and each wgmma's descriptors added to "
+                "once-built ones: the same schedule and math, the issue path the resident form measured",
+            supports=_supports_split("split_wgmma_lean"), sources=("split_wgmma.cu",)),
     # Issue 13, the seesaw: one warpgroup's softmax under the other's wgmmas.
     Variant("split_wgmma_seesaw", "cuda", _make_split_build("split_wgmma_seesaw"),
             why="split_wgmma's split and combine with the two warpgroups on alternate 32-slot tiles: each "
