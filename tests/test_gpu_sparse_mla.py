@@ -73,13 +73,14 @@ def test_a_stream_with_no_valid_slot_gives_zeros_and_minus_inf(backend, variant,
     assert not bad, bad
 
 
+@pytest.mark.parametrize("name", ["split_wgmma_coop_1wave", "split_wgmma_lean_coop_1wave"])
 @pytest.mark.parametrize("M", [1, 5, 32])
-def test_the_cooperative_combine_is_right_launch_after_launch(backend, M):
-    """split_wgmma_coop_1wave's row counters are never reset (a launch's tickets are the next
+def test_the_cooperative_combine_is_right_launch_after_launch(backend, M, name):
+    """The cooperative forms' row counters are never reset (a launch's tickets are the next
     multiple of splits): three launches in a row, each on re-poisoned outputs, each the reference's,
     and every row's counter at 3 x splits after them. M = 1: 33 splits a row, M = 32: 4."""
     comp = registry.get("sparse_mla")
-    variant = next(v for v in comp.variants if v.name == "split_wgmma_coop_1wave")
+    variant = next(v for v in comp.variants if v.name == name)
     point = {"M": M, "context": 262144 if M == 32 else 16384, "selection": "grouped", "page_size": 64,
              "arena_scale": 1, "latent_dtype": "bf16"}
     inputs, _ = runner._case(comp, GEOMETRY, point, 29, None, backend)

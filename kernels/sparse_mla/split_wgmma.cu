@@ -701,6 +701,22 @@ sparse_mla_split_wgmma_lean(const bf16* __restrict__ q, const bf16* __restrict__
 #endif
 }
 
+// The lean form with the cooperative combine (split_wgmma_coop's launch contract).
+extern "C" __global__ void __launch_bounds__(SPARSE_MLA_SPLIT_WGMMA_THREADS, 1)
+sparse_mla_split_wgmma_lean_coop(const bf16* __restrict__ q, const bf16* __restrict__ arena,
+                                 const int* __restrict__ page_table, const int* __restrict__ selection,
+                                 float* __restrict__ part_acc, float* __restrict__ part_ml, bf16* __restrict__ out,
+                                 float* __restrict__ lse, unsigned* __restrict__ row_count, int M, int W,
+                                 int pages_per_stream, int page_size, int splits, float scale) {
+#ifdef SPARSE_MLA_WGMMA_ENABLED
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    wg_split<WG_TILE, 2, WG_COOP, false, true>(smem_raw, q, arena, page_table, selection, part_acc, part_ml, out, lse,
+                                               M, W, pages_per_stream, page_size, splits, scale, row_count);
+#else
+    __trap();  // compiled without sm_90a: no wgmma (the launcher passes -arch=sm_90a)
+#endif
+}
+
 // 32-slot tiles in a 4-stage ring (3 tiles = 96 KiB in flight while one computes), S by m64n32k16.
 extern "C" __global__ void __launch_bounds__(SPARSE_MLA_SPLIT_WGMMA_THREADS, 1)
 sparse_mla_split_wgmma_t32(const bf16* __restrict__ q, const bf16* __restrict__ arena, const int* __restrict__ page_table,
