@@ -350,7 +350,7 @@ __device__ __forceinline__ void wg_coop_combine(const float* __restrict__ part_a
     }
 }
 
-template <int TILE, int STAGES, int CS, bool RESIDENT = false, bool LEAN = false, bool SFIRST = false>
+template <int TILE, int STAGES, int CS, bool RESIDENT = false, bool LEAN = false>
 __device__ __forceinline__ void wg_split(unsigned char* smem_raw, const bf16* __restrict__ q, const bf16* __restrict__ arena,
                                          const int* __restrict__ page_table, const int* __restrict__ selection,
                                          float* __restrict__ part_acc, float* __restrict__ part_ml, bf16* __restrict__ out,
@@ -364,12 +364,7 @@ __device__ __forceinline__ void wg_split(unsigned char* smem_raw, const bf16* __
     constexpr int KS = TILE / 16;  // PV k-steps
     constexpr int NX = TILE / 8;   // float4s of S a thread exchanges
     using Lay = WgLayout<TILE, STAGES>;
-    // SFIRST (two stages): the next tile's copies issued under this tile's S wgmmas instead of before
-    // them; the stage they fill, tile it - 1's, was freed by the loop-top barrier (8fbcfe1 measured
-    // this move with 25-instruction copies: no gain; with the lean copies the issue is ~100
-    // instructions, within the S wgmmas' time)
-    constexpr bool issue_after_s = STAGES > 2 || SFIRST;
-    static_assert(!SFIRST || (LEAN && !RESIDENT), "the lean form's variant");
+    constexpr bool issue_after_s = STAGES > 2;
 
     static_assert(!RESIDENT || (CS == 0 && STAGES == 2), "the resident form: split_wgmma's two-kernel instance");
     static_assert(CS == 0 || CS == 2 || CS == 4 || CS == 8 || CS == WG_COOP,
@@ -717,21 +712,6 @@ sparse_mla_split_wgmma_lean_coop(const bf16* __restrict__ q, const bf16* __restr
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     wg_split<WG_TILE, 2, WG_COOP, false, true>(smem_raw, q, arena, page_table, selection, part_acc, part_ml, out, lse,
                                                M, W, pages_per_stream, page_size, splits, scale, row_count);
-#else
-    __trap();  // compiled without sm_90a: no wgmma (the launcher passes -arch=sm_90a)
-#endif
-}
-
-// The lean form with the next tile's copies issued under the S wgmmas (SFIRST above).
-extern "C" __global__ void __launch_bounds__(SPARSE_MLA_SPLIT_WGMMA_THREADS, 1)
-sparse_mla_split_wgmma_lean_sfirst(const bf16* __restrict__ q, const bf16* __restrict__ arena,
-                                   const int* __restrict__ page_table, const int* __restrict__ selection,
-                                   float* __restrict__ part_acc, float* __restrict__ part_ml, int M, int W,
-                                   int pages_per_stream, int page_size, int splits, float scale) {
-#ifdef SPARSE_MLA_WGMMA_ENABLED
-    extern __shared__ __align__(1024) unsigned char smem_raw[];
-    wg_split<WG_TILE, 2, 0, false, true, true>(smem_raw, q, arena, page_table, selection, part_acc, part_ml, nullptr,
-                                               nullptr, M, W, pages_per_stream, page_size, splits, scale);
 #else
     __trap();  // compiled without sm_90a: no wgmma (the launcher passes -arch=sm_90a)
 #endif

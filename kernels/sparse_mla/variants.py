@@ -165,8 +165,6 @@ SPLIT_DESIGNS = {
                             "SPARSE_MLA_SPLIT_WGMMA_WS_THREADS", "bf16"),
     "split_wgmma_lean": ("split_wgmma.cu", "sparse_mla_split_wgmma_lean", "SPARSE_MLA_SPLIT_WGMMA_SMEM_BYTES",
                          "SPARSE_MLA_SPLIT_WGMMA_THREADS", "bf16"),
-    "split_wgmma_lean_sfirst": ("split_wgmma.cu", "sparse_mla_split_wgmma_lean_sfirst",
-                                "SPARSE_MLA_SPLIT_WGMMA_SMEM_BYTES", "SPARSE_MLA_SPLIT_WGMMA_THREADS", "bf16"),
     "split_wgmma_resident": ("split_wgmma.cu", "sparse_mla_split_wgmma_resident", "SPARSE_MLA_SPLIT_WGMMA_SMEM_BYTES",
                              "SPARSE_MLA_SPLIT_WGMMA_THREADS", "bf16"),
     "split_wgmma_seesaw": ("split_wgmma_seesaw.cu", "sparse_mla_split_wgmma_seesaw", "SPARSE_MLA_SEESAW_SMEM_BYTES",
@@ -693,10 +691,6 @@ MLA_VARIANTS = (
                 "base: ~5 instructions a 16-byte copy instead of ~25) and each wgmma's descriptors added to "
                 "once-built ones: the same schedule and math, the issue path the resident form measured",
             supports=_supports_split("split_wgmma_lean"), sources=("split_wgmma.cu",)),
-    Variant("split_wgmma_lean_sfirst_1wave", "cuda", _make_split_build("split_wgmma_lean_sfirst", one_wave=True),
-            why="split_wgmma_lean_1wave with the next tile's copies issued under the S wgmmas (the lean copies "
-                "are ~100 instructions a thread, within S's time) instead of between the barrier and S",
-            supports=_supports_split("split_wgmma_lean_sfirst"), sources=("split_wgmma.cu",)),
     Variant("split_wgmma_lean_coop_1wave", "cuda", _make_coop_build("split_wgmma_lean_coop_1wave",
                                                                      "sparse_mla_split_wgmma_lean_coop"),
             why="split_wgmma_lean_1wave with split_wgmma_coop_1wave's combine in the kernel (cooperative launch, "
