@@ -22,7 +22,7 @@ SRC = (REPO_ROOT / "kernels/sparse_mla/split_wgmma.cu").read_text()
 
 def test_the_resident_slots_are_the_kernels_tile():
     assert int(re.search(r"#define WG_TILE (\d+)", SRC).group(1)) == spec.RESIDENT_SLOTS
-    assert "wg_split<WG_TILE, 2, 0, true>" in SRC
+    assert "WG_PARTIALS_KERNEL(sparse_mla_split_wgmma_resident, WG_ARGS(WG_TILE, 2, 0, true))" in SRC
 
 
 def resident_partials(q, c, valid, scale, W, splits):

@@ -54,7 +54,7 @@ def test_the_model_constants_are_the_kernels():
     assert "(unsigned)(wg * 4 * 1024 + (k >> 2) * 1024 + (k & 3) * 32)" in text
     # each instance and the dynamic shared memory its launcher gives (read by variants.source_define)
     for symbol, (tile, stages) in INSTANCES.items():
-        assert f"wg_split<{'WG_TILE' if tile == 64 else tile}, {stages}, 0>" in text, symbol
+        assert f"WG_PARTIALS_KERNEL({symbol}, WG_ARGS({'WG_TILE' if tile == 64 else tile}, {stages}, 0))" in text, symbol
     assert variants.source_define("split_wgmma.cu", "SPARSE_MLA_SPLIT_WGMMA_SMEM_BYTES") == layout_used(64, 2) + 1024
     assert variants.source_define("split_wgmma.cu", "SPARSE_MLA_SPLIT_WGMMA_T32_SMEM_BYTES") == layout_used(32, 4) + 1024
     assert layout_used(32, 4) == 64 * 1024 + 4 * 32 * 1024 + 16 * 1024 <= 227 * 1024   # 208 KiB, the task's sum

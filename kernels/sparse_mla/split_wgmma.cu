@@ -632,37 +632,42 @@ __device__ __forceinline__ void wg_split(unsigned char* smem_raw, const bf16* __
 }
 #endif  // SPARSE_MLA_WGMMA_ENABLED
 
-extern "C" __global__ void __launch_bounds__(SPARSE_MLA_SPLIT_WGMMA_THREADS, 1)
-sparse_mla_split_wgmma(const bf16* __restrict__ q, const bf16* __restrict__ arena, const int* __restrict__ page_table,
-                       const int* __restrict__ selection, float* __restrict__ part_acc, float* __restrict__ part_ml,
-                       int M, int W, int pages_per_stream, int page_size, int splits, float scale) {
+// The kernels with the split-K contract's partials out (NAME(q, arena, page_table, selection,
+// part_acc, part_ml, M, W, pages_per_stream, page_size, splits, scale); the combine follows) and with
+// the cooperative combine (NAME(..., part_acc, part_ml, out, lse, row_count, M, ...)), one line each:
+// the instance's wg_split template arguments are all that differ.
 #ifdef SPARSE_MLA_WGMMA_ENABLED
-    extern __shared__ __align__(1024) unsigned char smem_raw[];
-    wg_split<WG_TILE, 2, 0>(smem_raw, q, arena, page_table, selection, part_acc, part_ml, nullptr, nullptr, M, W,
-                            pages_per_stream, page_size, splits, scale);
+#define WG_BODY(ARGS, OUT, LSE, COUNT)                                                                       \
+    extern __shared__ __align__(1024) unsigned char smem_raw[];                                              \
+    wg_split<ARGS>(smem_raw, q, arena, page_table, selection, part_acc, part_ml, OUT, LSE, M, W,              \
+                   pages_per_stream, page_size, splits, scale, COUNT);
 #else
-    __trap();  // compiled without sm_90a: no wgmma (the launcher passes -arch=sm_90a)
+#define WG_BODY(ARGS, OUT, LSE, COUNT) __trap();  // compiled without sm_90a: no wgmma (the launcher passes -arch=sm_90a)
 #endif
-}
+#define WG_ARGS(...) __VA_ARGS__
+#define WG_PARTIALS_KERNEL(NAME, ARGS)                                                                       \
+    extern "C" __global__ void __launch_bounds__(SPARSE_MLA_SPLIT_WGMMA_THREADS, 1)                          \
+    NAME(const bf16* __restrict__ q, const bf16* __restrict__ arena, const int* __restrict__ page_table,     \
+         const int* __restrict__ selection, float* __restrict__ part_acc, float* __restrict__ part_ml, int M, \
+         int W, int pages_per_stream, int page_size, int splits, float scale) {                              \
+        WG_BODY(WG_ARGS(ARGS), nullptr, nullptr, nullptr)                                                    \
+    }
+#define WG_COOP_KERNEL(NAME, ARGS)                                                                           \
+    extern "C" __global__ void __launch_bounds__(SPARSE_MLA_SPLIT_WGMMA_THREADS, 1)                          \
+    NAME(const bf16* __restrict__ q, const bf16* __restrict__ arena, const int* __restrict__ page_table,     \
+         const int* __restrict__ selection, float* __restrict__ part_acc, float* __restrict__ part_ml,       \
+         bf16* __restrict__ out, float* __restrict__ lse, unsigned* __restrict__ row_count, int M, int W,   \
+         int pages_per_stream, int page_size, int splits, float scale) {                                     \
+        WG_BODY(WG_ARGS(ARGS), out, lse, row_count)                                                          \
+    }
+
+WG_PARTIALS_KERNEL(sparse_mla_split_wgmma, WG_ARGS(WG_TILE, 2, 0))
 
 // split_wgmma with the combine in the kernel (wg_coop_combine): launched cooperatively (every CTA
 // resident at once), grid (splits, M); part_acc / part_ml as split_wgmma's (read back from L2),
 // out [M][64][512] bf16 and lse [M][64] written by the row's CTAs, row_count [M] the launcher's
 // (zero at build, never reset).
-extern "C" __global__ void __launch_bounds__(SPARSE_MLA_SPLIT_WGMMA_THREADS, 1)
-sparse_mla_split_wgmma_coop(const bf16* __restrict__ q, const bf16* __restrict__ arena,
-                            const int* __restrict__ page_table, const int* __restrict__ selection,
-                            float* __restrict__ part_acc, float* __restrict__ part_ml, bf16* __restrict__ out,
-                            float* __restrict__ lse, unsigned* __restrict__ row_count, int M, int W,
-                            int pages_per_stream, int page_size, int splits, float scale) {
-#ifdef SPARSE_MLA_WGMMA_ENABLED
-    extern __shared__ __align__(1024) unsigned char smem_raw[];
-    wg_split<WG_TILE, 2, WG_COOP>(smem_raw, q, arena, page_table, selection, part_acc, part_ml, out, lse, M, W,
-                                  pages_per_stream, page_size, splits, scale, row_count);
-#else
-    __trap();  // compiled without sm_90a: no wgmma (the launcher passes -arch=sm_90a)
-#endif
-}
+WG_COOP_KERNEL(sparse_mla_split_wgmma_coop, WG_ARGS(WG_TILE, 2, WG_COOP))
 
 // The resident form (sparse_mla_split_wgmma_resident; component sparse_mla_math): split_wgmma with
 // its gather taken out. Every CTA copies the stream's first 64 selected rows once into stage 0 and
@@ -671,65 +676,17 @@ sparse_mla_split_wgmma_coop(const bf16* __restrict__ q, const bf16* __restrict__
 // splits' partials is then the attention over those 64 slots, checked against float64 like the
 // layer. Its time is the design's math and synchronisation alone, the ceiling the gather roofline
 // is for its memory side.
-extern "C" __global__ void __launch_bounds__(SPARSE_MLA_SPLIT_WGMMA_THREADS, 1)
-sparse_mla_split_wgmma_resident(const bf16* __restrict__ q, const bf16* __restrict__ arena,
-                                const int* __restrict__ page_table, const int* __restrict__ selection,
-                                float* __restrict__ part_acc, float* __restrict__ part_ml, int M, int W,
-                                int pages_per_stream, int page_size, int splits, float scale) {
-#ifdef SPARSE_MLA_WGMMA_ENABLED
-    extern __shared__ __align__(1024) unsigned char smem_raw[];
-    wg_split<WG_TILE, 2, 0, true>(smem_raw, q, arena, page_table, selection, part_acc, part_ml, nullptr, nullptr, M,
-                                  W, pages_per_stream, page_size, splits, scale);
-#else
-    __trap();  // compiled without sm_90a: no wgmma (the launcher passes -arch=sm_90a)
-#endif
-}
+WG_PARTIALS_KERNEL(sparse_mla_split_wgmma_resident, WG_ARGS(WG_TILE, 2, 0, true))
 
 // split_wgmma with its copy addresses hoisted and its descriptors added to (wg_issue_lean, LEAN above):
 // the same schedule and math in fewer instructions (the kernel is bound by its warps' issue latency).
-extern "C" __global__ void __launch_bounds__(SPARSE_MLA_SPLIT_WGMMA_THREADS, 1)
-sparse_mla_split_wgmma_lean(const bf16* __restrict__ q, const bf16* __restrict__ arena,
-                            const int* __restrict__ page_table, const int* __restrict__ selection,
-                            float* __restrict__ part_acc, float* __restrict__ part_ml, int M, int W,
-                            int pages_per_stream, int page_size, int splits, float scale) {
-#ifdef SPARSE_MLA_WGMMA_ENABLED
-    extern __shared__ __align__(1024) unsigned char smem_raw[];
-    wg_split<WG_TILE, 2, 0, false, true>(smem_raw, q, arena, page_table, selection, part_acc, part_ml, nullptr, nullptr,
-                                         M, W, pages_per_stream, page_size, splits, scale);
-#else
-    __trap();  // compiled without sm_90a: no wgmma (the launcher passes -arch=sm_90a)
-#endif
-}
+WG_PARTIALS_KERNEL(sparse_mla_split_wgmma_lean, WG_ARGS(WG_TILE, 2, 0, false, true))
 
 // The lean form with the cooperative combine (split_wgmma_coop's launch contract).
-extern "C" __global__ void __launch_bounds__(SPARSE_MLA_SPLIT_WGMMA_THREADS, 1)
-sparse_mla_split_wgmma_lean_coop(const bf16* __restrict__ q, const bf16* __restrict__ arena,
-                                 const int* __restrict__ page_table, const int* __restrict__ selection,
-                                 float* __restrict__ part_acc, float* __restrict__ part_ml, bf16* __restrict__ out,
-                                 float* __restrict__ lse, unsigned* __restrict__ row_count, int M, int W,
-                                 int pages_per_stream, int page_size, int splits, float scale) {
-#ifdef SPARSE_MLA_WGMMA_ENABLED
-    extern __shared__ __align__(1024) unsigned char smem_raw[];
-    wg_split<WG_TILE, 2, WG_COOP, false, true>(smem_raw, q, arena, page_table, selection, part_acc, part_ml, out, lse,
-                                               M, W, pages_per_stream, page_size, splits, scale, row_count);
-#else
-    __trap();  // compiled without sm_90a: no wgmma (the launcher passes -arch=sm_90a)
-#endif
-}
+WG_COOP_KERNEL(sparse_mla_split_wgmma_lean_coop, WG_ARGS(WG_TILE, 2, WG_COOP, false, true))
 
 // 32-slot tiles in a 4-stage ring (3 tiles = 96 KiB in flight while one computes), S by m64n32k16.
-extern "C" __global__ void __launch_bounds__(SPARSE_MLA_SPLIT_WGMMA_THREADS, 1)
-sparse_mla_split_wgmma_t32(const bf16* __restrict__ q, const bf16* __restrict__ arena, const int* __restrict__ page_table,
-                           const int* __restrict__ selection, float* __restrict__ part_acc, float* __restrict__ part_ml,
-                           int M, int W, int pages_per_stream, int page_size, int splits, float scale) {
-#ifdef SPARSE_MLA_WGMMA_ENABLED
-    extern __shared__ __align__(1024) unsigned char smem_raw[];
-    wg_split<32, 4, 0>(smem_raw, q, arena, page_table, selection, part_acc, part_ml, nullptr, nullptr, M, W,
-                       pages_per_stream, page_size, splits, scale);
-#else
-    __trap();  // compiled without sm_90a: no wgmma (the launcher passes -arch=sm_90a)
-#endif
-}
+WG_PARTIALS_KERNEL(sparse_mla_split_wgmma_t32, WG_ARGS(32, 4, 0))
 
 // The 32-slot form with the combine in the cluster (no second launch, no partials): grid (CS, M),
 // one cluster of CS CTAs a stream (compile-time __cluster_dims__, so a plain launch makes the
