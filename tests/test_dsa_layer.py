@@ -283,8 +283,12 @@ class _EmulatedDevice:
     def to_host(self, a):
         return np.array(a, copy=True)
 
-    def launch(self, fn, grid, block, args, shared_mem=0, programmatic=False):
+    def launch(self, fn, grid, block, args, shared_mem=0, programmatic=False, cooperative=False):
         self.launched.append((fn.symbol, grid, block, programmatic))
+        if fn.symbol == "sparse_mla_split_wgmma_lean_coop":   # every CTA of it resident at once
+            assert cooperative and grid[0] * grid[1] <= self.props["multiProcessorCount"]
+        else:
+            assert not cooperative
         getattr(self, "_" + fn.symbol)(grid, block, *args)
 
     def _kpool_compress_v1(self, grid, block, keys, gates, ape, lengths, pooled, M, P):
@@ -327,10 +331,11 @@ class _EmulatedDevice:
         assert pools.shape == (M, k) and selection.shape == (M, W) and grid[0] == M
         selection[:] = kpool_variants.expand_numpy(pools, positions, 4, W)
 
-    def _sparse_mla_split_wgmma(self, grid, block, q, arena, page_table, selection, part_acc, part_ml,
-                                M, W, pps, ps, splits, scale):
+    def _sparse_mla_split_wgmma_lean_coop(self, grid, block, q, arena, page_table, selection, part_acc, part_ml,
+                                          out, lse, row_count, M, W, pps, ps, splits, scale):
         assert grid == (splits, M) and selection.shape == (M, W) and part_acc.shape == (M, splits, 64, 512)
-        assert page_table.shape == (M, pps) and ps == 64
+        assert page_table.shape == (M, pps) and ps == 64 and row_count.shape == (M,) and block[0] == 256
+        assert not (row_count % splits).any()                                # whole launches' tickets so far
         for m in range(M):
             for s in range(splits):
                 tok = selection[m, s * W // splits:(s + 1) * W // splits]
@@ -340,9 +345,8 @@ class _EmulatedDevice:
                 mx = sc.max(axis=1) if len(c) else np.full(64, -np.inf)
                 e = np.exp(sc - mx[:, None]) if len(c) else np.zeros((64, 0))
                 part_acc[m, s], part_ml[m, s, :, 0], part_ml[m, s, :, 1] = e @ c, mx, e.sum(axis=1)
-
-    def _sparse_mla_combine(self, grid, block, part_acc, part_ml, out, lse, M, splits):
-        assert grid[0] == M * 64 and part_acc.shape[:2] == (M, splits)
+        row_count += np.uint32(splits)                                       # every CTA's ticket
+        # then each row's CTAs merge the row's partials (sparse_mla_combine's arithmetic)
         mx = part_ml[..., 0].max(axis=1)                                     # [M, 64]
         f = np.exp(part_ml[..., 0] - mx[:, None])                            # [M, splits, 64]
         total = (f * part_ml[..., 1]).sum(axis=1)
@@ -364,7 +368,7 @@ def test_the_chained_step_is_wired_right_on_an_emulated_device(geometry, key_cac
     scan = "scan_wgmma_e4m3" if index_dtype == "fp8" else "scan_mma_bf16"
     topk = "dsa_topk_share" if key_caching == "per_token" else "dsa_topk_split2"   # spec.TOPK_DESIGNS
     assert order == (["kpool_compress_v1"] if key_caching == "compress" else []) + [scan, topk] \
-        + ([] if key_caching == "per_token" else ["expand_v1"]) + ["sparse_mla_split_wgmma", "sparse_mla_combine"]
+        + ([] if key_caching == "per_token" else ["expand_v1"]) + ["sparse_mla_split_wgmma_lean_coop"]
     assert not any(p for *_, p in device.launched)                         # plain stream order, no PDL
     streams = runner.reference_streams(comp, geometry, point)
     bad = [c.describe() for c in runner.checked(comp, point, step.outputs(), ref, streams) if not c.ok]

@@ -4,11 +4,11 @@
   spec.SCAN_DESIGNS, TOPK_DESIGNS and MLA_DESIGN name) on shared device buffers, get_kernel'd from
   the families' own .cu files with their own launch geometry: [compress_cuda (kpool_compress.cu)]
   -> scan_mma (scan_mma.cu; index_dtype fp8: scan_wgmma_e4m3, scan_wgmma.cu, sm_90a) -> radix_split2
-  / radix_share (topk_split2.cu; by the pooling) -> [expand_cuda (expand.cu)] -> split_wgmma_1wave + combine
-  (sparse_mla/split_wgmma.cu, sm_90a). Plain stream order (dependent=False): the scans, the top-k, the
-  split and the combine do not griddepcontrol.wait before reading their predecessor's output (only
-  kpool_compress and expand do), so a programmatic launch of them could read a buffer still being
-  written.
+  / radix_share (topk_split2.cu; by the pooling) -> [expand_cuda (expand.cu)] -> split_wgmma_lean_coop_1wave
+  (sparse_mla/split_wgmma.cu, sm_90a: the split and its combine in one cooperative launch). Plain stream
+  order (dependent=False): the scans, the top-k and the sparse MLA do not griddepcontrol.wait before
+  reading their predecessor's output (only kpool_compress and expand do), so a programmatic launch of
+  them could read a buffer still being written.
 - ``ref_layer`` (CPU backend): the families' CPU formulations composed in float32 / NumPy
   (compress_numpy, the scan's float32 product, reference.topk, expand_numpy, attend in float32).
 
@@ -27,16 +27,12 @@ from kernels.dsa_indexer.kpool_variants import INDEX_POISON
 from kernels.kda_decode.reference import bf16_to_float
 from kernels.sparse_mla import spec as mla
 from kernels.sparse_mla import variants as mla_variants
-from kernels.wgmma import require_wgmma_device
 
 from . import spec
 
-# The sparse MLA design (spec.MLA_DESIGN: split_wgmma with one-wave splits) as sparse_mla/
-# variants.py declares it (file, kernel, the #defines that size its launch, its latent, its NVRTC
-# options: sm_90a for wgmma); its combine kernel is in the same file.
-SPLIT_DESIGN = spec.MLA_DESIGN.removesuffix("_1wave")
-SPLIT_SOURCE, SPLIT_SYMBOL, SPLIT_SMEM, SPLIT_THREADS, _ = mla_variants.SPLIT_DESIGNS[SPLIT_DESIGN]
-SPLIT_OPTIONS = mla_variants.SPLIT_OPTIONS.get(SPLIT_DESIGN, ())
+# The sparse MLA design (spec.MLA_DESIGN): one of sparse_mla's cooperative designs, launched by its
+# own sparse_mla/variants.coop_kernel (one-wave splits, the combine inside the kernel).
+assert spec.MLA_DESIGN in mla_variants.COOP_DESIGNS, "the step launches a cooperative sparse MLA design"
 # the top-k: radix_split2 or radix_share (spec.topk_design, by the scores' pooling), its launcher's P
 # CTAs a row, workspace and counters; both designs live in one source
 TOPK_SPLIT_DESIGNS = {pool: design.removeprefix("radix_") for pool, design in spec.TOPK_DESIGNS.items()}
@@ -46,7 +42,7 @@ SOURCES = {
     "scan": scan_variants.HERE / "scan_mma.cu",
     "topk": topk_variants.HERE / topk_variants.SPLIT_DESIGNS[TOPK_SPLIT_DESIGNS["pooled"]][0],
     "expand": kpool_variants.HERE / "expand.cu",
-    "split": mla_variants.HERE / SPLIT_SOURCE,
+    "split": mla_variants.HERE / mla_variants.COOP_SOURCE,
 }
 
 
@@ -59,7 +55,7 @@ def supports_chained(geometry, point) -> str | None:
         return f"scan_mma is written for 32 heads x 128; got {Hi} x {Di}"
     H, D, _ = mla.dims(geometry)
     if (H, D) != (64, 512):
-        return f"{SPLIT_DESIGN} is written for 64 heads x 512; got {H} x {D}"
+        return f"{spec.MLA_DESIGN} is written for 64 heads x 512; got {H} x {D}"
     if spec.kpool(geometry) != 4:
         return f"kpool_compress.cu and expand.cu are written for pools of 4; got {spec.kpool(geometry)}"
     W = spec.width(geometry, point)
@@ -89,7 +85,6 @@ def build_chained(geometry, point, inputs, backend) -> KernelStep:
          (*queries, "iw", "q", "page_table", "ape", "eligible", "lengths", "positions")}
     keys, key_scales, gates, arena = (inputs.resident[n] for n in
                                       ("index_keys", "index_key_scales", "index_gates", "arena"))
-    sms = int(backend.props["multiProcessorCount"])
 
     if fp8_index:
         scan_fn = scan_variants.wgmma_kernel(backend)
@@ -100,26 +95,24 @@ def build_chained(geometry, point, inputs, backend) -> KernelStep:
     topk_design = TOPK_SPLIT_DESIGNS[spec.pooling(point)]
     topk_fn, P, _, topk_ring, _ = topk_variants.split_launch(backend, Mn, C, k, topk_design)
     ws_pairs = topk_variants.split_ws_pairs(topk_design, k)   # the layer holds (key, index) pair workspaces
-    splits = mla_variants.one_wave_splits(Mn, W, sms)
-    split_smem = mla_variants.source_define(SPLIT_SOURCE, SPLIT_SMEM)
-    if SPLIT_OPTIONS == mla_variants.WGMMA_OPTIONS:
-        require_wgmma_device(f"chained ({SPLIT_DESIGN})", backend)
-    split_fn = get_kernel(backend, SOURCES["split"], SPLIT_SYMBOL, split_smem, options=SPLIT_OPTIONS)
-    combine_fn = get_kernel(backend, SOURCES["split"], "sparse_mla_combine", options=SPLIT_OPTIONS)
+    sel_name = "indices" if caching == "per_token" else "selection"   # per_token: the top-k's [M, 2048] output
+    pps, ps = np.int32(mla.pages_per_stream(mp)), np.int32(mp["page_size"])
+    mla_call, splits = mla_variants.coop_kernel(backend, spec.MLA_DESIGN, Mn, W, lambda b: (
+        d["q"], arena, d["page_table"], b[sel_name], b["part_acc"], b["part_ml"], b["out"], b["lse"],
+        b["mla_rows"], np.int32(Mn), np.int32(W), pps, ps, np.int32(splits), np.float32(scale)))
 
     with backend.stream:
         b0 = {"scores": cp.empty((Mn, C), cp.float32), "indices": cp.empty((Mn, k), cp.int32),
               "part_acc": cp.empty((Mn, splits, H, D), cp.float32),
               "part_ml": cp.empty((Mn, splits, H, 2), cp.float32),
               "out": cp.empty((Mn, H, D), cp.uint16), "lse": cp.empty((Mn, H), cp.float32),
-              "topk_ws": cp.empty((Mn, P, ws_pairs, 2), cp.uint32), "topk_count": cp.zeros(Mn, cp.uint32)}
+              "topk_ws": cp.empty((Mn, P, ws_pairs, 2), cp.uint32), "topk_count": cp.zeros(Mn, cp.uint32),
+              "mla_rows": cp.zeros(Mn, cp.uint32)}   # the sparse MLA's row tickets (it never resets them)
         counters_zero = cp.zeros(Mn, cp.uint32)   # the row counters, put back by poison (the kernel leaves them 0)
         if caching == "compress":
             b0["pooled"] = cp.empty((Mn, ctx // 4, Di), cp.uint16)
         if caching != "per_token":
             b0["selection"] = cp.empty((Mn, W), cp.int32)
-    # per_token: the top-k's [M, 2048] output is the selection row itself (spec docstring)
-    sel_name = "indices" if caching == "per_token" else "selection"
     kernels = []
     notes = []
     if caching == "compress":
@@ -142,13 +135,7 @@ def build_chained(geometry, point, inputs, backend) -> KernelStep:
         expand_fn = get_kernel(backend, SOURCES["expand"], "expand_v1")
         kernels.append(KernelCall(expand_fn, Mn, kpool_variants.EXPAND_THREADS, 0, lambda b: (
             b["indices"], d["positions"], b["selection"], np.int32(Mn), np.int32(k), np.int32(W))))
-    pps, ps = np.int32(mla.pages_per_stream(mp)), np.int32(mp["page_size"])
-    kernels.append(KernelCall(split_fn, (splits, Mn), mla_variants.source_define(SPLIT_SOURCE, SPLIT_THREADS),
-                              split_smem, lambda b: (
-        d["q"], arena, d["page_table"], b[sel_name], b["part_acc"], b["part_ml"], np.int32(Mn), np.int32(W),
-        pps, ps, np.int32(splits), np.float32(scale))))
-    kernels.append(KernelCall(combine_fn, Mn * H, mla_variants.COMBINE_THREADS, 0, lambda b: (
-        b["part_acc"], b["part_ml"], b["out"], b["lse"], np.int32(Mn), np.int32(splits))))
+    kernels.append(mla_call)
 
     poison = {"scores": np.float32(np.nan), "indices": np.int32(INDEX_POISON), "part_acc": np.float32(np.nan),
               "part_ml": np.float32(np.nan), "out": np.uint16(0xFFFF), "lse": np.float32(np.nan),
@@ -166,7 +153,7 @@ def build_chained(geometry, point, inputs, backend) -> KernelStep:
     step = KernelStep(backend, kernels, b0, {"topk_count": counters_zero}, poison, read, dependent=False)
     scan_note = f"scan_wgmma_e4m3 {scan_ctas} CTAs x {tpw} tiles a CTA" if fp8_index else \
         f"scan_mma {scan_ctas} CTAs x {tpw} tiles a warp"
-    notes += [scan_note, f"{spec.topk_design(point)} {P} CTAs a row", f"{splits} splits"]
+    notes += [scan_note, f"{spec.topk_design(point)} {P} CTAs a row", f"{spec.MLA_DESIGN} {splits} splits"]
     step.note = ", ".join(notes)
     return step.ready()
 
@@ -217,12 +204,12 @@ LAYER_VARIANTS = (
     Variant("chained", "cuda", build_chained,
             why="the families' best kernels as one step on shared buffers: [compress_cuda] -> scan_mma (fp8: "
                 "scan_wgmma_e4m3) -> radix_split2 (pooled scores) or radix_share (per token) -> [expand_cuda] -> "
-                "split_wgmma_1wave + combine, in plain stream "
+                "split_wgmma_lean_coop_1wave (the combine inside it), in plain stream "
                 "order (not every kernel waits on griddepcontrol, so no PDL)",
             supports=supports_chained,
             sources=("../dsa_indexer/kpool_compress.cu", "../dsa_indexer/scan_mma.cu", "../dsa_indexer/scan_wgmma.cu",
                      "../dsa_indexer/" + SOURCES["topk"].name, "../dsa_indexer/expand.cu",
-                     f"../sparse_mla/{SPLIT_SOURCE}")),
+                     f"../sparse_mla/{mla_variants.COOP_SOURCE}")),
     Variant("ref_layer", "cpu", lambda g, p, i, b: _HostLayer(g, p, i), supports=lambda g, p: spec.strategy_problem(p),
             why="float32 NumPy on the host: compress_numpy, the scan's product, reference.topk, "
                 "expand_numpy, attend", sources=("variants.py",)),

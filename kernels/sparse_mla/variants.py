@@ -232,45 +232,59 @@ def _make_split_build(name: str, one_wave: bool = False):
     return build
 
 
-def _make_coop_build(name: str, symbol: str):
-    """The launcher of a cooperative-combine kernel (``symbol``: split_wgmma's at one_wave_splits with
-    the combine inside it), launched cooperatively; the row counters are the launcher's (zero at
-    build; the kernel never resets them: its tickets count launches)."""
+# The cooperative-combine designs (split_wgmma.cu, one_wave_splits, the combine inside the kernel):
+# variant name -> kernel. The DSA layer's step launches one of them too (coop_kernel).
+COOP_SOURCE = "split_wgmma.cu"
+COOP_DESIGNS = {"split_wgmma_coop_1wave": "sparse_mla_split_wgmma_coop",
+                "split_wgmma_lean_coop_1wave": "sparse_mla_split_wgmma_lean_coop"}
+
+
+def coop_kernel(backend, name: str, Mn: int, W: int, args) -> tuple[KernelCall, int]:
+    """Cooperative design ``name``'s one launch at M = Mn over W-slot rows, and its splits
+    (one_wave_splits). ``args(b)`` gives the kernel's arguments from the step's buffers (its
+    signature: q, arena..., page_table, selection, part_acc, part_ml, out, lse, row_count, M, W,
+    pages_per_stream, page_size, splits, scale). Refused in one line (ValueError) where the grid
+    cannot be resident at once: one CTA an SM, so M x splits <= the SMs."""
+    require_wgmma_device(name, backend)
+    sms = int(backend.props["multiProcessorCount"])
+    splits = one_wave_splits(Mn, W, sms)
+    if Mn * splits > sms:
+        raise ValueError(f"{name}: M = {Mn} needs {Mn * splits} CTAs resident at once; this device holds {sms}")
+    smem = source_define(COOP_SOURCE, "SPARSE_MLA_SPLIT_WGMMA_SMEM_BYTES")
+    fn = get_kernel(backend, HERE / COOP_SOURCE, COOP_DESIGNS[name], smem, options=WGMMA_OPTIONS)
+    threads = source_define(COOP_SOURCE, "SPARSE_MLA_SPLIT_WGMMA_THREADS")
+    return KernelCall(fn, (splits, Mn), threads, smem, args, cooperative=True), splits
+
+
+def _make_coop_build(name: str):
+    """The launcher of cooperative design ``name`` (COOP_DESIGNS); the row counters are the
+    launcher's (zero at build; the kernel never resets them: its tickets count launches)."""
     def build(geometry, point, inputs, backend) -> KernelStep:
         reason = _supports_split("split_wgmma")(geometry, point)
         if reason:
             raise ValueError(f"{name}: {reason}")
-        require_wgmma_device(name, backend)
         cp = backend.cp
         H, D, scale = spec.dims(geometry)
         Mn, W = int(point["M"]), spec.width(geometry, point)
         d = _Device(backend, inputs, point)
-        sms = int(backend.props["multiProcessorCount"])
-        splits = one_wave_splits(Mn, W, sms)
-        if Mn * splits > sms:   # one CTA an SM: a cooperative grid must fit the SMs at once
-            raise ValueError(f"{name}: M = {Mn} needs {Mn * splits} CTAs resident at once; this device holds {sms}")
-        source = "split_wgmma.cu"
-        smem = source_define(source, "SPARSE_MLA_SPLIT_WGMMA_SMEM_BYTES")
-        fn = get_kernel(backend, HERE / source, symbol, smem, options=WGMMA_OPTIONS)
+        pps, ps = np.int32(spec.pages_per_stream(point)), np.int32(point["page_size"])
+        call, splits = coop_kernel(backend, name, Mn, W, lambda b: (
+            d.q, *d.arena_args, d.page_table, d.selection, b["part_acc"], b["part_ml"], b["out"], b["lse"],
+            b["row_count"], np.int32(Mn), np.int32(W), pps, ps, np.int32(splits), np.float32(scale)))
         with backend.stream:
             buffers = {"part_acc": cp.empty((Mn, splits, H, D), cp.float32),
                        "part_ml": cp.empty((Mn, splits, H, 2), cp.float32),
                        "out": cp.empty((Mn, H, D), cp.uint16), "lse": cp.empty((Mn, H), cp.float32),
                        "row_count": cp.zeros(Mn, cp.uint32)}
-        pps, ps = np.int32(spec.pages_per_stream(point)), np.int32(point["page_size"])
-        kernels = [KernelCall(fn, (splits, Mn), source_define(source, "SPARSE_MLA_SPLIT_WGMMA_THREADS"), smem,
-                              lambda b: (d.q, *d.arena_args, d.page_table, d.selection, b["part_acc"], b["part_ml"],
-                                         b["out"], b["lse"], b["row_count"], np.int32(Mn), np.int32(W), pps, ps,
-                                         np.int32(splits), np.float32(scale)), cooperative=True)]
         poison = {"part_acc": np.float32(np.nan), "part_ml": np.float32(np.nan), "out": 0xFFFF,
                   "lse": np.float32(np.nan)}
-        return _attention_step(backend, kernels, buffers, poison,
+        return _attention_step(backend, [call], buffers, poison,
                                f"{splits} splits per stream, the combine in the kernel (cooperative launch)")
     build.__name__ = f"build_{name}"
     return build
 
 
-build_coop = _make_coop_build("split_wgmma_coop_1wave", "sparse_mla_split_wgmma_coop")
+build_coop = _make_coop_build("split_wgmma_coop_1wave")
 
 
 def _one_wave_variant(design: str) -> Variant:
@@ -691,8 +705,7 @@ MLA_VARIANTS = (
                 "base: ~5 instructions a 16-byte copy instead of ~25) and each wgmma's descriptors added to "
                 "once-built ones: the same schedule and math, the issue path the resident form measured",
             supports=_supports_split("split_wgmma_lean"), sources=("split_wgmma.cu",)),
-    Variant("split_wgmma_lean_coop_1wave", "cuda", _make_coop_build("split_wgmma_lean_coop_1wave",
-                                                                     "sparse_mla_split_wgmma_lean_coop"),
+    Variant("split_wgmma_lean_coop_1wave", "cuda", _make_coop_build("split_wgmma_lean_coop_1wave"),
             why="split_wgmma_lean_1wave with split_wgmma_coop_1wave's combine in the kernel (cooperative launch, "
                 "each CTA merging a share of its row)",
             supports=_supports_split("split_wgmma"), sources=("split_wgmma.cu",)),
