@@ -14,6 +14,8 @@
 #   (extra overrides for EVERY listed experiment, so name the one they fit, e.g. `kda_decode`),
 #   SWEEP_ARGS_<experiment>="..." (overrides for that experiment only, after SWEEP_ARGS),
 #   SWEEP_TIMEOUT=<seconds> (stop each sweep after that long: the jobs that finished are packed),
+#   PYTEST_TIMEOUT=<seconds> (stop the GPU tests after that long, so a kernel that hangs on its first
+#   run costs the call only that much; the process's exit frees the GPU for the sweeps),
 #   PROFILE="<command>" (run last, e.g. ncu on tools/profile_variants.py; output in
 #   $OUT/profile.txt). The GPU tests' full output is $OUT/pytest.txt.
 set -uo pipefail
@@ -43,7 +45,8 @@ pack() {
   # the whole pytest output goes to $OUT/pytest.txt; the log keeps every FAILED/ERROR line and the
   # tally (a plain tail lost the names of failing tests when a traceback was long)
   if [ -z "${SKIP_TESTS:-}" ]; then
-    python3 -m pytest -q -rsfE ${PYTEST_FILES:-tests/test_gpu_*.py tests/test_kda_cuda.py} ${PYTEST_K:+-k "$PYTEST_K"} > "$OUT/pytest.txt" 2>&1
+    ${PYTEST_TIMEOUT:+timeout $PYTEST_TIMEOUT} python3 -m pytest -q -rsfE ${PYTEST_FILES:-tests/test_gpu_*.py tests/test_kda_cuda.py} ${PYTEST_K:+-k "$PYTEST_K"} > "$OUT/pytest.txt" 2>&1
+    rc=$?; [ $rc -eq 124 ] && echo "pytest: stopped after PYTEST_TIMEOUT=${PYTEST_TIMEOUT}s (a hung kernel?); the sweeps go on"
     grep -E "^(FAILED|ERROR) " "$OUT/pytest.txt" | head -60
     tail -1 "$OUT/pytest.txt"
   fi

@@ -12,7 +12,19 @@ never read, page_table [M][pages_per_stream], the arena [rows][512] bf16; FP8: c
 e4m3 and row_scale [rows] f32, value = e4m3(code) x scale, kernels/fp8.py).
 
 Kernels: sparse_mla_split_wgmma_ws (BF16) and sparse_mla_split_wgmma_ws_fp8 (FP8), ws_split<FP8>;
-sparse_mla_split_wgmma_ws_nol2, the BF16 kernel without the L2 look-ahead (one cost at a time).
+sparse_mla_split_wgmma_ws_nol2, the BF16 kernel without the L2 look-ahead (one cost at a time);
+sparse_mla_split_wgmma_ws_async (ASYNC, BF16, no look-ahead): the producer never waits for its own
+copies. The form above has each producer thread wait (cp.async.wait_group 0) until its copies of tile
+t landed before it arrives on full[s] and moves on, so a tile costs the producer its issue plus the
+copies' whole flight before it can start the next one. ASYNC arrives by
+cp.async.mbarrier.arrive.noinc instead: the arrive-on happens by itself when the thread's earlier
+cp.async have completed, and the thread goes straight to the next tile's empty wait. Then nothing
+runs between a copy landing and the arrive, so the generic -> async proxy fence moves to the
+consumers (every consumer thread executes fence.proxy.async.shared::cta after its full wait: the
+acquire makes the producers' copies visible to it in the generic proxy, the fence orders them before
+its own wgmma operand reads). full[s] counts 129 arrivals there: the 128 producer threads' copy
+completions and thread 0's ordinary (release) arrive after it wrote the tile's validity words. The
+consumers' descriptors are split_wgmma's LEAN ones (built once a tile, each k-step's offset added).
 
 CTA: 3 warpgroups, 384 threads, __launch_bounds__(384, 1), one CTA an SM.
   WG 0, the producer (setmaxnreg.dec to WS_PRODUCER_REGS = 40; FP8 72): resolves every tile's
@@ -170,7 +182,7 @@ __device__ __forceinline__ void ws_prefetch_tile(const unsigned char* abytes, co
 // ---- the producer warpgroup -------------------------------------------------------------------
 // Tile t's slot 32 h + lane: lane's arena row (-1 invalid); the rows of this thread's warp for
 // tile t are rw[h] in every lane (each producer warp resolves the same rows: no exchange needed).
-template <bool FP8, bool L2>
+template <bool FP8, bool L2, bool ASYNC = false>
 __device__ __forceinline__ void ws_producer(unsigned char* smem, unsigned base, const bf16* __restrict__ q,
                                             const void* __restrict__ arena, const float* __restrict__ row_scale,
                                             const int* __restrict__ sel_m, const int* __restrict__ pt_m, int m,
@@ -296,8 +308,16 @@ __device__ __forceinline__ void ws_producer(unsigned char* smem, unsigned base, 
                                   row >= 0 ? 16u : 0u);
                 }
             }
-            cp_async_commit();
-            cp_async_wait<0>();  // this thread's copies of tile t (and at t = 0 of q) landed
+            if constexpr (ASYNC) {
+                // full[s] completes once every producer thread's copies so far (tile t; at t = 0 q too)
+                // have landed (the noinc arrive is one of its 129 counts) and thread 0's release arrive
+                // after the validity words; the consumers fence the proxies (header)
+                asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar + 8 * s) : "memory");
+                if (p == 0) mbar_arrive(bar + 8 * s);
+            } else {
+                cp_async_commit();
+                cp_async_wait<0>();  // this thread's copies of tile t (and at t = 0 of q) landed
+            }
         } else {
             // 3. codes of tile t: pass e = pw + 4 i takes row 8 (e / 8) + lane / 4, code chunk
             // 4 (e % 8) + lane % 4 (header); batch 0 loaded before the empty wait
@@ -336,8 +356,10 @@ __device__ __forceinline__ void ws_producer(unsigned char* smem, unsigned base, 
             }
         }
         // 4. this thread's writes of the stage (and of q) visible to the async proxy, then full[s]
-        fence_proxy_async_shared();
-        mbar_arrive(bar + 8 * s);
+        if constexpr (!ASYNC) {
+            fence_proxy_async_shared();
+            mbar_arrive(bar + 8 * s);
+        }
         // 5. the rows one tile on
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -357,7 +379,7 @@ __device__ __forceinline__ void ws_producer(unsigned char* smem, unsigned base, 
 }
 
 // ---- the consumer warpgroups ------------------------------------------------------------------
-template <bool FP8>
+template <bool FP8, bool ASYNC = false>
 __device__ __forceinline__ void ws_consumer(unsigned char* smem, unsigned base, float* __restrict__ part_acc,
                                             float* __restrict__ part_ml, int m, int s_split, int splits, int ntiles,
                                             float scale) {
@@ -380,6 +402,7 @@ __device__ __forceinline__ void ws_consumer(unsigned char* smem, unsigned base, 
     for (int it = 0; it < ntiles; ++it) {
         const int s = it & (WS_STAGES - 1);
         mbar_wait(bar + 8 * s, (unsigned)((it / WS_STAGES) & 1));
+        if constexpr (ASYNC) fence_proxy_async_shared();  // the producers' copies, seen by this thread's wgmmas
         const unsigned vm[2] = {mask[2 * s], mask[2 * s + 1]};
         const unsigned stage = base + WS_RING_AT + (unsigned)(s * WS_STAGE_BYTES);
 
@@ -389,13 +412,20 @@ __device__ __forceinline__ void ws_consumer(unsigned char* smem, unsigned base, 
         for (int i = 0; i < 32; ++i) sc[i] = 0.f;
         fence_regs(sc);
         wgmma_fence();
+        // ASYNC: split_wgmma's LEAN descriptors (built once a tile, each k-step's start added: the start
+        // field is the address >> 4 in the low 14 bits and shared addresses stay below 2^18)
+        const unsigned long long dq0 = wg_desc(base + WS_Q_AT + (unsigned)(cw * 4 * 1024), 16, 8192);
+        const unsigned long long dt0 = wg_desc(stage + (unsigned)(cw * 4 * 1024), 16, 8192);
 #pragma unroll
         for (int k = 0; k < 16; ++k) {
             const unsigned off = (unsigned)(cw * 4 * 1024 + (k >> 2) * 1024 + (k & 3) * 32);
+            const unsigned step = (unsigned)(((k >> 2) * 1024 + (k & 3) * 32) / 16);
+            const unsigned long long da = ASYNC ? dq0 + step : wg_desc(base + WS_Q_AT + off, 16, 8192);
+            const unsigned long long db = ASYNC ? dt0 + step : wg_desc(stage + off, 16, 8192);
             if constexpr (FP8)
-                wgmma_m64n64k16_ss_f16(sc, wg_desc(base + WS_Q_AT + off, 16, 8192), wg_desc(stage + off, 16, 8192), k > 0);
+                wgmma_m64n64k16_ss_f16(sc, da, db, k > 0);
             else
-                wgmma_m64n64k16_ss(sc, wg_desc(base + WS_Q_AT + off, 16, 8192), wg_desc(stage + off, 16, 8192), k > 0);
+                wgmma_m64n64k16_ss(sc, da, db, k > 0);
         }
         wgmma_commit();
         wgmma_wait0();
@@ -484,7 +514,8 @@ __device__ __forceinline__ void ws_consumer(unsigned char* smem, unsigned base, 
         wgmma_fence();
 #pragma unroll
         for (int ks = 0; ks < 4; ++ks) {
-            const unsigned long long db = wg_desc(stage + (unsigned)(ks * 2 * 8192 + cw * 4 * 1024), 1024, 8192);
+            const unsigned long long db = ASYNC ? wg_desc(stage + (unsigned)(cw * 4 * 1024), 1024, 8192) + (unsigned)(ks * 2 * 8192 / 16)
+                                                : wg_desc(stage + (unsigned)(ks * 2 * 8192 + cw * 4 * 1024), 1024, 8192);
             if constexpr (FP8)
                 wgmma_m64n256k16_rs_f16(o, pa[ks], db);
             else
@@ -504,13 +535,15 @@ __device__ __forceinline__ void ws_consumer(unsigned char* smem, unsigned base, 
 }
 
 // CTA (s, m) (header). arena: bf16 rows (FP8 = false) or e4m3 codes with row_scale (FP8 = true);
-// L2 = false: the same kernel without the L2 look-ahead (sparse_mla_split_wgmma_ws_nol2).
-template <bool FP8, bool L2 = true>
+// L2 = false: the same kernel without the L2 look-ahead (sparse_mla_split_wgmma_ws_nol2); ASYNC: the
+// producer's arrives by cp.async.mbarrier.arrive.noinc (sparse_mla_split_wgmma_ws_async, header).
+template <bool FP8, bool L2 = true, bool ASYNC = false>
 __device__ __forceinline__ void ws_split(unsigned char* smem_raw, const bf16* __restrict__ q, const void* __restrict__ arena,
                                          const float* __restrict__ row_scale, const int* __restrict__ page_table,
                                          const int* __restrict__ selection, float* __restrict__ part_acc,
                                          float* __restrict__ part_ml, int M, int W, int pages_per_stream, int page_size,
                                          int splits, float scale) {
+    static_assert(!(FP8 && ASYNC), "the FP8 producer stores its widened codes itself: nothing for a copy to arrive on");
     if (dynamic_smem_bytes() < WS_USED + 1024) __trap();
     const unsigned raw_addr = smem_addr(smem_raw);
     const unsigned pad = wg_align_pad(raw_addr);
@@ -526,7 +559,7 @@ __device__ __forceinline__ void ws_split(unsigned char* smem_raw, const bf16* __
     if (threadIdx.x == 0) {
 #pragma unroll
         for (int st = 0; st < WS_STAGES; ++st) {
-            mbar_init(base + WS_BAR_AT + 8 * st, 128);       // full: every producer thread
+            mbar_init(base + WS_BAR_AT + 8 * st, ASYNC ? 129 : 128);  // full: every producer thread (ASYNC: + thread 0's)
             mbar_init(base + WS_BAR_AT + 16 + 8 * st, 256);  // empty: every consumer thread
         }
     }
@@ -534,11 +567,11 @@ __device__ __forceinline__ void ws_split(unsigned char* smem_raw, const bf16* __
 
     if (threadIdx.x < 128) {
         regs_dec<FP8 ? WS_PRODUCER_REGS_FP8 : WS_PRODUCER_REGS>();
-        ws_producer<FP8, L2>(smem, base, q, arena, row_scale, selection + (size_t)m * (size_t)W,
+        ws_producer<FP8, L2, ASYNC>(smem, base, q, arena, row_scale, selection + (size_t)m * (size_t)W,
                          page_table + (size_t)m * (size_t)pages_per_stream, m, start, end, ntiles, page_size);
     } else {
         regs_inc<FP8 ? WS_CONSUMER_REGS_FP8 : WS_CONSUMER_REGS>();
-        ws_consumer<FP8>(smem, base, part_acc, part_ml, m, s, splits, ntiles, scale);
+        ws_consumer<FP8, ASYNC>(smem, base, part_acc, part_ml, m, s, splits, ntiles, scale);
     }
 }
 #endif  // SPARSE_MLA_WGMMA_ENABLED
@@ -582,6 +615,21 @@ sparse_mla_split_wgmma_ws_nol2(const bf16* __restrict__ q, const bf16* __restric
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     ws_split<false, false>(smem_raw, q, arena, nullptr, page_table, selection, part_acc, part_ml, M, W,
                            pages_per_stream, page_size, splits, scale);
+#else
+    __trap();  // compiled without sm_90a: no wgmma (the launcher passes -arch=sm_90a)
+#endif
+}
+
+// split_wgmma_ws_nol2 with the producer's arrives made by its copies' completion (header, ASYNC).
+extern "C" __global__ void __launch_bounds__(SPARSE_MLA_SPLIT_WGMMA_WS_THREADS, 1)
+sparse_mla_split_wgmma_ws_async(const bf16* __restrict__ q, const bf16* __restrict__ arena,
+                                const int* __restrict__ page_table, const int* __restrict__ selection,
+                                float* __restrict__ part_acc, float* __restrict__ part_ml, int M, int W,
+                                int pages_per_stream, int page_size, int splits, float scale) {
+#ifdef SPARSE_MLA_WGMMA_ENABLED
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    ws_split<false, false, true>(smem_raw, q, arena, nullptr, page_table, selection, part_acc, part_ml, M, W,
+                                 pages_per_stream, page_size, splits, scale);
 #else
     __trap();  // compiled without sm_90a: no wgmma (the launcher passes -arch=sm_90a)
 #endif

@@ -163,6 +163,8 @@ SPLIT_DESIGNS = {
                            "SPARSE_MLA_SPLIT_WGMMA_WS_THREADS", "fp8"),
     "split_wgmma_ws_nol2": ("split_wgmma_ws.cu", "sparse_mla_split_wgmma_ws_nol2", "SPARSE_MLA_SPLIT_WGMMA_WS_SMEM_BYTES",
                             "SPARSE_MLA_SPLIT_WGMMA_WS_THREADS", "bf16"),
+    "split_wgmma_ws_async": ("split_wgmma_ws.cu", "sparse_mla_split_wgmma_ws_async", "SPARSE_MLA_SPLIT_WGMMA_WS_SMEM_BYTES",
+                             "SPARSE_MLA_SPLIT_WGMMA_WS_THREADS", "bf16"),
     "split_wgmma_lean": ("split_wgmma.cu", "sparse_mla_split_wgmma_lean", "SPARSE_MLA_SPLIT_WGMMA_SMEM_BYTES",
                          "SPARSE_MLA_SPLIT_WGMMA_THREADS", "bf16"),
     "split_wgmma_resident": ("split_wgmma.cu", "sparse_mla_split_wgmma_resident", "SPARSE_MLA_SPLIT_WGMMA_SMEM_BYTES",
@@ -692,6 +694,13 @@ MLA_VARIANTS = (
             why="split_wgmma_ws_1wave without the L2 look-ahead (the same kernel, no prefetch): the look-ahead's "
                 "share once the consumers carry no copy work",
             supports=_supports_split("split_wgmma_ws_nol2"), sources=("split_wgmma_ws.cu",)),
+    Variant("split_wgmma_ws_async", "cuda", _make_split_build("split_wgmma_ws_async"),
+            why="split_wgmma_ws_nol2 whose producer never waits for its own copies: each producer thread "
+                "arrives on the stage's full barrier by cp.async.mbarrier.arrive.noinc (the arrive happens when "
+                "its copies land) and goes on to the next tile; the consumers fence the proxies after their "
+                "wait and build split_wgmma_lean's descriptors",
+            supports=_supports_split("split_wgmma_ws_async"), sources=("split_wgmma_ws.cu",)),
+    _one_wave_variant("split_wgmma_ws_async"),
     Variant("split_wgmma_ws_fp8", "cuda", _make_split_build("split_wgmma_ws_fp8"),
             why="split_wgmma_ws over the FP8 latent (same template): the producer (setmaxnreg 72 / 216) "
                 "reads the e4m3 codes by 16-B loads, widens them exactly to f16 and stores them in the "
