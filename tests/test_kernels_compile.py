@@ -4,6 +4,7 @@ variants' declared sources and the CUDA files on disk are the same set."""
 from __future__ import annotations
 
 import os
+import re
 import pathlib
 import shutil
 import subprocess
@@ -103,9 +104,10 @@ WGMMA_SOURCES = sorted(p for p in SOURCES if (REPO_ROOT / "kernels/common/wgmma.
 @pytest.mark.parametrize("source", WGMMA_SOURCES, ids=lambda p: p.name)
 def test_wgmma_builds_keep_their_wgmmas_asynchronous(source, tmp_path):
     """The sm_90a build that runs (not the sm_90 trap body the test above compiles): ptxas must not
-    serialise the wgmmas (C7513: a non-wgmma instruction defines a wgmma input while one is in
-    flight, so every wgmma waits for the previous one). It costs no correctness, only the overlap
-    the designs exist for, and it appears or goes with small code changes (split_wgmma_seesaw.cu's
+    serialise the wgmmas (C751x, e.g. C7513: a non-wgmma instruction defines a wgmma input while one
+    is in flight; C7512: too few registers, met when an inlined trap entered split_wgmma_ws's consumer
+    region; either way every wgmma waits for the previous one). It costs no correctness, only the
+    overlap the designs exist for, and it appears or goes with small code changes (split_wgmma_seesaw.cu's
     fold), so it is checked on every build."""
     if NVCC is None:
         if os.environ.get("CI"):
@@ -115,5 +117,5 @@ def test_wgmma_builds_keep_their_wgmmas_asynchronous(source, tmp_path):
            "--use_fast_math", f"-I{source.parent}", "-Xptxas", "-v", "-o", str(tmp_path / "k.cubin"), str(source)]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-4000:]
-    serialised = [line for line in res.stderr.splitlines() if "C7513" in line]
+    serialised = [line for line in res.stderr.splitlines() if re.search(r"\bC751\d\b", line)]
     assert not serialised, serialised

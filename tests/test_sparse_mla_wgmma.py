@@ -620,16 +620,25 @@ def ws_consumer_parity(it: int, stages: int) -> int:
 
 
 def ring_model(ntiles: int, stages: int, rng: np.random.Generator, producer_parity=ws_producer_parity,
-               producer_waits: bool = True) -> None:
+               producer_waits: bool = True, async_arrive: bool = False, full_count: int | None = None) -> None:
     """One random interleaving of the producer and the two consumer warpgroups over the ring
     (each warpgroup's 128 threads arrive together). Asserts: no stage written while a consumer may
     still read the tile it holds (both warpgroups arrived on empty for tile t - stages before tile
     t is written), no tile read before it is full (the stage holds that tile, completely written),
-    and no deadlock."""
-    full = [Mbarrier(128) for _ in range(stages)]
+    and no deadlock. ``async_arrive`` (split_wgmma_ws_async): the producer issues a tile's copies,
+    thread 0 arrives once (after the validity words) and the producer moves on at once; the 128
+    copy arrivals (cp.async.mbarrier.arrive.noinc) happen when the copies land, an agent of their
+    own at any later step, so full[s] counts 129 (``full_count`` overrides it, to show a wrong one)."""
+    full = [Mbarrier(full_count or (129 if async_arrive else 128)) for _ in range(stages)]
     empty = [Mbarrier(256) for _ in range(stages)]
     holds = [None] * stages            # the tile a stage holds once written
     released = set()                   # (warpgroup, tile) arrivals on empty
+    agents = []
+
+    def landing(s, t):                 # a tile's copies in flight, then landed and counted
+        yield
+        holds[s] = t
+        full[s].arrive(128)
 
     def producer():
         for t in range(ntiles):
@@ -640,8 +649,13 @@ def ring_model(ntiles: int, stages: int, rng: np.random.Generator, producer_pari
             assert t < stages or all((wg, t - stages) in released for wg in (0, 1)), f"tile {t} over a busy stage"
             holds[s] = None            # being written
             yield
-            holds[s] = t
-            full[s].arrive(128)        # every producer thread, after its wait and fence
+            if async_arrive:
+                full[s].arrive(1)      # thread 0, after the validity words
+                agents.append(landing(s, t))
+                live.append(len(agents) - 1)
+            else:
+                holds[s] = t
+                full[s].arrive(128)    # every producer thread, after its wait and fence
             yield
 
     def consumer(wg):
@@ -656,7 +670,7 @@ def ring_model(ntiles: int, stages: int, rng: np.random.Generator, producer_pari
             empty[s].arrive(128)       # after its wgmma.wait_group 0 of the PV
             yield
 
-    agents = [producer(), consumer(0), consumer(1)]
+    agents += [producer(), consumer(0), consumer(1)]
     live = list(range(3))
     steps = 0
     while live:
@@ -674,8 +688,12 @@ def test_the_ring_model_constants_are_the_kernels():
     text = (variants.HERE / WS_SOURCE).read_text()
     assert "if (t >= WS_STAGES) mbar_wait(bar + 16 + 8 * s, (unsigned)((t / WS_STAGES - 1) & 1));" in text
     assert "mbar_wait(bar + 8 * s, (unsigned)((it / WS_STAGES) & 1));" in text
-    assert "mbar_init(base + WS_BAR_AT + 8 * st, 128);" in text and "mbar_init(base + WS_BAR_AT + 16 + 8 * st, 256);" in text
-    assert text.count("mbar_arrive(bar + 8 * s);") == 1 and text.count("mbar_arrive(bar + 16 + 8 * s);") == 1
+    assert "mbar_init(base + WS_BAR_AT + 8 * st, ASYNC ? 129 : 128);" in text   # ring_model's full counts
+    assert "mbar_init(base + WS_BAR_AT + 16 + 8 * st, 256);" in text
+    # the waiting producer's one arrive a thread, the async one's thread-0 arrive beside its copy arrivals
+    assert text.count("mbar_arrive(bar + 8 * s);") == 2 and "if (p == 0) mbar_arrive(bar + 8 * s);" in text
+    assert text.count("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];") == 1
+    assert text.count("mbar_arrive(bar + 16 + 8 * s);") == 1
     assert int(re.search(r"#define\s+WS_STAGES\s+(\d+)", text).group(1)) in range(2, 5)
     # the layout the launcher sizes (variants.source_define) and the 227 KiB an SM
     used = int(re.search(r"#define\s+WS_USED\s+(\d+)", text).group(1))
@@ -684,18 +702,20 @@ def test_the_ring_model_constants_are_the_kernels():
     assert variants.source_define(WS_SOURCE, "SPARSE_MLA_SPLIT_WGMMA_WS_THREADS") == 384
 
 
+@pytest.mark.parametrize("async_arrive", [False, True], ids=["waiting producer", "async arrive"])
 @pytest.mark.parametrize("stages", [2, 3, 4])
 @pytest.mark.parametrize("ntiles", range(10))
-def test_the_ring_protocol_never_overwrites_or_reads_early(ntiles, stages):
+def test_the_ring_protocol_never_overwrites_or_reads_early(ntiles, stages, async_arrive):
     rng = np.random.default_rng(1000 * stages + ntiles)
     for _ in range(30):
-        ring_model(ntiles, stages, rng)
+        ring_model(ntiles, stages, rng, async_arrive=async_arrive)
 
 
-@pytest.mark.parametrize("wrong", ["no empty wait", "consumer parity for the producer"])
+@pytest.mark.parametrize("wrong", ["no empty wait", "consumer parity for the producer", "async full counts 128"])
 def test_the_ring_model_tells_a_wrong_protocol(wrong):
     rng = np.random.default_rng(7)
     kwargs = ({"producer_waits": False} if wrong == "no empty wait"
+              else {"async_arrive": True, "full_count": 128} if wrong == "async full counts 128"
               else {"producer_parity": lambda t, st: (t // st) & 1})
     with pytest.raises(AssertionError):
         for _ in range(50):

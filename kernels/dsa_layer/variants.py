@@ -42,7 +42,7 @@ SOURCES = {
     "scan": scan_variants.HERE / "scan_mma.cu",
     "topk": topk_variants.HERE / topk_variants.SPLIT_DESIGNS[TOPK_SPLIT_DESIGNS["pooled"]][0],
     "expand": kpool_variants.HERE / "expand.cu",
-    "split": mla_variants.HERE / mla_variants.COOP_SOURCE,
+    "split": mla_variants.HERE / mla_variants.COOP_DESIGNS[spec.MLA_DESIGN][0],
 }
 
 
@@ -209,7 +209,7 @@ LAYER_VARIANTS = (
             supports=supports_chained,
             sources=("../dsa_indexer/kpool_compress.cu", "../dsa_indexer/scan_mma.cu", "../dsa_indexer/scan_wgmma.cu",
                      "../dsa_indexer/" + SOURCES["topk"].name, "../dsa_indexer/expand.cu",
-                     f"../sparse_mla/{mla_variants.COOP_SOURCE}")),
+                     f"../sparse_mla/{mla_variants.COOP_DESIGNS[spec.MLA_DESIGN][0]}")),
     Variant("ref_layer", "cpu", lambda g, p, i, b: _HostLayer(g, p, i), supports=lambda g, p: spec.strategy_problem(p),
             why="float32 NumPy on the host: compress_numpy, the scan's product, reference.topk, "
                 "expand_numpy, attend", sources=("variants.py",)),

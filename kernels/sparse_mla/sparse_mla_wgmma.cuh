@@ -180,5 +180,128 @@ __device__ __forceinline__ void wg_store_partials(float* __restrict__ part_acc, 
     }
 }
 
+// The cooperative forms' combine (split_wgmma.cu's wg_split with CS = WG_COOP, sparse_mla_split_wgmma_coop;
+// split_wgmma_ws.cu's async form), run by NT threads of the CTA (tid 0 .. NT - 1, synced by BAR: 0 =
+// __syncthreads, else named barrier BAR over the NT): every CTA of row m runs at once (a cooperative launch refuses a grid that cannot), so after writing its
+// partials each waits for the row's other splits and merges a 1 / splits share of the row's 64 x 512
+// outputs from them in L2: sparse_mla_combine's work spread over the row's CTAs, with no second
+// launch. The wait: thread 0 fences the CTA's partial stores and takes a ticket on row_count[m]
+// (never reset: launch n's tickets are [n splits, (n + 1) splits), so the row is complete when the
+// count reaches the next multiple of splits), then spins on an acquire load of it (a bounded spin:
+// a trap, not a hang, if a CTA never came). The merge is sparse_mla_combine's arithmetic, per float4
+// of outputs (gmax a max, L and the sums fmaf chains in split order, an empty split skipped); the
+// partials are read by ld.global.cg (L2: other CTAs wrote them in this launch).
+__device__ __forceinline__ unsigned ld_acquire_u32(const unsigned* p) {
+    unsigned v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+// The spin's way out when a CTA of the row never arrives (a trap, not a hang). Out of line: a trap
+// inlined into split_wgmma_ws's consumer region made ptxas serialise every wgmma of the kernel
+// (C7512) and spill.
+__device__ __noinline__ void wg_coop_timeout() { __trap(); }
+// The barrier of the NT threads that merge: __syncthreads (BAR = 0) or named barrier BAR over NT.
+template <int NT, int BAR>
+__device__ __forceinline__ void wg_coop_sync() {
+    if constexpr (BAR == 0)
+        __syncthreads();
+    else
+        named_sync<BAR, NT>();
+}
+template <int NT, int BAR>
+__device__ __forceinline__ void wg_coop_combine(const float* __restrict__ part_acc, const float* __restrict__ part_ml,
+                                                bf16* __restrict__ out, float* __restrict__ lse,
+                                                unsigned* __restrict__ row_count, int m, int s, int splits, int tid,
+                                                float* __restrict__ scratch) {
+    wg_coop_sync<NT, BAR>();  // every thread's partial stores issued before thread 0's fence
+    if (tid == 0) {
+        __threadfence();
+        const unsigned ticket = atomicAdd(row_count + m, 1u);
+        const unsigned want = (ticket / (unsigned)splits + 1u) * (unsigned)splits;
+        for (unsigned spins = 0; (int)(ld_acquire_u32(row_count + m) - want) < 0; ++spins) {
+            if (spins > (1u << 24)) {  // ~1 s: a CTA of the row never arrived
+                if constexpr (BAR == 0)
+                    __trap();
+                else
+                    wg_coop_timeout();  // a named-barrier caller is a warp-specialised kernel (above)
+            }
+            __nanosleep(64);
+        }
+        __threadfence();
+    }
+    wg_coop_sync<NT, BAR>();
+    constexpr int Q4 = SMLA_DIM / 4, N4 = SMLA_HEADS * Q4;   // float4s of a row's outputs
+    const int e0 = (int)((long long)s * N4 / splits), e1 = (int)((long long)(s + 1) * N4 / splits);
+    if (e0 >= e1) return;
+    const size_t ms0 = (size_t)m * (size_t)splits;
+    // Once a head of this CTA's range (scratch: the ring, free now): gmax, L and each split's weight
+    // exp(max - gmax), 0 for an empty split, as sparse_mla_combine computes them; lse by the CTA
+    // holding the head's column 0.
+    const int h_lo = e0 / Q4, nh = (e1 - 1) / Q4 - h_lo + 1;
+    float* wt = scratch;                       // [nh][splits]
+    float* hl = scratch + (size_t)nh * splits; // [nh][2]: gmax, L
+    for (int i = tid; i < nh; i += NT) {
+        const int h = h_lo + i;
+        float gmax = neg_inf(), L = 0.f;
+        for (int r = 0; r < splits; ++r) gmax = fmaxf(gmax, __ldcg(part_ml + ((ms0 + r) * SMLA_HEADS + h) * 2));
+        for (int r = 0; r < splits; ++r) {
+            const size_t row = (ms0 + r) * SMLA_HEADS + h;
+            const float mx = __ldcg(part_ml + row * 2);
+            float f = 0.f;
+            if (mx != neg_inf()) {
+                f = __expf(mx - gmax);
+                L = fmaf(__ldcg(part_ml + row * 2 + 1), f, L);
+            }
+            wt[(size_t)i * splits + r] = f;
+        }
+        hl[2 * i] = gmax;
+        hl[2 * i + 1] = L;
+        if (h * Q4 >= e0) lse[(size_t)m * SMLA_HEADS + h] = gmax == neg_inf() ? neg_inf() : gmax + __logf(L);
+    }
+    wg_coop_sync<NT, BAR>();
+    // Then COOP_BATCH float4s a thread at a time, every split's accumulators of them loaded before
+    // they are summed (the merge needs many loads in flight: 8x fewer threads than the combine kernel
+    // had); the sums fmaf chains in split order, an empty split (weight 0) skipped.
+    constexpr int B = 8;
+    for (int e_b = e0 + (int)tid; e_b < e1; e_b += B * NT) {
+        float4 a[B];
+#pragma unroll
+        for (int u = 0; u < B; ++u) a[u] = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int r = 0; r < splits; ++r) {
+            float4 v[B];
+#pragma unroll
+            for (int u = 0; u < B; ++u) {
+                const int e = e_b + u * NT;
+                const int h = e / Q4, d = 4 * (e % Q4);
+                v[u] = e < e1 ? __ldcg(reinterpret_cast<const float4*>(part_acc + ((ms0 + r) * SMLA_HEADS + h) * SMLA_DIM + d))
+                              : make_float4(0.f, 0.f, 0.f, 0.f);
+            }
+#pragma unroll
+            for (int u = 0; u < B; ++u) {
+                const int e = e_b + u * NT;
+                const float f = e < e1 ? wt[(size_t)(e / Q4 - h_lo) * splits + r] : 0.f;
+                if (f == 0.f) continue;   // an empty split (or none at all): its acc is 0
+                a[u].x = fmaf(v[u].x, f, a[u].x);
+                a[u].y = fmaf(v[u].y, f, a[u].y);
+                a[u].z = fmaf(v[u].z, f, a[u].z);
+                a[u].w = fmaf(v[u].w, f, a[u].w);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < B; ++u) {
+            const int e = e_b + u * NT;
+            if (e >= e1) continue;
+            const int h = e / Q4, d = 4 * (e % Q4);
+            bf16* op = out + ((size_t)m * SMLA_HEADS + h) * SMLA_DIM + d;
+            const float gmax = hl[2 * (h - h_lo)], L = hl[2 * (h - h_lo) + 1];
+            if (gmax == neg_inf()) {  // no valid slot in the whole row
+                st_v2_b32(op, 0u, 0u);
+                continue;
+            }
+            st_v2_b32(op, pack_bf16x2(a[u].x / L, a[u].y / L), pack_bf16x2(a[u].z / L, a[u].w / L));
+        }
+    }
+}
+
 #endif  // SPARSE_MLA_WGMMA_ENABLED
 #endif  // SPARSE_MLA_WGMMA_CUH

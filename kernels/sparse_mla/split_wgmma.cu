@@ -245,110 +245,9 @@ __device__ __forceinline__ float4 ld_rank_f4(const float* local, unsigned rank) 
 // same barrier: every thread passes it only after its wgmma.wait_group 0 of tile it - 1's PV).
 // CS = 0: the partial states out (the split-K contract); CS >= 2: the CTA is rank s of a cluster of
 // the stream's CS splits (splits = CS) and the cluster combines in shared memory (header).
-// The cooperative form's combine (wg_split with CS = WG_COOP; sparse_mla_split_wgmma_coop): every
-// CTA of row m runs at once (a cooperative launch refuses a grid that cannot), so after writing its
-// partials each waits for the row's other splits and merges a 1 / splits share of the row's 64 x 512
-// outputs from them in L2: sparse_mla_combine's work spread over the row's CTAs, with no second
-// launch. The wait: thread 0 fences the CTA's partial stores and takes a ticket on row_count[m]
-// (never reset: launch n's tickets are [n splits, (n + 1) splits), so the row is complete when the
-// count reaches the next multiple of splits), then spins on an acquire load of it (a bounded spin:
-// a trap, not a hang, if a CTA never came). The merge is sparse_mla_combine's arithmetic, per float4
-// of outputs (gmax a max, L and the sums fmaf chains in split order, an empty split skipped); the
-// partials are read by ld.global.cg (L2: other CTAs wrote them in this launch).
+// The cooperative form's combine (wg_split with CS = WG_COOP; sparse_mla_split_wgmma_coop):
+// wg_coop_combine (sparse_mla_wgmma.cuh) over the CTA's 256 threads.
 #define WG_COOP (-1)
-__device__ __forceinline__ unsigned ld_acquire_u32(const unsigned* p) {
-    unsigned v;
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
-__device__ __forceinline__ void wg_coop_combine(const float* __restrict__ part_acc, const float* __restrict__ part_ml,
-                                                bf16* __restrict__ out, float* __restrict__ lse,
-                                                unsigned* __restrict__ row_count, int m, int s, int splits,
-                                                float* __restrict__ scratch) {
-    __syncthreads();  // every thread's partial stores issued before thread 0's fence
-    if (threadIdx.x == 0) {
-        __threadfence();
-        const unsigned ticket = atomicAdd(row_count + m, 1u);
-        const unsigned want = (ticket / (unsigned)splits + 1u) * (unsigned)splits;
-        for (unsigned spins = 0; (int)(ld_acquire_u32(row_count + m) - want) < 0; ++spins) {
-            if (spins > (1u << 24)) __trap();  // ~1 s: a CTA of the row never arrived
-            __nanosleep(64);
-        }
-        __threadfence();
-    }
-    __syncthreads();
-    constexpr int Q4 = SMLA_DIM / 4, N4 = SMLA_HEADS * Q4;   // float4s of a row's outputs
-    const int e0 = (int)((long long)s * N4 / splits), e1 = (int)((long long)(s + 1) * N4 / splits);
-    if (e0 >= e1) return;
-    const size_t ms0 = (size_t)m * (size_t)splits;
-    // Once a head of this CTA's range (scratch: the ring, free now): gmax, L and each split's weight
-    // exp(max - gmax), 0 for an empty split, as sparse_mla_combine computes them; lse by the CTA
-    // holding the head's column 0.
-    const int h_lo = e0 / Q4, nh = (e1 - 1) / Q4 - h_lo + 1;
-    float* wt = scratch;                       // [nh][splits]
-    float* hl = scratch + (size_t)nh * splits; // [nh][2]: gmax, L
-    for (int i = threadIdx.x; i < nh; i += SPARSE_MLA_SPLIT_WGMMA_THREADS) {
-        const int h = h_lo + i;
-        float gmax = neg_inf(), L = 0.f;
-        for (int r = 0; r < splits; ++r) gmax = fmaxf(gmax, __ldcg(part_ml + ((ms0 + r) * SMLA_HEADS + h) * 2));
-        for (int r = 0; r < splits; ++r) {
-            const size_t row = (ms0 + r) * SMLA_HEADS + h;
-            const float mx = __ldcg(part_ml + row * 2);
-            float f = 0.f;
-            if (mx != neg_inf()) {
-                f = __expf(mx - gmax);
-                L = fmaf(__ldcg(part_ml + row * 2 + 1), f, L);
-            }
-            wt[(size_t)i * splits + r] = f;
-        }
-        hl[2 * i] = gmax;
-        hl[2 * i + 1] = L;
-        if (h * Q4 >= e0) lse[(size_t)m * SMLA_HEADS + h] = gmax == neg_inf() ? neg_inf() : gmax + __logf(L);
-    }
-    __syncthreads();
-    // Then COOP_BATCH float4s a thread at a time, every split's accumulators of them loaded before
-    // they are summed (the merge needs many loads in flight: 8x fewer threads than the combine kernel
-    // had); the sums fmaf chains in split order, an empty split (weight 0) skipped.
-    constexpr int B = 8;
-    for (int e_b = e0 + (int)threadIdx.x; e_b < e1; e_b += B * SPARSE_MLA_SPLIT_WGMMA_THREADS) {
-        float4 a[B];
-#pragma unroll
-        for (int u = 0; u < B; ++u) a[u] = make_float4(0.f, 0.f, 0.f, 0.f);
-        for (int r = 0; r < splits; ++r) {
-            float4 v[B];
-#pragma unroll
-            for (int u = 0; u < B; ++u) {
-                const int e = e_b + u * SPARSE_MLA_SPLIT_WGMMA_THREADS;
-                const int h = e / Q4, d = 4 * (e % Q4);
-                v[u] = e < e1 ? __ldcg(reinterpret_cast<const float4*>(part_acc + ((ms0 + r) * SMLA_HEADS + h) * SMLA_DIM + d))
-                              : make_float4(0.f, 0.f, 0.f, 0.f);
-            }
-#pragma unroll
-            for (int u = 0; u < B; ++u) {
-                const int e = e_b + u * SPARSE_MLA_SPLIT_WGMMA_THREADS;
-                const float f = e < e1 ? wt[(size_t)(e / Q4 - h_lo) * splits + r] : 0.f;
-                if (f == 0.f) continue;   // an empty split (or none at all): its acc is 0
-                a[u].x = fmaf(v[u].x, f, a[u].x);
-                a[u].y = fmaf(v[u].y, f, a[u].y);
-                a[u].z = fmaf(v[u].z, f, a[u].z);
-                a[u].w = fmaf(v[u].w, f, a[u].w);
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < B; ++u) {
-            const int e = e_b + u * SPARSE_MLA_SPLIT_WGMMA_THREADS;
-            if (e >= e1) continue;
-            const int h = e / Q4, d = 4 * (e % Q4);
-            bf16* op = out + ((size_t)m * SMLA_HEADS + h) * SMLA_DIM + d;
-            const float gmax = hl[2 * (h - h_lo)], L = hl[2 * (h - h_lo) + 1];
-            if (gmax == neg_inf()) {  // no valid slot in the whole row
-                st_v2_b32(op, 0u, 0u);
-                continue;
-            }
-            st_v2_b32(op, pack_bf16x2(a[u].x / L, a[u].y / L), pack_bf16x2(a[u].z / L, a[u].w / L));
-        }
-    }
-}
 
 template <int TILE, int STAGES, int CS, bool RESIDENT = false, bool LEAN = false>
 __device__ __forceinline__ void wg_split(unsigned char* smem_raw, const bf16* __restrict__ q, const bf16* __restrict__ arena,
@@ -553,8 +452,8 @@ __device__ __forceinline__ void wg_split(unsigned char* smem_raw, const bf16* __
         // ---- partial state out ---------------------------------------------------------------------
         wg_store_partials(part_acc, part_ml, (size_t)m * (size_t)splits + (size_t)s, h0, wg, t4, m_run, l_run, o, 1.f);
         if constexpr (CS == WG_COOP)
-            wg_coop_combine(part_acc, part_ml, out, lse, row_count, m, s, splits,
-                            reinterpret_cast<float*>(smem + WG_RING_AT));   // the ring: every copy landed (the wait above)
+            wg_coop_combine<SPARSE_MLA_SPLIT_WGMMA_THREADS, 0>(part_acc, part_ml, out, lse, row_count, m, s, splits, tid,
+                                                               reinterpret_cast<float*>(smem + WG_RING_AT));   // the ring: every copy landed (the wait above)
     } else {
         // ---- the cluster's combine (header), sparse_mla_combine's contract -------------------------
         // Shared memory is free: every copy landed (the wait above) and, past this barrier, every

@@ -379,7 +379,17 @@ __device__ __forceinline__ void ws_producer(unsigned char* smem, unsigned base, 
 }
 
 // ---- the consumer warpgroups ------------------------------------------------------------------
-template <bool FP8, bool ASYNC = false>
+// The cooperative form's output pointers, parked in sScale (unused by the BF16 kernels) by ws_split:
+// held in registers through the consumers' loop they pushed it past its 232 registers (ptxas C7512:
+// every wgmma serialised, and spills).
+struct WsCoopArgs {
+    bf16* out;
+    float* lse;
+    unsigned* row_count;
+};
+static_assert(sizeof(WsCoopArgs) <= WS_MASK_AT - WS_SCALE_AT, "the BF16 kernels' free sScale");
+
+template <bool FP8, bool ASYNC = false, bool COOP = false>
 __device__ __forceinline__ void ws_consumer(unsigned char* smem, unsigned base, float* __restrict__ part_acc,
                                             float* __restrict__ part_ml, int m, int s_split, int splits, int ntiles,
                                             float scale) {
@@ -532,17 +542,26 @@ __device__ __forceinline__ void ws_consumer(unsigned char* smem, unsigned base, 
     // ---- partial state out (FP8: R x O; BF16: rref = 1) ------------------------------------------
     wg_store_partials(part_acc, part_ml, (size_t)m * (size_t)splits + (size_t)s_split, 16 * w + g, cw, t4, m_run, l_run,
                       o, rref);
+    // COOP: the 256 consumer threads merge a 1 / splits share of the row (named barrier 3; the ring is
+    // free: every tile was waited full, so every copy landed, and every wgmma has retired). The output
+    // pointers come from shared memory (ws_split), not registers held through the loop.
+    if constexpr (COOP) {
+        const WsCoopArgs a = *reinterpret_cast<const WsCoopArgs*>(smem + WS_SCALE_AT);
+        wg_coop_combine<256, 3>(part_acc, part_ml, a.out, a.lse, a.row_count, m, s_split, splits, ct,
+                                reinterpret_cast<float*>(smem + WS_RING_AT));
+    }
 }
 
 // CTA (s, m) (header). arena: bf16 rows (FP8 = false) or e4m3 codes with row_scale (FP8 = true);
 // L2 = false: the same kernel without the L2 look-ahead (sparse_mla_split_wgmma_ws_nol2); ASYNC: the
 // producer's arrives by cp.async.mbarrier.arrive.noinc (sparse_mla_split_wgmma_ws_async, header).
-template <bool FP8, bool L2 = true, bool ASYNC = false>
+template <bool FP8, bool L2 = true, bool ASYNC = false, bool COOP = false>
 __device__ __forceinline__ void ws_split(unsigned char* smem_raw, const bf16* __restrict__ q, const void* __restrict__ arena,
                                          const float* __restrict__ row_scale, const int* __restrict__ page_table,
                                          const int* __restrict__ selection, float* __restrict__ part_acc,
                                          float* __restrict__ part_ml, int M, int W, int pages_per_stream, int page_size,
-                                         int splits, float scale) {
+                                         int splits, float scale, bf16* __restrict__ out = nullptr,
+                                         float* __restrict__ lse = nullptr, unsigned* __restrict__ row_count = nullptr) {
     static_assert(!(FP8 && ASYNC), "the FP8 producer stores its widened codes itself: nothing for a copy to arrive on");
     if (dynamic_smem_bytes() < WS_USED + 1024) __trap();
     const unsigned raw_addr = smem_addr(smem_raw);
@@ -556,7 +575,9 @@ __device__ __forceinline__ void ws_split(unsigned char* smem_raw, const bf16* __
     const int end = (int)(((long long)(s + 1) * W) / splits);
     const int ntiles = (end - start + WS_TILE - 1) / WS_TILE;
 
+    static_assert(!(FP8 && COOP), "the cooperative form parks its pointers in the FP8 kernels' sScale");
     if (threadIdx.x == 0) {
+        if constexpr (COOP) *reinterpret_cast<WsCoopArgs*>(smem + WS_SCALE_AT) = WsCoopArgs{out, lse, row_count};
 #pragma unroll
         for (int st = 0; st < WS_STAGES; ++st) {
             mbar_init(base + WS_BAR_AT + 8 * st, ASYNC ? 129 : 128);  // full: every producer thread (ASYNC: + thread 0's)
@@ -571,7 +592,7 @@ __device__ __forceinline__ void ws_split(unsigned char* smem_raw, const bf16* __
                          page_table + (size_t)m * (size_t)pages_per_stream, m, start, end, ntiles, page_size);
     } else {
         regs_inc<FP8 ? WS_CONSUMER_REGS_FP8 : WS_CONSUMER_REGS>();
-        ws_consumer<FP8, ASYNC>(smem, base, part_acc, part_ml, m, s, splits, ntiles, scale);
+        ws_consumer<FP8, ASYNC, COOP>(smem, base, part_acc, part_ml, m, s, splits, ntiles, scale);
     }
 }
 #endif  // SPARSE_MLA_WGMMA_ENABLED
@@ -630,6 +651,24 @@ sparse_mla_split_wgmma_ws_async(const bf16* __restrict__ q, const bf16* __restri
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     ws_split<false, false, true>(smem_raw, q, arena, nullptr, page_table, selection, part_acc, part_ml, M, W,
                                  pages_per_stream, page_size, splits, scale);
+#else
+    __trap();  // compiled without sm_90a: no wgmma (the launcher passes -arch=sm_90a)
+#endif
+}
+
+// The async form with split_wgmma_coop's combine in the kernel (wg_coop_combine over the 256 consumer
+// threads): launched cooperatively, grid (splits, M); out [M][64][512] bf16, lse [M][64], row_count [M]
+// the launcher's (zero at build, never reset).
+extern "C" __global__ void __launch_bounds__(SPARSE_MLA_SPLIT_WGMMA_WS_THREADS, 1)
+sparse_mla_split_wgmma_ws_async_coop(const bf16* __restrict__ q, const bf16* __restrict__ arena,
+                                     const int* __restrict__ page_table, const int* __restrict__ selection,
+                                     float* __restrict__ part_acc, float* __restrict__ part_ml, bf16* __restrict__ out,
+                                     float* __restrict__ lse, unsigned* __restrict__ row_count, int M, int W,
+                                     int pages_per_stream, int page_size, int splits, float scale) {
+#ifdef SPARSE_MLA_WGMMA_ENABLED
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    ws_split<false, false, true, true>(smem_raw, q, arena, nullptr, page_table, selection, part_acc, part_ml, M, W,
+                                       pages_per_stream, page_size, splits, scale, out, lse, row_count);
 #else
     __trap();  // compiled without sm_90a: no wgmma (the launcher passes -arch=sm_90a)
 #endif

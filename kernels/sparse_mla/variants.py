@@ -234,11 +234,17 @@ def _make_split_build(name: str, one_wave: bool = False):
     return build
 
 
-# The cooperative-combine designs (split_wgmma.cu, one_wave_splits, the combine inside the kernel):
-# variant name -> kernel. The DSA layer's step launches one of them too (coop_kernel).
-COOP_SOURCE = "split_wgmma.cu"
-COOP_DESIGNS = {"split_wgmma_coop_1wave": "sparse_mla_split_wgmma_coop",
-                "split_wgmma_lean_coop_1wave": "sparse_mla_split_wgmma_lean_coop"}
+# The cooperative-combine designs (one_wave_splits, the combine inside the kernel): variant name ->
+# (file, kernel, the #defines of its shared memory and threads). The DSA layer's step launches one of
+# them too (coop_kernel).
+COOP_DESIGNS = {
+    "split_wgmma_coop_1wave": ("split_wgmma.cu", "sparse_mla_split_wgmma_coop", "SPARSE_MLA_SPLIT_WGMMA_SMEM_BYTES",
+                               "SPARSE_MLA_SPLIT_WGMMA_THREADS"),
+    "split_wgmma_lean_coop_1wave": ("split_wgmma.cu", "sparse_mla_split_wgmma_lean_coop",
+                                    "SPARSE_MLA_SPLIT_WGMMA_SMEM_BYTES", "SPARSE_MLA_SPLIT_WGMMA_THREADS"),
+    "split_wgmma_ws_async_coop_1wave": ("split_wgmma_ws.cu", "sparse_mla_split_wgmma_ws_async_coop",
+                                        "SPARSE_MLA_SPLIT_WGMMA_WS_SMEM_BYTES", "SPARSE_MLA_SPLIT_WGMMA_WS_THREADS"),
+}
 
 
 def coop_kernel(backend, name: str, Mn: int, W: int, args) -> tuple[KernelCall, int]:
@@ -252,10 +258,10 @@ def coop_kernel(backend, name: str, Mn: int, W: int, args) -> tuple[KernelCall, 
     splits = one_wave_splits(Mn, W, sms)
     if Mn * splits > sms:
         raise ValueError(f"{name}: M = {Mn} needs {Mn * splits} CTAs resident at once; this device holds {sms}")
-    smem = source_define(COOP_SOURCE, "SPARSE_MLA_SPLIT_WGMMA_SMEM_BYTES")
-    fn = get_kernel(backend, HERE / COOP_SOURCE, COOP_DESIGNS[name], smem, options=WGMMA_OPTIONS)
-    threads = source_define(COOP_SOURCE, "SPARSE_MLA_SPLIT_WGMMA_THREADS")
-    return KernelCall(fn, (splits, Mn), threads, smem, args, cooperative=True), splits
+    source, symbol, smem_define, threads_define = COOP_DESIGNS[name]
+    smem = source_define(source, smem_define)
+    fn = get_kernel(backend, HERE / source, symbol, smem, options=WGMMA_OPTIONS)
+    return KernelCall(fn, (splits, Mn), source_define(source, threads_define), smem, args, cooperative=True), splits
 
 
 def _make_coop_build(name: str):
@@ -701,6 +707,10 @@ MLA_VARIANTS = (
                 "wait and build split_wgmma_lean's descriptors",
             supports=_supports_split("split_wgmma_ws_async"), sources=("split_wgmma_ws.cu",)),
     _one_wave_variant("split_wgmma_ws_async"),
+    Variant("split_wgmma_ws_async_coop_1wave", "cuda", _make_coop_build("split_wgmma_ws_async_coop_1wave"),
+            why="split_wgmma_ws_async_1wave with split_wgmma_coop_1wave's combine in the kernel (cooperative launch; "
+                "the 256 consumer threads of each CTA merge a share of its row)",
+            supports=_supports_split("split_wgmma_ws_async"), sources=("split_wgmma_ws.cu",)),
     Variant("split_wgmma_ws_fp8", "cuda", _make_split_build("split_wgmma_ws_fp8"),
             why="split_wgmma_ws over the FP8 latent (same template): the producer (setmaxnreg 72 / 216) "
                 "reads the e4m3 codes by 16-B loads, widens them exactly to f16 and stores them in the "
