@@ -379,20 +379,11 @@ __device__ __forceinline__ void ws_producer(unsigned char* smem, unsigned base, 
 }
 
 // ---- the consumer warpgroups ------------------------------------------------------------------
-// The cooperative form's output pointers, parked in sScale (unused by the BF16 kernels) by ws_split:
-// held in registers through the consumers' loop they pushed it past its 232 registers (ptxas C7512:
-// every wgmma serialised, and spills).
-struct WsCoopArgs {
-    bf16* out;
-    float* lse;
-    unsigned* row_count;
-};
-static_assert(sizeof(WsCoopArgs) <= WS_MASK_AT - WS_SCALE_AT, "the BF16 kernels' free sScale");
-
 template <bool FP8, bool ASYNC = false, bool COOP = false>
 __device__ __forceinline__ void ws_consumer(unsigned char* smem, unsigned base, float* __restrict__ part_acc,
                                             float* __restrict__ part_ml, int m, int s_split, int splits, int ntiles,
-                                            float scale) {
+                                            float scale, bf16* __restrict__ out = nullptr,
+                                            float* __restrict__ lse = nullptr, unsigned* __restrict__ row_count = nullptr) {
     const int ct = threadIdx.x - 128;        // consumer thread 0..255
     const int cw = ct >> 7, tl = ct & 127;   // consumer warpgroup (dims 256 cw ..), thread in it
     const int lane = tl & 31, w = tl >> 5, g = lane >> 2, t4 = lane & 3;
@@ -543,13 +534,10 @@ __device__ __forceinline__ void ws_consumer(unsigned char* smem, unsigned base, 
     wg_store_partials(part_acc, part_ml, (size_t)m * (size_t)splits + (size_t)s_split, 16 * w + g, cw, t4, m_run, l_run,
                       o, rref);
     // COOP: the 256 consumer threads merge a 1 / splits share of the row (named barrier 3; the ring is
-    // free: every tile was waited full, so every copy landed, and every wgmma has retired). The output
-    // pointers come from shared memory (ws_split), not registers held through the loop.
-    if constexpr (COOP) {
-        const WsCoopArgs a = *reinterpret_cast<const WsCoopArgs*>(smem + WS_SCALE_AT);
-        wg_coop_combine<256, 3>(part_acc, part_ml, a.out, a.lse, a.row_count, m, s_split, splits, ct,
+    // free: every tile was waited full, so every copy landed, and every wgmma has retired)
+    if constexpr (COOP)
+        wg_coop_combine<256, 3>(part_acc, part_ml, out, lse, row_count, m, s_split, splits, ct,
                                 reinterpret_cast<float*>(smem + WS_RING_AT));
-    }
 }
 
 // CTA (s, m) (header). arena: bf16 rows (FP8 = false) or e4m3 codes with row_scale (FP8 = true);
@@ -575,9 +563,7 @@ __device__ __forceinline__ void ws_split(unsigned char* smem_raw, const bf16* __
     const int end = (int)(((long long)(s + 1) * W) / splits);
     const int ntiles = (end - start + WS_TILE - 1) / WS_TILE;
 
-    static_assert(!(FP8 && COOP), "the cooperative form parks its pointers in the FP8 kernels' sScale");
     if (threadIdx.x == 0) {
-        if constexpr (COOP) *reinterpret_cast<WsCoopArgs*>(smem + WS_SCALE_AT) = WsCoopArgs{out, lse, row_count};
 #pragma unroll
         for (int st = 0; st < WS_STAGES; ++st) {
             mbar_init(base + WS_BAR_AT + 8 * st, ASYNC ? 129 : 128);  // full: every producer thread (ASYNC: + thread 0's)
@@ -592,7 +578,7 @@ __device__ __forceinline__ void ws_split(unsigned char* smem_raw, const bf16* __
                          page_table + (size_t)m * (size_t)pages_per_stream, m, start, end, ntiles, page_size);
     } else {
         regs_inc<FP8 ? WS_CONSUMER_REGS_FP8 : WS_CONSUMER_REGS>();
-        ws_consumer<FP8, ASYNC, COOP>(smem, base, part_acc, part_ml, m, s, splits, ntiles, scale);
+        ws_consumer<FP8, ASYNC, COOP>(smem, base, part_acc, part_ml, m, s, splits, ntiles, scale, out, lse, row_count);
     }
 }
 #endif  // SPARSE_MLA_WGMMA_ENABLED
