@@ -879,3 +879,24 @@ def test_the_lean_copy_map_is_the_swizzled_placement():
                 assert (i >> 1) * 8192 + soff[i & 1] == wg_swz(r, c)
                 seen.add((r, c))
         assert seen == {(r, c) for r in range(tile) for c in range(64)}
+
+
+@pytest.mark.parametrize("name", sorted(variants.COOP_DESIGNS))
+def test_a_cooperative_grid_that_cannot_be_resident_is_refused_in_one_line(name):
+    """coop_kernel (every cooperative design, and the DSA layer's step) refuses, before compiling
+    anything, an M whose one-wave grid cannot be resident at once (one CTA an SM), naming the design
+    and both counts; at M = 32 on 132 SMs it takes 4 splits (128 CTAs)."""
+    class _Hopper:
+        props = {"multiProcessorCount": 132}
+
+        def arch(self):
+            return "sm_90"
+
+    with pytest.raises(ValueError) as err:
+        variants.coop_kernel(_Hopper(), name, 200, 2112, lambda b: ())
+    msg = str(err.value)
+    assert "\n" not in msg and msg.startswith(f"{name}:") and "200" in msg and "132" in msg
+    assert variants.one_wave_splits(32, 2112, 132) == 4 and 32 * 4 <= 132
+    source, symbol, smem, threads = variants.COOP_DESIGNS[name]
+    assert symbol in (variants.HERE / source).read_text()
+    assert variants.source_define(source, smem) <= 227 * 1024 and variants.source_define(source, threads) in (256, 384)
