@@ -345,7 +345,8 @@ class _EmulatedDevice:
                 mx = sc.max(axis=1) if len(c) else np.full(64, -np.inf)
                 e = np.exp(sc - mx[:, None]) if len(c) else np.zeros((64, 0))
                 part_acc[m, s], part_ml[m, s, :, 0], part_ml[m, s, :, 1] = e @ c, mx, e.sum(axis=1)
-        row_count += np.uint32(splits)                                       # every CTA's ticket
+        assert row_count.dtype == np.uint64                                  # the kernel's 64-bit tickets
+        row_count += np.uint64(splits)                                       # every CTA's ticket
         # then each row's CTAs merge the row's partials (sparse_mla_combine's arithmetic)
         mx = part_ml[..., 0].max(axis=1)                                     # [M, 64]
         f = np.exp(part_ml[..., 0] - mx[:, None])                            # [M, splits, 64]

@@ -854,9 +854,10 @@ def test_the_coop_counter_completes_each_launch_and_never_early(splits):
 
 @pytest.mark.parametrize("splits", [2, 4, 16])
 def test_the_coop_counter_wraps_cleanly_when_splits_divides_the_counter_range(splits):
-    """A power-of-two split count keeps its launches' tickets aligned across the 32-bit wrap; a
-    split count that does not divide 2^32 (33 at M = 1) misaligns there, ~2^32 / 33 launches in:
-    bits = 8 makes both visible (the kernel's counter is 32 bits: 1.3e8 launches of one row)."""
+    """A power-of-two split count keeps its launches' tickets aligned across the counter's wrap; a
+    split count that does not divide 2^bits (33 at M = 1) misaligns there, ~2^bits / 33 launches in:
+    bits = 8 makes both visible. Why the kernel's counter is 64 bits: at 32 it would misalign after
+    ~1.3e8 launches of one row (hours of decode steps); at 64, after ~5.6e17."""
     rng = np.random.default_rng(7)
     assert coop_model(splits, 40, rng, start=256 - 3 * splits, bits=8) == [(False, True)] * 40
     wrapped = coop_model(33, 40, np.random.default_rng(8), start=33 * (256 // 33 - 1), bits=8)

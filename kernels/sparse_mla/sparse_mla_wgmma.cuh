@@ -187,13 +187,15 @@ __device__ __forceinline__ void wg_store_partials(float* __restrict__ part_acc, 
 // outputs from them in L2: sparse_mla_combine's work spread over the row's CTAs, with no second
 // launch. The wait: thread 0 fences the CTA's partial stores and takes a ticket on row_count[m]
 // (never reset: launch n's tickets are [n splits, (n + 1) splits), so the row is complete when the
-// count reaches the next multiple of splits), then spins on an acquire load of it (a bounded spin:
+// count reaches the next multiple of splits; 64 bits, because a 32-bit count loses that alignment
+// where it wraps unless splits divides 2^32, ~1.3e8 launches of a row at 33 splits: see
+// tests/test_sparse_mla_wgmma.py's coop_model), then spins on an acquire load of it (a bounded spin:
 // a trap, not a hang, if a CTA never came). The merge is sparse_mla_combine's arithmetic, per float4
 // of outputs (gmax a max, L and the sums fmaf chains in split order, an empty split skipped); the
 // partials are read by ld.global.cg (L2: other CTAs wrote them in this launch).
-__device__ __forceinline__ unsigned ld_acquire_u32(const unsigned* p) {
-    unsigned v;
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+__device__ __forceinline__ unsigned long long ld_acquire_u64(const unsigned long long* p) {
+    unsigned long long v;
+    asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
     return v;
 }
 // The spin's way out when a CTA of the row never arrives (a trap, not a hang). Out of line: a trap
@@ -211,14 +213,14 @@ __device__ __forceinline__ void wg_coop_sync() {
 template <int NT, int BAR>
 __device__ __forceinline__ void wg_coop_combine(const float* __restrict__ part_acc, const float* __restrict__ part_ml,
                                                 bf16* __restrict__ out, float* __restrict__ lse,
-                                                unsigned* __restrict__ row_count, int m, int s, int splits, int tid,
+                                                unsigned long long* __restrict__ row_count, int m, int s, int splits, int tid,
                                                 float* __restrict__ scratch) {
     wg_coop_sync<NT, BAR>();  // every thread's partial stores issued before thread 0's fence
     if (tid == 0) {
         __threadfence();
-        const unsigned ticket = atomicAdd(row_count + m, 1u);
-        const unsigned want = (ticket / (unsigned)splits + 1u) * (unsigned)splits;
-        for (unsigned spins = 0; (int)(ld_acquire_u32(row_count + m) - want) < 0; ++spins) {
+        const unsigned long long ticket = atomicAdd(row_count + m, 1ull);
+        const unsigned long long want = (ticket / (unsigned long long)splits + 1ull) * (unsigned long long)splits;
+        for (unsigned spins = 0; ld_acquire_u64(row_count + m) < want; ++spins) {
             if (spins > (1u << 24)) {  // ~1 s: a CTA of the row never arrived
                 if constexpr (BAR == 0)
                     __trap();

@@ -254,7 +254,7 @@ __device__ __forceinline__ void wg_split(unsigned char* smem_raw, const bf16* __
                                          const int* __restrict__ page_table, const int* __restrict__ selection,
                                          float* __restrict__ part_acc, float* __restrict__ part_ml, bf16* __restrict__ out,
                                          float* __restrict__ lse, int M, int W, int pages_per_stream, int page_size,
-                                         int splits, float scale, unsigned* __restrict__ row_count = nullptr) {
+                                         int splits, float scale, unsigned long long* __restrict__ row_count = nullptr) {
     static_assert(TILE == 32 || TILE == 64, "the S wgmma is m64n32 or m64n64");
     static_assert(STAGES >= 2 && (STAGES & (STAGES - 1)) == 0, "a power-of-two ring");
     constexpr int H = TILE / 32;   // token halves a lane carries (slots 32 h + lane)
@@ -555,7 +555,7 @@ __device__ __forceinline__ void wg_split(unsigned char* smem_raw, const bf16* __
     extern "C" __global__ void __launch_bounds__(SPARSE_MLA_SPLIT_WGMMA_THREADS, 1)                          \
     NAME(const bf16* __restrict__ q, const bf16* __restrict__ arena, const int* __restrict__ page_table,     \
          const int* __restrict__ selection, float* __restrict__ part_acc, float* __restrict__ part_ml,       \
-         bf16* __restrict__ out, float* __restrict__ lse, unsigned* __restrict__ row_count, int M, int W,   \
+         bf16* __restrict__ out, float* __restrict__ lse, unsigned long long* __restrict__ row_count, int M, int W,   \
          int pages_per_stream, int page_size, int splits, float scale) {                                     \
         WG_BODY(WG_ARGS(ARGS), out, lse, row_count)                                                          \
     }
@@ -564,7 +564,7 @@ WG_PARTIALS_KERNEL(sparse_mla_split_wgmma, WG_ARGS(WG_TILE, 2, 0))
 
 // split_wgmma with the combine in the kernel (wg_coop_combine): launched cooperatively (every CTA
 // resident at once), grid (splits, M); part_acc / part_ml as split_wgmma's (read back from L2),
-// out [M][64][512] bf16 and lse [M][64] written by the row's CTAs, row_count [M] the launcher's
+// out [M][64][512] bf16 and lse [M][64] written by the row's CTAs, row_count [M] (64-bit) the launcher's
 // (zero at build, never reset).
 WG_COOP_KERNEL(sparse_mla_split_wgmma_coop, WG_ARGS(WG_TILE, 2, WG_COOP))
 

@@ -383,7 +383,7 @@ template <bool FP8, bool ASYNC = false, bool COOP = false>
 __device__ __forceinline__ void ws_consumer(unsigned char* smem, unsigned base, float* __restrict__ part_acc,
                                             float* __restrict__ part_ml, int m, int s_split, int splits, int ntiles,
                                             float scale, bf16* __restrict__ out = nullptr,
-                                            float* __restrict__ lse = nullptr, unsigned* __restrict__ row_count = nullptr) {
+                                            float* __restrict__ lse = nullptr, unsigned long long* __restrict__ row_count = nullptr) {
     const int ct = threadIdx.x - 128;        // consumer thread 0..255
     const int cw = ct >> 7, tl = ct & 127;   // consumer warpgroup (dims 256 cw ..), thread in it
     const int lane = tl & 31, w = tl >> 5, g = lane >> 2, t4 = lane & 3;
@@ -549,7 +549,7 @@ __device__ __forceinline__ void ws_split(unsigned char* smem_raw, const bf16* __
                                          const int* __restrict__ selection, float* __restrict__ part_acc,
                                          float* __restrict__ part_ml, int M, int W, int pages_per_stream, int page_size,
                                          int splits, float scale, bf16* __restrict__ out = nullptr,
-                                         float* __restrict__ lse = nullptr, unsigned* __restrict__ row_count = nullptr) {
+                                         float* __restrict__ lse = nullptr, unsigned long long* __restrict__ row_count = nullptr) {
     static_assert(!(FP8 && ASYNC), "the FP8 producer stores its widened codes itself: nothing for a copy to arrive on");
     if (dynamic_smem_bytes() < WS_USED + 1024) __trap();
     const unsigned raw_addr = smem_addr(smem_raw);
@@ -643,13 +643,13 @@ sparse_mla_split_wgmma_ws_async(const bf16* __restrict__ q, const bf16* __restri
 }
 
 // The async form with split_wgmma_coop's combine in the kernel (wg_coop_combine over the 256 consumer
-// threads): launched cooperatively, grid (splits, M); out [M][64][512] bf16, lse [M][64], row_count [M]
+// threads): launched cooperatively, grid (splits, M); out [M][64][512] bf16, lse [M][64], row_count [M] (64-bit)
 // the launcher's (zero at build, never reset).
 extern "C" __global__ void __launch_bounds__(SPARSE_MLA_SPLIT_WGMMA_WS_THREADS, 1)
 sparse_mla_split_wgmma_ws_async_coop(const bf16* __restrict__ q, const bf16* __restrict__ arena,
                                      const int* __restrict__ page_table, const int* __restrict__ selection,
                                      float* __restrict__ part_acc, float* __restrict__ part_ml, bf16* __restrict__ out,
-                                     float* __restrict__ lse, unsigned* __restrict__ row_count, int M, int W,
+                                     float* __restrict__ lse, unsigned long long* __restrict__ row_count, int M, int W,
                                      int pages_per_stream, int page_size, int splits, float scale) {
 #ifdef SPARSE_MLA_WGMMA_ENABLED
     extern __shared__ __align__(1024) unsigned char smem_raw[];

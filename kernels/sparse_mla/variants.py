@@ -283,7 +283,7 @@ def _make_coop_build(name: str):
             buffers = {"part_acc": cp.empty((Mn, splits, H, D), cp.float32),
                        "part_ml": cp.empty((Mn, splits, H, 2), cp.float32),
                        "out": cp.empty((Mn, H, D), cp.uint16), "lse": cp.empty((Mn, H), cp.float32),
-                       "row_count": cp.zeros(Mn, cp.uint32)}
+                       "row_count": cp.zeros(Mn, cp.uint64)}
         poison = {"part_acc": np.float32(np.nan), "part_ml": np.float32(np.nan), "out": 0xFFFF,
                   "lse": np.float32(np.nan)}
         return _attention_step(backend, [call], buffers, poison,
