@@ -107,7 +107,7 @@ def build_chained(geometry, point, inputs, backend) -> KernelStep:
               "part_ml": cp.empty((Mn, splits, H, 2), cp.float32),
               "out": cp.empty((Mn, H, D), cp.uint16), "lse": cp.empty((Mn, H), cp.float32),
               "topk_ws": cp.empty((Mn, P, ws_pairs, 2), cp.uint32), "topk_count": cp.zeros(Mn, cp.uint32),
-              "mla_rows": cp.zeros(Mn, cp.uint64)}   # the sparse MLA's row tickets (64-bit; it never resets them)
+              "mla_rows": mla_variants.coop_row_tickets(cp, Mn)}   # the sparse MLA's row tickets
         counters_zero = cp.zeros(Mn, cp.uint32)   # the row counters, put back by poison (the kernel leaves them 0)
         if caching == "compress":
             b0["pooled"] = cp.empty((Mn, ctx // 4, Di), cp.uint16)

@@ -264,6 +264,12 @@ def coop_kernel(backend, name: str, Mn: int, W: int, args) -> tuple[KernelCall, 
     return KernelCall(fn, (splits, Mn), source_define(source, threads_define), smem, args, cooperative=True), splits
 
 
+def coop_row_tickets(cp, Mn: int):
+    """A cooperative design's row counters (row_count): zero at build and never reset (the kernel's
+    tickets count launches); 64 bits, the kernel's type (wg_coop_combine says why)."""
+    return cp.zeros(Mn, cp.uint64)
+
+
 def _make_coop_build(name: str):
     """The launcher of cooperative design ``name`` (COOP_DESIGNS); the row counters are the
     launcher's (zero at build; the kernel never resets them: its tickets count launches)."""
@@ -283,7 +289,7 @@ def _make_coop_build(name: str):
             buffers = {"part_acc": cp.empty((Mn, splits, H, D), cp.float32),
                        "part_ml": cp.empty((Mn, splits, H, 2), cp.float32),
                        "out": cp.empty((Mn, H, D), cp.uint16), "lse": cp.empty((Mn, H), cp.float32),
-                       "row_count": cp.zeros(Mn, cp.uint64)}
+                       "row_count": coop_row_tickets(cp, Mn)}
         poison = {"part_acc": np.float32(np.nan), "part_ml": np.float32(np.nan), "out": 0xFFFF,
                   "lse": np.float32(np.nan)}
         return _attention_step(backend, [call], buffers, poison,
