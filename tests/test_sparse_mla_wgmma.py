@@ -818,7 +818,8 @@ def test_the_fp8_scaled_f16_algorithm_matches_the_reference_on_the_dequantized_r
 def coop_model(splits: int, launches: int, rng: np.random.Generator, start: int = 0, bits: int = 32):
     """Launches of one row's `splits` CTAs in stream order, each CTA's steps interleaved at random
     (take a ticket, then spin), with the kernel's arithmetic on a `bits`-bit counter: ticket = the
-    atomic's old value, want = (ticket / splits + 1) splits, done when (int)(count - want) >= 0.
+    atomic's old value, want = (ticket / splits + 1) splits, done when count - want, read as a signed
+    `bits`-bit number, is >= 0.
     Returns, per launch, whether any CTA got past its wait before all of its launch's tickets were
     taken (a wrong merge) and whether all got past (no hang)."""
     mask = (1 << bits) - 1

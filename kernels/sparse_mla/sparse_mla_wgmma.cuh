@@ -220,7 +220,7 @@ __device__ __forceinline__ void wg_coop_combine(const float* __restrict__ part_a
         __threadfence();
         const unsigned long long ticket = atomicAdd(row_count + m, 1ull);
         const unsigned long long want = (ticket / (unsigned long long)splits + 1ull) * (unsigned long long)splits;
-        for (unsigned spins = 0; ld_acquire_u64(row_count + m) < want; ++spins) {
+        for (unsigned spins = 0; (long long)(ld_acquire_u64(row_count + m) - want) < 0; ++spins) {
             if (spins > (1u << 24)) {  // ~1 s: a CTA of the row never arrived
                 if constexpr (BAR == 0)
                     __trap();

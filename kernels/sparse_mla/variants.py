@@ -271,8 +271,8 @@ def coop_row_tickets(cp, Mn: int):
 
 
 def _make_coop_build(name: str):
-    """The launcher of cooperative design ``name`` (COOP_DESIGNS); the row counters are the
-    launcher's (zero at build; the kernel never resets them: its tickets count launches)."""
+    """The launcher of cooperative design ``name`` (COOP_DESIGNS), holding its row counters
+    (coop_row_tickets)."""
     def build(geometry, point, inputs, backend) -> KernelStep:
         reason = _supports_split("split_wgmma")(geometry, point)
         if reason:
