@@ -235,6 +235,18 @@ def test_fp8_keys_with_compress_are_refused_by_every_variant_in_one_line(geometr
         assert problem and "\n" not in problem and problem.startswith("index_dtype fp8") and "pooled" in problem
 
 
+def test_chained_skips_an_m_whose_sparse_mla_grid_the_device_cannot_hold_at_once(geometry, monkeypatch):
+    """The step's cooperative sparse MLA (spec.MLA_DESIGN) needs M x splits CTAs resident at once: a
+    skipped row with its reason at supports, before any input is made (M = 200 on 132 SMs)."""
+    from kernels.sparse_mla import variants as mla_variants
+
+    chained = next(v for v in registry.get("dsa_layer").variants if v.name == "chained")
+    monkeypatch.setattr(mla_variants, "current_device_sms", lambda: 132)
+    assert chained.supports(geometry, _point("pooled", M=32)) is None
+    reason = chained.supports(geometry, _point("pooled", M=200))
+    assert reason and "\n" not in reason and spec.MLA_DESIGN in reason and "200" in reason and "132" in reason
+
+
 # -- the chained step's wiring, on an emulated device --------------------------------------------
 #
 # build_chained runs unchanged against a fake backend whose kernels are NumPy emulations of each

@@ -594,12 +594,15 @@ WS_SOURCE = "split_wgmma_ws.cu"
 class Mbarrier:
     """An mbarrier as the kernel uses it: `count` arrivals complete a phase; try_wait.parity(P)
     succeeds when the phase of parity P has completed, which the hardware decides from the parity
-    of the completed phases alone (so a waiter must never be two phases behind or ahead)."""
+    of the completed phases alone (so a waiter must never be two phases behind or ahead). Each
+    arrival names the phase it is meant for (the tile's use of the stage): one that lands in
+    another phase is a protocol error even where the counts add up."""
 
     def __init__(self, count: int):
         self.count, self.pending, self.completed = count, count, 0
 
-    def arrive(self, n: int) -> None:
+    def arrive(self, n: int, phase: int) -> None:
+        assert phase == self.completed, f"an arrival for phase {phase} lands in phase {self.completed}"
         assert 0 < n <= self.pending, "more arrivals than the phase expects"
         self.pending -= n
         if self.pending == 0:
@@ -619,43 +622,57 @@ def ws_consumer_parity(it: int, stages: int) -> int:
     return (it // stages) & 1             # split_wgmma_ws.cu: (it / WS_STAGES) & 1
 
 
+PRODUCER_WARPS = 4                        # the producer warpgroup; a warp's 32 threads move together here
+
+
 def ring_model(ntiles: int, stages: int, rng: np.random.Generator, producer_parity=ws_producer_parity,
                producer_waits: bool = True, async_arrive: bool = False, full_count: int | None = None) -> None:
-    """One random interleaving of the producer and the two consumer warpgroups over the ring
-    (each warpgroup's 128 threads arrive together). Asserts: no stage written while a consumer may
-    still read the tile it holds (both warpgroups arrived on empty for tile t - stages before tile
-    t is written), no tile read before it is full (the stage holds that tile, completely written),
-    and no deadlock. ``async_arrive`` (split_wgmma_ws_async): the producer issues a tile's copies,
-    thread 0 arrives once (after the validity words) and the producer moves on at once; the 128
-    copy arrivals (cp.async.mbarrier.arrive.noinc) happen when the copies land, an agent of their
-    own at any later step, so full[s] counts 129 (``full_count`` overrides it, to show a wrong one)."""
+    """One random interleaving of the producer's warps and the two consumer warpgroups over the ring
+    (a warp's threads, and each consumer warpgroup's 128, arrive together). Asserts: no stage
+    written while a consumer may still read the tile it holds (both warpgroups arrived on empty for
+    tile t - stages before tile t is written), no tile read before every warp's part of it has
+    landed, every arrival in the phase it is meant for, and no deadlock.
+
+    ``async_arrive`` (split_wgmma_ws_async): each producer warp issues its part of a tile and moves
+    on at once; its 32 copy arrivals (cp.async.mbarrier.arrive.noinc) happen when its copies land,
+    an agent of their own at any later step, in any order against the other warps' and thread 0's
+    release arrive (after the validity words), but never before the same warp's earlier tiles (the
+    arrive covers all of the thread's earlier copies). full[s] counts 129 (``full_count`` overrides
+    it, to show a wrong one). The producer's exit waits for its copies (cp.async.wait_all)."""
     full = [Mbarrier(full_count or (129 if async_arrive else 128)) for _ in range(stages)]
     empty = [Mbarrier(256) for _ in range(stages)]
-    holds = [None] * stages            # the tile a stage holds once written
+    holds = [[None] * PRODUCER_WARPS for _ in range(stages)]   # the tile each warp's part of a stage holds
     released = set()                   # (warpgroup, tile) arrivals on empty
+    landed = [0] * PRODUCER_WARPS      # async: a warp's tiles landed so far (in order)
     agents = []
 
-    def landing(s, t):                 # a tile's copies in flight, then landed and counted
+    def landing(w, s, t):              # warp w's copies of tile t in flight, then landed and counted
+        while landed[w] < t:           # its earlier tiles' arrivals first
+            yield
         yield
-        holds[s] = t
-        full[s].arrive(128)
+        holds[s][w] = t
+        landed[w] = t + 1
+        full[s].arrive(32, t // stages)
 
-    def producer():
+    def producer_warp(w):
         for t in range(ntiles):
             s = t % stages
             if t >= stages and producer_waits:
                 while not empty[s].try_wait(producer_parity(t, stages), t // stages - 1):
                     yield
             assert t < stages or all((wg, t - stages) in released for wg in (0, 1)), f"tile {t} over a busy stage"
-            holds[s] = None            # being written
+            holds[s][w] = None         # being written
             yield
             if async_arrive:
-                full[s].arrive(1)      # thread 0, after the validity words
-                agents.append(landing(s, t))
+                if w == 0:
+                    full[s].arrive(1, t // stages)   # thread 0, after the validity words
+                agents.append(landing(w, s, t))
                 live.append(len(agents) - 1)
             else:
-                holds[s] = t
-                full[s].arrive(128)    # every producer thread, after its wait and fence
+                holds[s][w] = t
+                full[s].arrive(32, t // stages)      # every thread of the warp, after its wait and fence
+            yield
+        while async_arrive and landed[w] < ntiles:   # cp.async.wait_all before the warp exits
             yield
 
     def consumer(wg):
@@ -663,15 +680,15 @@ def ring_model(ntiles: int, stages: int, rng: np.random.Generator, producer_pari
             s = it % stages
             while not full[s].try_wait(ws_consumer_parity(it, stages), it // stages):
                 yield
-            assert holds[s] == it, f"warpgroup {wg} read tile {it} from a stage holding {holds[s]}"
+            assert holds[s] == [it] * PRODUCER_WARPS, f"warpgroup {wg} read tile {it} from a stage holding {holds[s]}"
             yield                      # S, the exchange, softmax, PV: the stage is read throughout
-            assert holds[s] == it, f"tile {it} overwritten while warpgroup {wg} read it"
+            assert holds[s] == [it] * PRODUCER_WARPS, f"tile {it} overwritten while warpgroup {wg} read it"
             released.add((wg, it))
-            empty[s].arrive(128)       # after its wgmma.wait_group 0 of the PV
+            empty[s].arrive(128, it // stages)       # after its wgmma.wait_group 0 of the PV
             yield
 
-    agents += [producer(), consumer(0), consumer(1)]
-    live = list(range(3))
+    agents += [producer_warp(w) for w in range(PRODUCER_WARPS)] + [consumer(0), consumer(1)]
+    live = list(range(len(agents)))
     steps = 0
     while live:
         k = live[int(rng.integers(len(live)))]
@@ -680,8 +697,9 @@ def ring_model(ntiles: int, stages: int, rng: np.random.Generator, producer_pari
         except StopIteration:
             live.remove(k)
         steps += 1
-        assert steps < 100 * (ntiles + 1) * stages + 1000, "deadlock"
+        assert steps < 400 * (ntiles + 1) * stages + 4000, "deadlock"
     assert len(released) == 2 * ntiles
+    assert not async_arrive or landed == [ntiles] * PRODUCER_WARPS, "copies in flight at exit"
 
 
 def test_the_ring_model_constants_are_the_kernels():
@@ -694,6 +712,8 @@ def test_the_ring_model_constants_are_the_kernels():
     assert text.count("mbar_arrive(bar + 8 * s);") == 2 and "if (p == 0) mbar_arrive(bar + 8 * s);" in text
     assert text.count("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];") == 1
     assert text.count("mbar_arrive(bar + 16 + 8 * s);") == 1
+    # ring_model's producer exit: the async form commits no group, so only wait_all waits for its copies
+    assert 'if constexpr (ASYNC)\n        asm volatile("cp.async.wait_all;\\n" ::: "memory");' in text
     assert int(re.search(r"#define\s+WS_STAGES\s+(\d+)", text).group(1)) in range(2, 5)
     # the layout the launcher sizes (variants.source_define) and the 227 KiB an SM
     used = int(re.search(r"#define\s+WS_USED\s+(\d+)", text).group(1))
@@ -902,3 +922,20 @@ def test_a_cooperative_grid_that_cannot_be_resident_is_refused_in_one_line(name)
     source, symbol, smem, threads = variants.COOP_DESIGNS[name]
     assert symbol in (variants.HERE / source).read_text()
     assert variants.source_define(source, smem) <= 227 * 1024 and variants.source_define(source, threads) in (256, 384)
+
+
+@pytest.mark.parametrize("name", sorted(variants.COOP_DESIGNS))
+def test_a_cooperative_design_skips_an_m_the_device_cannot_hold_at_once(geometry, name, monkeypatch):
+    """The same refusal as coop_kernel's, at supports (a skipped row with the reason, before any input
+    is made): M = 200 on 132 SMs; M = 32 runs; with no device to ask, supports leaves it to the build."""
+    comp = registry.get("sparse_mla")
+    v = next(v for v in comp.variants if v.name == name)
+    point = {"M": 32, "context": 8192, "selection": "grouped", "page_size": 64, "arena_scale": 1,
+             "latent_dtype": "bf16"}
+    monkeypatch.setattr(variants, "_arena_fits", lambda g, p: None)
+    monkeypatch.setattr(variants, "current_device_sms", lambda: 132)
+    assert v.supports(geometry, point) is None
+    reason = v.supports(geometry, {**point, "M": 200})
+    assert reason and "\n" not in reason and reason.startswith(f"{name}:") and "200" in reason and "132" in reason
+    monkeypatch.setattr(variants, "current_device_sms", lambda: None)
+    assert v.supports(geometry, {**point, "M": 200}) is None

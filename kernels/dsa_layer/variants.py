@@ -65,7 +65,7 @@ def supports_chained(geometry, point) -> str | None:
         P = int(point["context"]) // 4
         if int(point["M"]) * P * kpool_variants.GROUPS >= 2 ** 31 - 2 ** 26:
             return "2^31 - 2^26 or more compress work items: kpool_compress's item index is int32"
-    return None
+    return mla_variants.coop_grid_problem(spec.MLA_DESIGN, int(point["M"]), W, mla_variants.current_device_sms())
 
 
 def build_chained(geometry, point, inputs, backend) -> KernelStep:

@@ -44,11 +44,12 @@ CTA: 3 warpgroups, 384 threads, __launch_bounds__(384, 1), one CTA an SM.
 The ring (WS_STAGES = 2 stages of 64 slots: sQ 64 KiB + 2 x 64 KiB + the exchange 32 KiB = 224 KiB;
 a third 64 KiB stage does not fit, NOTES.md "split_wgmma_ws" says why 32-slot stages paired as one
 64-slot tile would not buy one either) with two mbarriers a stage:
-  full[s]  (count 128, every producer thread): arrived by producer thread i after its copies of the
-           stage's tile landed (cp.async.wait_group 0 / its st.shared) and after its
-           fence.proxy.async.shared::cta (its generic-proxy writes made visible to the async proxy,
-           which the wgmma operand reads go through); the release of the arrive and the acquire of
-           try_wait make the tile, its mask and its scales visible to every consumer thread.
+  full[s]  (count 128, every producer thread; ASYNC: 129 and the fence at the consumers, header
+           above): arrived by producer thread i after its copies of the stage's tile landed
+           (cp.async.wait_group 0 / its st.shared) and after its fence.proxy.async.shared::cta (its
+           generic-proxy writes made visible to the async proxy, which the wgmma operand reads go
+           through); the release of the arrive and the acquire of try_wait make the tile, its mask
+           and its scales visible to every consumer thread.
   empty[s] (count 256, every consumer thread): arrived by consumer thread i after its
            wgmma.wait_group 0 of the tile's PV (its warpgroup's last read of the stage).
   Tile t lives in stage t % 2; its k-th use of that stage is k = t / 2. The consumers wait full[s]
@@ -58,9 +59,9 @@ a third 64 KiB stage does not fit, NOTES.md "split_wgmma_ws" says why 32-slot st
   consumers freed it, no tile read before it is full, parities never two phases apart.
 Producer, per tile t: the rows of tile t + 3 (from the page and token loaded at t - 1) prefetched,
 the page of tile t + 4 and the token of tile t + 5 loaded; wait empty[s] (t >= 2); the validity bits
-of tile t (two ballots) stored; the copies; wait; fence; arrive full[s]. Its copies of tile t fly
-while the consumers compute tile t - 1 (with 2 stages one 64 KiB tile is in the ring's flight at a
-time, as split_wgmma's); the L2 prefetches keep tiles t + 1 .. t + 3 (192 KiB an SM) in flight from
+of tile t (two ballots) stored; the copies; wait; fence; arrive full[s] (ASYNC: the noinc arrive
+and thread 0's, no wait). Its copies of tile t fly while the consumers compute tile t - 1 (with 2
+stages one 64 KiB tile is in the ring's flight at a time, as split_wgmma's); the L2 prefetches keep tiles t + 1 .. t + 3 (192 KiB an SM) in flight from
 DRAM beyond the ring, so a tile's copy reads L2: that is the point of the design.
 Consumers, per tile: wait full[s]; S; bar.sync 2, 256 (both consumer warpgroups done reading the
 exchange of tile t - 1: a warpgroup may run ahead to tile t's writes while its partner still reads
@@ -375,7 +376,12 @@ __device__ __forceinline__ void ws_producer(unsigned char* smem, unsigned base, 
             }
         }
     }
-    cp_async_wait<0>();  // nothing in flight at exit (ntiles = 0: nothing was issued)
+    // nothing in flight at exit (ntiles = 0: nothing was issued). ASYNC commits no group (its copies
+    // are counted by the noinc arrives), and wait_group waits only for committed groups: wait_all.
+    if constexpr (ASYNC)
+        asm volatile("cp.async.wait_all;\n" ::: "memory");
+    else
+        cp_async_wait<0>();
 }
 
 // ---- the consumer warpgroups ------------------------------------------------------------------

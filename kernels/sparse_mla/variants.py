@@ -247,6 +247,36 @@ COOP_DESIGNS = {
 }
 
 
+def current_device_sms() -> int | None:
+    """The current CUDA device's SM count; None where no device is there to ask."""
+    try:
+        import cupy
+
+        return int(cupy.cuda.runtime.getDeviceProperties(cupy.cuda.runtime.getDevice())["multiProcessorCount"])
+    except Exception:
+        return None
+
+
+def coop_grid_problem(name: str, Mn: int, W: int, sms: int | None) -> str | None:
+    """Why cooperative design ``name``'s one-wave grid at M = Mn cannot be resident at once on a
+    device of ``sms`` SMs (one CTA an SM, so M x splits <= sms); None when it can or sms is unknown."""
+    if sms is None:
+        return None
+    splits = one_wave_splits(Mn, W, sms)
+    if Mn * splits > sms:
+        return f"{name}: M = {Mn} needs {Mn * splits} CTAs resident at once; this device holds {sms}"
+    return None
+
+
+def supports_coop(name: str, base):
+    """``base``'s reason, or the current device's refusal of cooperative design ``name``'s grid
+    (coop_grid_problem): a skipped row where the launch would only be refused at build."""
+    def supports(geometry, point) -> str | None:
+        return base(geometry, point) or coop_grid_problem(
+            name, int(point["M"]), spec.width(geometry, point), current_device_sms())
+    return supports
+
+
 def coop_kernel(backend, name: str, Mn: int, W: int, args) -> tuple[KernelCall, int]:
     """Cooperative design ``name``'s one launch at M = Mn over W-slot rows, and its splits
     (one_wave_splits). ``args(b)`` gives the kernel's arguments from the step's buffers (its
@@ -255,9 +285,10 @@ def coop_kernel(backend, name: str, Mn: int, W: int, args) -> tuple[KernelCall, 
     cannot be resident at once: one CTA an SM, so M x splits <= the SMs."""
     require_wgmma_device(name, backend)
     sms = int(backend.props["multiProcessorCount"])
+    problem = coop_grid_problem(name, Mn, W, sms)
+    if problem:
+        raise ValueError(problem)
     splits = one_wave_splits(Mn, W, sms)
-    if Mn * splits > sms:
-        raise ValueError(f"{name}: M = {Mn} needs {Mn * splits} CTAs resident at once; this device holds {sms}")
     source, symbol, smem_define, threads_define = COOP_DESIGNS[name]
     smem = source_define(source, smem_define)
     fn = get_kernel(backend, HERE / source, symbol, smem, options=WGMMA_OPTIONS)
@@ -716,7 +747,8 @@ MLA_VARIANTS = (
     Variant("split_wgmma_ws_async_coop_1wave", "cuda", _make_coop_build("split_wgmma_ws_async_coop_1wave"),
             why="split_wgmma_ws_async_1wave with split_wgmma_coop_1wave's combine in the kernel (cooperative launch; "
                 "the 256 consumer threads of each CTA merge a share of its row)",
-            supports=_supports_split("split_wgmma_ws_async"), sources=("split_wgmma_ws.cu",)),
+            supports=supports_coop("split_wgmma_ws_async_coop_1wave", _supports_split("split_wgmma_ws_async")),
+            sources=("split_wgmma_ws.cu",)),
     Variant("split_wgmma_ws_fp8", "cuda", _make_split_build("split_wgmma_ws_fp8"),
             why="split_wgmma_ws over the FP8 latent (same template): the producer (setmaxnreg 72 / 216) "
                 "reads the e4m3 codes by 16-B loads, widens them exactly to f16 and stores them in the "
@@ -733,7 +765,8 @@ MLA_VARIANTS = (
     Variant("split_wgmma_lean_coop_1wave", "cuda", _make_coop_build("split_wgmma_lean_coop_1wave"),
             why="split_wgmma_lean_1wave with split_wgmma_coop_1wave's combine in the kernel (cooperative launch, "
                 "each CTA merging a share of its row)",
-            supports=_supports_split("split_wgmma"), sources=("split_wgmma.cu",)),
+            supports=supports_coop("split_wgmma_lean_coop_1wave", _supports_split("split_wgmma")),
+            sources=("split_wgmma.cu",)),
     # Issue 13, the seesaw: one warpgroup's softmax under the other's wgmmas.
     Variant("split_wgmma_seesaw", "cuda", _make_split_build("split_wgmma_seesaw"),
             why="split_wgmma's split and combine with the two warpgroups on alternate 32-slot tiles: each "
@@ -749,7 +782,8 @@ MLA_VARIANTS = (
                 "resident), each CTA takes a ticket on its row's counter after writing its partials, waits "
                 "for the row's other splits and merges a 1 / splits share of the row's outputs from L2: "
                 "no second launch, the merge spread over the row's SMs (the last-CTA forms merged on one)",
-            supports=_supports_split("split_wgmma"), sources=("split_wgmma.cu",)),
+            supports=supports_coop("split_wgmma_coop_1wave", _supports_split("split_wgmma")),
+            sources=("split_wgmma.cu",)),
     *FLASHINFER_VARIANTS,
     Variant("torch_gather_bmm", "cuda", lambda g, p, i, b: _TorchGatherBmm(g, p, i, b),
             why="torch: gather the rows into a [M, W, 512] copy, bmm, masked softmax, bmm",
