@@ -648,23 +648,6 @@ sparse_mla_split_wgmma_ws_async(const bf16* __restrict__ q, const bf16* __restri
 #endif
 }
 
-// split_wgmma_ws_async with the L2 look-ahead back (split_wgmma_ws's prefetch.global.L2 of tiles
-// t + 1 .. t + 3): it cost the waiting producer more than it bought (NOTES.md, split_wgmma_ws); a
-// producer that never waits has the slack to issue it, and the two-stage ring then copies from L2.
-extern "C" __global__ void __launch_bounds__(SPARSE_MLA_SPLIT_WGMMA_WS_THREADS, 1)
-sparse_mla_split_wgmma_ws_async_l2(const bf16* __restrict__ q, const bf16* __restrict__ arena,
-                                   const int* __restrict__ page_table, const int* __restrict__ selection,
-                                   float* __restrict__ part_acc, float* __restrict__ part_ml, int M, int W,
-                                   int pages_per_stream, int page_size, int splits, float scale) {
-#ifdef SPARSE_MLA_WGMMA_ENABLED
-    extern __shared__ __align__(1024) unsigned char smem_raw[];
-    ws_split<false, true, true>(smem_raw, q, arena, nullptr, page_table, selection, part_acc, part_ml, M, W,
-                                pages_per_stream, page_size, splits, scale);
-#else
-    __trap();  // compiled without sm_90a: no wgmma (the launcher passes -arch=sm_90a)
-#endif
-}
-
 // The async form with split_wgmma_coop's combine in the kernel (wg_coop_combine over the 256 consumer
 // threads): launched cooperatively, grid (splits, M); out [M][64][512] bf16, lse [M][64], row_count [M] (64-bit)
 // the launcher's (zero at build, never reset).
@@ -678,23 +661,6 @@ sparse_mla_split_wgmma_ws_async_coop(const bf16* __restrict__ q, const bf16* __r
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     ws_split<false, false, true, true>(smem_raw, q, arena, nullptr, page_table, selection, part_acc, part_ml, M, W,
                                        pages_per_stream, page_size, splits, scale, out, lse, row_count);
-#else
-    __trap();  // compiled without sm_90a: no wgmma (the launcher passes -arch=sm_90a)
-#endif
-}
-
-// The L2 look-ahead form with the combine in the kernel (as sparse_mla_split_wgmma_ws_async_coop).
-extern "C" __global__ void __launch_bounds__(SPARSE_MLA_SPLIT_WGMMA_WS_THREADS, 1)
-sparse_mla_split_wgmma_ws_async_l2_coop(const bf16* __restrict__ q, const bf16* __restrict__ arena,
-                                        const int* __restrict__ page_table, const int* __restrict__ selection,
-                                        float* __restrict__ part_acc, float* __restrict__ part_ml,
-                                        bf16* __restrict__ out, float* __restrict__ lse,
-                                        unsigned long long* __restrict__ row_count, int M, int W,
-                                        int pages_per_stream, int page_size, int splits, float scale) {
-#ifdef SPARSE_MLA_WGMMA_ENABLED
-    extern __shared__ __align__(1024) unsigned char smem_raw[];
-    ws_split<false, true, true, true>(smem_raw, q, arena, nullptr, page_table, selection, part_acc, part_ml, M, W,
-                                      pages_per_stream, page_size, splits, scale, out, lse, row_count);
 #else
     __trap();  // compiled without sm_90a: no wgmma (the launcher passes -arch=sm_90a)
 #endif

@@ -165,8 +165,6 @@ SPLIT_DESIGNS = {
                             "SPARSE_MLA_SPLIT_WGMMA_WS_THREADS", "bf16"),
     "split_wgmma_ws_async": ("split_wgmma_ws.cu", "sparse_mla_split_wgmma_ws_async", "SPARSE_MLA_SPLIT_WGMMA_WS_SMEM_BYTES",
                              "SPARSE_MLA_SPLIT_WGMMA_WS_THREADS", "bf16"),
-    "split_wgmma_ws_async_l2": ("split_wgmma_ws.cu", "sparse_mla_split_wgmma_ws_async_l2",
-                                "SPARSE_MLA_SPLIT_WGMMA_WS_SMEM_BYTES", "SPARSE_MLA_SPLIT_WGMMA_WS_THREADS", "bf16"),
     "split_wgmma_lean": ("split_wgmma.cu", "sparse_mla_split_wgmma_lean", "SPARSE_MLA_SPLIT_WGMMA_SMEM_BYTES",
                          "SPARSE_MLA_SPLIT_WGMMA_THREADS", "bf16"),
     "split_wgmma_resident": ("split_wgmma.cu", "sparse_mla_split_wgmma_resident", "SPARSE_MLA_SPLIT_WGMMA_SMEM_BYTES",
@@ -246,8 +244,6 @@ COOP_DESIGNS = {
                                     "SPARSE_MLA_SPLIT_WGMMA_SMEM_BYTES", "SPARSE_MLA_SPLIT_WGMMA_THREADS"),
     "split_wgmma_ws_async_coop_1wave": ("split_wgmma_ws.cu", "sparse_mla_split_wgmma_ws_async_coop",
                                         "SPARSE_MLA_SPLIT_WGMMA_WS_SMEM_BYTES", "SPARSE_MLA_SPLIT_WGMMA_WS_THREADS"),
-    "split_wgmma_ws_async_l2_coop_1wave": ("split_wgmma_ws.cu", "sparse_mla_split_wgmma_ws_async_l2_coop",
-                                           "SPARSE_MLA_SPLIT_WGMMA_WS_SMEM_BYTES", "SPARSE_MLA_SPLIT_WGMMA_WS_THREADS"),
 }
 
 
@@ -752,15 +748,6 @@ MLA_VARIANTS = (
             why="split_wgmma_ws_async_1wave with split_wgmma_coop_1wave's combine in the kernel (cooperative launch; "
                 "the 256 consumer threads of each CTA merge a share of its row)",
             supports=supports_coop("split_wgmma_ws_async_coop_1wave", _supports_split("split_wgmma_ws_async")),
-            sources=("split_wgmma_ws.cu",)),
-    Variant("split_wgmma_ws_async_l2_1wave", "cuda", _make_split_build("split_wgmma_ws_async_l2", one_wave=True),
-            why="split_wgmma_ws_async_1wave with split_wgmma_ws's L2 look-ahead back (prefetch.global.L2 of tiles "
-                "t + 1 .. t + 3 by the producer): a producer that never waits has the slack to issue it, and the "
-                "two-stage ring then copies from L2",
-            supports=_supports_split("split_wgmma_ws_async_l2"), sources=("split_wgmma_ws.cu",)),
-    Variant("split_wgmma_ws_async_l2_coop_1wave", "cuda", _make_coop_build("split_wgmma_ws_async_l2_coop_1wave"),
-            why="split_wgmma_ws_async_l2_1wave with split_wgmma_coop_1wave's combine in the kernel (cooperative launch)",
-            supports=supports_coop("split_wgmma_ws_async_l2_coop_1wave", _supports_split("split_wgmma_ws_async_l2")),
             sources=("split_wgmma_ws.cu",)),
     Variant("split_wgmma_ws_fp8", "cuda", _make_split_build("split_wgmma_ws_fp8"),
             why="split_wgmma_ws over the FP8 latent (same template): the producer (setmaxnreg 72 / 216) "
