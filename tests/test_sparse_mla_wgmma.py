@@ -626,8 +626,7 @@ PRODUCER_WARPS = 4                        # the producer warpgroup; a warp's 32 
 
 
 def ring_model(ntiles: int, stages: int, rng: np.random.Generator, producer_parity=ws_producer_parity,
-               producer_waits: bool = True, async_arrive: bool = False, full_count: int | None = None,
-               queued: bool = False) -> None:
+               producer_waits: bool = True, async_arrive: bool = False, full_count: int | None = None) -> None:
     """One random interleaving of the producer's warps and the two consumer warpgroups over the ring
     (a warp's threads, and each consumer warpgroup's 128, arrive together). Asserts: no stage
     written while a consumer may still read the tile it holds (both warpgroups arrived on empty for
@@ -639,11 +638,7 @@ def ring_model(ntiles: int, stages: int, rng: np.random.Generator, producer_pari
     an agent of their own at any later step, in any order against the other warps' and thread 0's
     release arrive (after the validity words), but never before the same warp's earlier tiles (the
     arrive covers all of the thread's earlier copies). full[s] counts 129 (``full_count`` overrides
-    it, to show a wrong one). The producer's exit waits for its copies (cp.async.wait_all).
-
-    ``queued`` (split_wgmma_ws_async_q): a consumer warpgroup releases tile it - 1's stage only after
-    it has waited for tile it and issued its S (its PV of tile it - 1 retires behind it), and the
-    last tile's after the loop."""
+    it, to show a wrong one). The producer's exit waits for its copies (cp.async.wait_all)."""
     full = [Mbarrier(full_count or (129 if async_arrive else 128)) for _ in range(stages)]
     empty = [Mbarrier(256) for _ in range(stages)]
     holds = [[None] * PRODUCER_WARPS for _ in range(stages)]   # the tile each warp's part of a stage holds
@@ -680,27 +675,17 @@ def ring_model(ntiles: int, stages: int, rng: np.random.Generator, producer_pari
         while async_arrive and landed[w] < ntiles:   # cp.async.wait_all before the warp exits
             yield
 
-    def release(wg, it):
-        s = it % stages
-        assert holds[s] == [it] * PRODUCER_WARPS, f"tile {it} overwritten while warpgroup {wg} read it"
-        released.add((wg, it))
-        empty[s].arrive(128, it // stages)           # after the wgmma wait that retires its PV
-
     def consumer(wg):
         for it in range(ntiles):
             s = it % stages
             while not full[s].try_wait(ws_consumer_parity(it, stages), it // stages):
                 yield
             assert holds[s] == [it] * PRODUCER_WARPS, f"warpgroup {wg} read tile {it} from a stage holding {holds[s]}"
-            if queued and it > 0:
-                yield                  # S(it) issued; PV(it - 1) still reads its stage
-                release(wg, it - 1)    # wgmma.wait_group 1
             yield                      # S, the exchange, softmax, PV: the stage is read throughout
-            if not queued:
-                release(wg, it)
+            assert holds[s] == [it] * PRODUCER_WARPS, f"tile {it} overwritten while warpgroup {wg} read it"
+            released.add((wg, it))
+            empty[s].arrive(128, it // stages)       # after its wgmma.wait_group 0 of the PV
             yield
-        if queued and ntiles:
-            release(wg, ntiles - 1)    # after the loop's wgmma.wait_group 0
 
     agents += [producer_warp(w) for w in range(PRODUCER_WARPS)] + [consumer(0), consumer(1)]
     live = list(range(len(agents)))
@@ -727,10 +712,6 @@ def test_the_ring_model_constants_are_the_kernels():
     assert text.count("mbar_arrive(bar + 8 * s);") == 2 and "if (p == 0) mbar_arrive(bar + 8 * s);" in text
     assert text.count("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];") == 1
     assert text.count("mbar_arrive(bar + 16 + 8 * s);") == 1
-    # ring_model(queued=True): tile it - 1 released after wait_group 1 (S(it) issued), the last after the loop
-    queued = text[text.index("if constexpr (QUEUE) {"):]
-    assert queued.index("wgmma_wait<1>();") < queued.index("mbar_arrive(bar + 16 + 8 * ((it - 1) & (WS_STAGES - 1)));")
-    assert "if (ntiles > 0) mbar_arrive(bar + 16 + 8 * ((ntiles - 1) & (WS_STAGES - 1)));" in text
     # ring_model's producer exit: the async form commits no group, so only wait_all waits for its copies
     assert 'if constexpr (ASYNC)\n        asm volatile("cp.async.wait_all;\\n" ::: "memory");' in text
     assert int(re.search(r"#define\s+WS_STAGES\s+(\d+)", text).group(1)) in range(2, 5)
@@ -741,14 +722,13 @@ def test_the_ring_model_constants_are_the_kernels():
     assert variants.source_define(WS_SOURCE, "SPARSE_MLA_SPLIT_WGMMA_WS_THREADS") == 384
 
 
-@pytest.mark.parametrize("async_arrive,queued", [(False, False), (True, False), (True, True)],
-                         ids=["waiting producer", "async arrive", "async arrive, queued consumers"])
+@pytest.mark.parametrize("async_arrive", [False, True], ids=["waiting producer", "async arrive"])
 @pytest.mark.parametrize("stages", [2, 3, 4])
 @pytest.mark.parametrize("ntiles", range(10))
-def test_the_ring_protocol_never_overwrites_or_reads_early(ntiles, stages, async_arrive, queued):
+def test_the_ring_protocol_never_overwrites_or_reads_early(ntiles, stages, async_arrive):
     rng = np.random.default_rng(1000 * stages + ntiles)
     for _ in range(30):
-        ring_model(ntiles, stages, rng, async_arrive=async_arrive, queued=queued)
+        ring_model(ntiles, stages, rng, async_arrive=async_arrive)
 
 
 @pytest.mark.parametrize("wrong", ["no empty wait", "consumer parity for the producer", "async full counts 128"])

@@ -385,7 +385,7 @@ __device__ __forceinline__ void ws_producer(unsigned char* smem, unsigned base, 
 }
 
 // ---- the consumer warpgroups ------------------------------------------------------------------
-template <bool FP8, bool ASYNC = false, bool COOP = false, bool QUEUE = false>
+template <bool FP8, bool ASYNC = false, bool COOP = false>
 __device__ __forceinline__ void ws_consumer(unsigned char* smem, unsigned base, float* __restrict__ part_acc,
                                             float* __restrict__ part_ml, int m, int s_split, int splits, int ntiles,
                                             float scale, bf16* __restrict__ out = nullptr,
@@ -404,9 +404,6 @@ __device__ __forceinline__ void ws_consumer(unsigned char* smem, unsigned base, 
 #pragma unroll
     for (int i = 0; i < 128; ++i) o[i] = 0.f;
     float rref = 1.f, rinv = 1.f;  // FP8: R (header) and 1 / R
-    // P as the A operand of PV k-step ks (split_wgmma.cu header); outside the loop because QUEUE
-    // leaves tile it - 1's PV (which reads these registers) in flight while tile it's S is issued
-    unsigned pa[4][4];
 
 #pragma unroll 1
     for (int it = 0; it < ntiles; ++it) {
@@ -438,17 +435,6 @@ __device__ __forceinline__ void ws_consumer(unsigned char* smem, unsigned base, 
                 wgmma_m64n64k16_ss(sc, da, db, k > 0);
         }
         wgmma_commit();
-        if constexpr (QUEUE) {
-            // S(it) queued behind PV(it - 1) (groups retire in order): the tensor cores go from one to
-            // the other without this warpgroup's wait, loop and barrier in between
-            if (it > 0) {
-                // PV(it - 1) retired; S(it) may still run. No register fence here: ptxas cannot tell
-                // which group a wait retires, and a use of o (or of pa, which PV reads) before the
-                // wait_group 0 below makes it inject a full wait (C7517), serialising the two again
-                wgmma_wait<1>();
-                mbar_arrive(bar + 16 + 8 * ((it - 1) & (WS_STAGES - 1)));  // done with tile it - 1's stage
-            }
-        }
         wgmma_wait0();
         fence_regs(sc);
 
@@ -481,6 +467,7 @@ __device__ __forceinline__ void ws_consumer(unsigned char* smem, unsigned base, 
                 rinv = 1.f / rref;
             }
         }
+        unsigned pa[4][4];  // P as the A operand of PV k-step ks (split_wgmma.cu header)
         {
             float mt[2] = {neg_inf(), neg_inf()};
 #pragma unroll
@@ -542,20 +529,11 @@ __device__ __forceinline__ void ws_consumer(unsigned char* smem, unsigned base, 
                 wgmma_m64n256k16_rs(o, pa[ks], db);
         }
         wgmma_commit();
-        if constexpr (!QUEUE) {
-            wgmma_wait0();
-            fence_regs(o);
-#pragma unroll
-            for (int ks = 0; ks < 4; ++ks) fence_regs(pa[ks]);
-            mbar_arrive(bar + 16 + 8 * s);  // this thread is done with the stage (its scales and mask too)
-        }
-    }
-    if constexpr (QUEUE) {
-        // the last tile's PV; the wait on every path (a wait on some paths only made ptxas inject one
-        // before the partials' store, C7517)
         wgmma_wait0();
         fence_regs(o);
-        if (ntiles > 0) mbar_arrive(bar + 16 + 8 * ((ntiles - 1) & (WS_STAGES - 1)));
+#pragma unroll
+        for (int ks = 0; ks < 4; ++ks) fence_regs(pa[ks]);
+        mbar_arrive(bar + 16 + 8 * s);  // this thread is done with the stage (its scales and mask too)
     }
 
     // ---- partial state out (FP8: R x O; BF16: rref = 1) ------------------------------------------
@@ -571,7 +549,7 @@ __device__ __forceinline__ void ws_consumer(unsigned char* smem, unsigned base, 
 // CTA (s, m) (header). arena: bf16 rows (FP8 = false) or e4m3 codes with row_scale (FP8 = true);
 // L2 = false: the same kernel without the L2 look-ahead (sparse_mla_split_wgmma_ws_nol2); ASYNC: the
 // producer's arrives by cp.async.mbarrier.arrive.noinc (sparse_mla_split_wgmma_ws_async, header).
-template <bool FP8, bool L2 = true, bool ASYNC = false, bool COOP = false, bool QUEUE = false>
+template <bool FP8, bool L2 = true, bool ASYNC = false, bool COOP = false>
 __device__ __forceinline__ void ws_split(unsigned char* smem_raw, const bf16* __restrict__ q, const void* __restrict__ arena,
                                          const float* __restrict__ row_scale, const int* __restrict__ page_table,
                                          const int* __restrict__ selection, float* __restrict__ part_acc,
@@ -606,7 +584,7 @@ __device__ __forceinline__ void ws_split(unsigned char* smem_raw, const bf16* __
                          page_table + (size_t)m * (size_t)pages_per_stream, m, start, end, ntiles, page_size);
     } else {
         regs_inc<FP8 ? WS_CONSUMER_REGS_FP8 : WS_CONSUMER_REGS>();
-        ws_consumer<FP8, ASYNC, COOP, QUEUE>(smem, base, part_acc, part_ml, m, s, splits, ntiles, scale, out, lse, row_count);
+        ws_consumer<FP8, ASYNC, COOP>(smem, base, part_acc, part_ml, m, s, splits, ntiles, scale, out, lse, row_count);
     }
 }
 #endif  // SPARSE_MLA_WGMMA_ENABLED
@@ -665,22 +643,6 @@ sparse_mla_split_wgmma_ws_async(const bf16* __restrict__ q, const bf16* __restri
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     ws_split<false, false, true>(smem_raw, q, arena, nullptr, page_table, selection, part_acc, part_ml, M, W,
                                  pages_per_stream, page_size, splits, scale);
-#else
-    __trap();  // compiled without sm_90a: no wgmma (the launcher passes -arch=sm_90a)
-#endif
-}
-
-// split_wgmma_ws_async whose consumers issue tile it's S before waiting for tile it - 1's PV
-// (QUEUE): the stage of tile it - 1 is released once that PV retires, after S(it) was issued.
-extern "C" __global__ void __launch_bounds__(SPARSE_MLA_SPLIT_WGMMA_WS_THREADS, 1)
-sparse_mla_split_wgmma_ws_async_q(const bf16* __restrict__ q, const bf16* __restrict__ arena,
-                                  const int* __restrict__ page_table, const int* __restrict__ selection,
-                                  float* __restrict__ part_acc, float* __restrict__ part_ml, int M, int W,
-                                  int pages_per_stream, int page_size, int splits, float scale) {
-#ifdef SPARSE_MLA_WGMMA_ENABLED
-    extern __shared__ __align__(1024) unsigned char smem_raw[];
-    ws_split<false, false, true, false, true>(smem_raw, q, arena, nullptr, page_table, selection, part_acc, part_ml,
-                                              M, W, pages_per_stream, page_size, splits, scale);
 #else
     __trap();  // compiled without sm_90a: no wgmma (the launcher passes -arch=sm_90a)
 #endif

@@ -165,8 +165,6 @@ SPLIT_DESIGNS = {
                             "SPARSE_MLA_SPLIT_WGMMA_WS_THREADS", "bf16"),
     "split_wgmma_ws_async": ("split_wgmma_ws.cu", "sparse_mla_split_wgmma_ws_async", "SPARSE_MLA_SPLIT_WGMMA_WS_SMEM_BYTES",
                              "SPARSE_MLA_SPLIT_WGMMA_WS_THREADS", "bf16"),
-    "split_wgmma_ws_async_q": ("split_wgmma_ws.cu", "sparse_mla_split_wgmma_ws_async_q",
-                               "SPARSE_MLA_SPLIT_WGMMA_WS_SMEM_BYTES", "SPARSE_MLA_SPLIT_WGMMA_WS_THREADS", "bf16"),
     "split_wgmma_lean": ("split_wgmma.cu", "sparse_mla_split_wgmma_lean", "SPARSE_MLA_SPLIT_WGMMA_SMEM_BYTES",
                          "SPARSE_MLA_SPLIT_WGMMA_THREADS", "bf16"),
     "split_wgmma_resident": ("split_wgmma.cu", "sparse_mla_split_wgmma_resident", "SPARSE_MLA_SPLIT_WGMMA_SMEM_BYTES",
@@ -751,11 +749,6 @@ MLA_VARIANTS = (
                 "the 256 consumer threads of each CTA merge a share of its row)",
             supports=supports_coop("split_wgmma_ws_async_coop_1wave", _supports_split("split_wgmma_ws_async")),
             sources=("split_wgmma_ws.cu",)),
-    Variant("split_wgmma_ws_async_q_1wave", "cuda", _make_split_build("split_wgmma_ws_async_q", one_wave=True),
-            why="split_wgmma_ws_async_1wave whose consumers issue tile it's S before waiting for tile it - 1's PV "
-                "(wgmma.wait_group 1, then the stage's release): the tensor cores go from one to the other "
-                "without the warpgroup's wait, loop and full-barrier wait in between",
-            supports=_supports_split("split_wgmma_ws_async_q"), sources=("split_wgmma_ws.cu",)),
     Variant("split_wgmma_ws_fp8", "cuda", _make_split_build("split_wgmma_ws_fp8"),
             why="split_wgmma_ws over the FP8 latent (same template): the producer (setmaxnreg 72 / 216) "
                 "reads the e4m3 codes by 16-B loads, widens them exactly to f16 and stores them in the "
