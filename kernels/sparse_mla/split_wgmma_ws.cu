@@ -61,8 +61,9 @@ Producer, per tile t: the rows of tile t + 3 (from the page and token loaded at 
 the page of tile t + 4 and the token of tile t + 5 loaded; wait empty[s] (t >= 2); the validity bits
 of tile t (two ballots) stored; the copies; wait; fence; arrive full[s] (ASYNC: the noinc arrive
 and thread 0's, no wait). Its copies of tile t fly while the consumers compute tile t - 1 (with 2
-stages one 64 KiB tile is in the ring's flight at a time, as split_wgmma's); the L2 prefetches keep tiles t + 1 .. t + 3 (192 KiB an SM) in flight from
-DRAM beyond the ring, so a tile's copy reads L2: that is the point of the design.
+stages one 64 KiB tile is in the ring's flight at a time, as split_wgmma's); the L2 prefetches keep
+tiles t + 1 .. t + 3 (192 KiB an SM) in flight from DRAM beyond the ring, so a tile's copy reads L2:
+that is the point of the design.
 Consumers, per tile: wait full[s]; S; bar.sync 2, 256 (both consumer warpgroups done reading the
 exchange of tile t - 1: a warpgroup may run ahead to tile t's writes while its partner still reads
 tile t - 1's; t >= 1); write S_cw; bar.sync 1, 256; read S_(1 - cw); softmax; PV; arrive empty[s].

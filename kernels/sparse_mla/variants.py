@@ -329,7 +329,11 @@ def _make_coop_build(name: str):
     return build
 
 
-build_coop = _make_coop_build("split_wgmma_coop_1wave")
+def _coop_variant(name: str, split_design: str, why: str) -> Variant:
+    """Cooperative design ``name`` (COOP_DESIGNS) as a variant: its launcher, and the supports of
+    the split design it runs (``split_design``) plus the device's residency (supports_coop)."""
+    return Variant(name, "cuda", _make_coop_build(name), why=why,
+                   supports=supports_coop(name, _supports_split(split_design)), sources=(COOP_DESIGNS[name][0],))
 
 
 def _one_wave_variant(design: str) -> Variant:
@@ -744,11 +748,9 @@ MLA_VARIANTS = (
                 "wait and build split_wgmma_lean's descriptors",
             supports=_supports_split("split_wgmma_ws_async"), sources=("split_wgmma_ws.cu",)),
     _one_wave_variant("split_wgmma_ws_async"),
-    Variant("split_wgmma_ws_async_coop_1wave", "cuda", _make_coop_build("split_wgmma_ws_async_coop_1wave"),
-            why="split_wgmma_ws_async_1wave with split_wgmma_coop_1wave's combine in the kernel (cooperative launch; "
-                "the 256 consumer threads of each CTA merge a share of its row)",
-            supports=supports_coop("split_wgmma_ws_async_coop_1wave", _supports_split("split_wgmma_ws_async")),
-            sources=("split_wgmma_ws.cu",)),
+    _coop_variant("split_wgmma_ws_async_coop_1wave", "split_wgmma_ws_async",
+                  why="split_wgmma_ws_async_1wave with split_wgmma_coop_1wave's combine in the kernel (cooperative "
+                      "launch; the 256 consumer threads of each CTA merge a share of its row)"),
     Variant("split_wgmma_ws_fp8", "cuda", _make_split_build("split_wgmma_ws_fp8"),
             why="split_wgmma_ws over the FP8 latent (same template): the producer (setmaxnreg 72 / 216) "
                 "reads the e4m3 codes by 16-B loads, widens them exactly to f16 and stores them in the "
@@ -762,11 +764,9 @@ MLA_VARIANTS = (
                 "base: ~5 instructions a 16-byte copy instead of ~25) and each wgmma's descriptors added to "
                 "once-built ones: the same schedule and math, the issue path the resident form measured",
             supports=_supports_split("split_wgmma_lean"), sources=("split_wgmma.cu",)),
-    Variant("split_wgmma_lean_coop_1wave", "cuda", _make_coop_build("split_wgmma_lean_coop_1wave"),
-            why="split_wgmma_lean_1wave with split_wgmma_coop_1wave's combine in the kernel (cooperative launch, "
-                "each CTA merging a share of its row)",
-            supports=supports_coop("split_wgmma_lean_coop_1wave", _supports_split("split_wgmma")),
-            sources=("split_wgmma.cu",)),
+    _coop_variant("split_wgmma_lean_coop_1wave", "split_wgmma",
+                  why="split_wgmma_lean_1wave with split_wgmma_coop_1wave's combine in the kernel (cooperative "
+                      "launch, each CTA merging a share of its row)"),
     # Issue 13, the seesaw: one warpgroup's softmax under the other's wgmmas.
     Variant("split_wgmma_seesaw", "cuda", _make_split_build("split_wgmma_seesaw"),
             why="split_wgmma's split and combine with the two warpgroups on alternate 32-slot tiles: each "
@@ -777,13 +777,11 @@ MLA_VARIANTS = (
                 "runs under the other's wgmmas",
             supports=_supports_split("split_wgmma_seesaw"), sources=("split_wgmma_seesaw.cu",)),
     _one_wave_variant("split_wgmma_seesaw"),
-    Variant("split_wgmma_coop_1wave", "cuda", build_coop,
-            why="split_wgmma_1wave with the combine in the kernel: launched cooperatively (every CTA "
-                "resident), each CTA takes a ticket on its row's counter after writing its partials, waits "
-                "for the row's other splits and merges a 1 / splits share of the row's outputs from L2: "
-                "no second launch, the merge spread over the row's SMs (the last-CTA forms merged on one)",
-            supports=supports_coop("split_wgmma_coop_1wave", _supports_split("split_wgmma")),
-            sources=("split_wgmma.cu",)),
+    _coop_variant("split_wgmma_coop_1wave", "split_wgmma",
+                  why="split_wgmma_1wave with the combine in the kernel: launched cooperatively (every CTA "
+                      "resident), each CTA takes a ticket on its row's counter after writing its partials, waits "
+                      "for the row's other splits and merges a 1 / splits share of the row's outputs from L2: "
+                      "no second launch, the merge spread over the row's SMs (the last-CTA forms merged on one)"),
     *FLASHINFER_VARIANTS,
     Variant("torch_gather_bmm", "cuda", lambda g, p, i, b: _TorchGatherBmm(g, p, i, b),
             why="torch: gather the rows into a [M, W, 512] copy, bmm, masked softmax, bmm",
