@@ -301,11 +301,13 @@ def coop_row_tickets(cp, Mn: int):
     return cp.zeros(Mn, cp.uint64)
 
 
-def _make_coop_build(name: str):
-    """The launcher of cooperative design ``name`` (COOP_DESIGNS), holding its row counters
-    (coop_row_tickets)."""
+def _make_coop_build(name: str, split_design: str):
+    """The launcher of cooperative design ``name`` (COOP_DESIGNS), which runs ``split_design``'s
+    split, holding its row counters (coop_row_tickets)."""
+    supports = _supports_split(split_design)
+
     def build(geometry, point, inputs, backend) -> KernelStep:
-        reason = _supports_split("split_wgmma")(geometry, point)
+        reason = supports(geometry, point)
         if reason:
             raise ValueError(f"{name}: {reason}")
         cp = backend.cp
@@ -332,7 +334,7 @@ def _make_coop_build(name: str):
 def _coop_variant(name: str, split_design: str, why: str) -> Variant:
     """Cooperative design ``name`` (COOP_DESIGNS) as a variant: its launcher, and the supports of
     the split design it runs (``split_design``) plus the device's residency (supports_coop)."""
-    return Variant(name, "cuda", _make_coop_build(name), why=why,
+    return Variant(name, "cuda", _make_coop_build(name, split_design), why=why,
                    supports=supports_coop(name, _supports_split(split_design)), sources=(COOP_DESIGNS[name][0],))
 
 
