@@ -182,7 +182,7 @@ def test_reference_samples_streams_only_for_large_rows(geometry):
 
 
 @pytest.mark.parametrize("variant", ["ref_topk", "model_radix", "model_bound", "model_resident", "model_onecta",
-                                     "model_split"])
+                                     "model_split", "model_union"])
 @pytest.mark.parametrize("kind", spec.SCORE_ROW_KINDS)
 def test_cpu_variants_pass_through_the_runner(geometry, variant, kind):
     comp = registry.get("dsa_topk")
@@ -748,7 +748,8 @@ def test_the_split2_launcher_reads_the_kernel_declarations():
     d = lambda name: topk_variants.split_define(name, "split2")   # noqa: E731
     assert d("S2_RING_BYTES") + 45216 <= 232448                   # one CTA an SM, as radix_split
     text = (topk_variants.HERE / topk_variants.SPLIT2_SOURCE).read_text()
-    assert "dsa_topk_split2(" in text and '#include "topk_onecta.cuh"' in text
+    header = (topk_variants.HERE / "topk_select.cuh").read_text()
+    assert "dsa_topk_split2(" in text and '#include "topk_select.cuh"' in text and '#include "topk_onecta.cuh"' in header
     assert "struct OneShared" not in text                           # onecta's shared layout, not a copy
     with pytest.raises(ValueError, match="allowed"):
         topk_variants.make_split_build(design="split3")
@@ -877,6 +878,15 @@ def test_the_share_emulation_gives_the_reference_set(kind, P, caps):
         assert res.ok, (kind, C, k, P, caps, res.describe())
 
 
+def _quantized_rows(C: int, rng) -> list[np.ndarray]:
+    """The DSA layer's quantized scores (integer keys and queries, small-integer weights: a few keys
+    at most a level, so most rows cut a level at the k-th) and a 50-level row: float32 [C] each."""
+    keys_ = np.floor(rng.random((C, 32), dtype=np.float32) * 7) - 3
+    q = rng.integers(-3, 4, (8, 32)).astype(np.float32)
+    w = (rng.choice([-1, 1], 8) * rng.integers(1, 65, 8) * 2.0 ** -12).astype(np.float32)
+    return [(np.maximum(keys_ @ q.T, 0) @ w).astype(np.float32), rng.integers(0, 50, C).astype(np.float32)]
+
+
 def test_the_share_tie_take_from_the_union_is_the_rows():
     """Quantized scores (the DSA layer's integer keys and queries, small-integer weights: a few
     keys at most a level, so most rows cut a level at the k-th) and few-level rows, with every
@@ -886,10 +896,7 @@ def test_the_share_tie_take_from_the_union_is_the_rows():
     partial = 0
     for trial in range(6):
         C, k = 65536, 512
-        keys_ = np.floor(rng.random((C, 32), dtype=np.float32) * 7) - 3
-        q = rng.integers(-3, 4, (8, 32)).astype(np.float32)
-        w = (rng.choice([-1, 1], 8) * rng.integers(1, 65, 8) * 2.0 ** -12).astype(np.float32)
-        rows = [(np.maximum(keys_ @ q.T, 0) @ w).astype(np.float32), rng.integers(0, 50, C).astype(np.float32)]
+        rows = _quantized_rows(C, rng)
         for row in rows:
             for smp_cap in (4096, 16):
                 out, tr = topk_model.select_row_share(row, k, 4, 2560, smp_cap, 20480, rng)
@@ -1000,3 +1007,119 @@ def test_the_sample_stream_compares_scores_as_keys():
         with np.errstate(invalid="ignore"):
             got = x >= topk_model.sample_float(K)
         assert np.array_equal(got, kx >= K), hex(K)
+
+
+# ---- topk_union.cu (radix_union) ------------------------------------------------------------------
+
+
+def _union_caps():
+    return topk_variants.union_define("UNI_CAP"), topk_variants.onecta_define("ONE_CAP")
+
+
+@pytest.mark.parametrize("union_cap", [16, 16384], ids=["cap16-row", "served"])
+@pytest.mark.parametrize("cs", [1, 2, 4, 8])
+@pytest.mark.parametrize("kind", (*KINDS, "one_level"))
+def test_the_union_emulation_gives_the_reference_set(kind, cs, union_cap):
+    """Every row kind at irregular lengths (C % 4 != 0, slices shorter than a thread's keys, k > C),
+    with the union serving where it can or too small to (the row itself): the reference's set
+    exactly, members first, then -1."""
+    rng = np.random.default_rng(zlib.crc32(repr(("union", kind, cs, union_cap)).encode()))
+    for C, k in ((1, 1), (7, 3), (2049, 512), (3001, 2048), (5000, 6000), (20000, 64), (30001, 700)):
+        if topk_model.split_slices(C, cs)[0][1] > topk_model.UNI_KEYS:
+            continue
+        row = _rows(kind, C, min(k, C), rng)
+        out, _ = topk_model.select_row_union(row, k, cs, union_cap, 2560, rng)
+        res = _strict_ok(out, row, k)
+        assert res.ok, (kind, C, k, cs, union_cap, res.describe())
+
+
+def test_the_union_paths_are_exercised():
+    """Each path on a row built for it: random (the union serves, its bound below the k-th key);
+    ascending (the top keys in the last slice, whose last 4096 elements hold every thread's max:
+    ~4 k keys above the bound; a union of 2047 does not hold them: the row); every key -inf but a few (fewer than k thread maxes: no bound, the row);
+    one level (the union is the whole row: served when it fits, its bin buffer overflowing, so the
+    partial level from ShrFinalOut's take; past the cap, the row)."""
+    rng = np.random.default_rng(53)
+    union_cap, cap = _union_caps()
+    row = rng.standard_normal(65536).astype(np.float32)
+    out, tr = topk_model.select_row_union(row, 512, 4, union_cap, cap, rng)
+    assert tr.served and 512 <= tr.n_union < 2048 and _strict_ok(out, row, 512).ok
+    srt = np.sort(row)
+    out, tr = topk_model.select_row_union(srt, 512, 4, union_cap, cap, rng)
+    assert tr.served and 2048 <= tr.n_union <= 4096 and _strict_ok(out, srt, 512).ok
+    out, tr = topk_model.select_row_union(srt, 512, 4, 2047, cap, rng)
+    assert not tr.served and tr.b != 0 and tr.n_union > 2047 and _strict_ok(out, srt, 512).ok
+    row = np.full(8192, -np.inf, np.float32)
+    row[[3, 2500, 6000, 8191]] = [1.0, np.inf, -2.0, 0.0]
+    out, tr = topk_model.select_row_union(row, 64, 2, union_cap, cap, rng)
+    assert tr.b == 0 and not tr.served and tr.n_union == 0
+    assert sorted(out[:3].tolist()) == [3, 6000, 8191] and (out[3:] == -1).all()
+    row = np.full(12000, 0.5, np.float32)
+    out, tr = topk_model.select_row_union(row, 512, 1, union_cap, cap, rng)
+    assert tr.served and tr.n_union == 12000 and tr.select.partial and tr.select.overflow
+    assert np.array_equal(np.sort(out), np.arange(512))
+    out, tr = topk_model.select_row_union(np.full(65536, 0.5, np.float32), 2048, 4, union_cap, cap, rng)
+    assert not tr.served and np.array_equal(np.sort(out), np.arange(2048))
+
+
+def test_the_union_tie_take_on_quantized_rows_is_the_rows():
+    """The DSA layer's quantized scores (a level cut at the k-th in most rows) and 50-level rows (the
+    union's bin buffer overflows: ShrFinalOut's take from the union): the union serves and its
+    partial tie level gives the reference's set."""
+    rng = np.random.default_rng(59)
+    partial = 0
+    for trial in range(6):
+        C, k = 65536, 512
+        rows = _quantized_rows(C, rng)
+        for row in rows:
+            out, tr = topk_model.select_row_union(row, k, 4, *_union_caps(), rng)
+            partial += tr.select.partial
+            assert tr.served and _strict_ok(out, row, k).ok, trial
+    assert partial >= 6, partial                   # the union's take ran, not only whole levels
+
+
+@pytest.mark.parametrize("C,k,M", [(65536, 512, 32), (65536, 2048, 32), (65536, 512, 64), (65536, 512, 8),
+                                   (16384, 512, 32), (131072, 2048, 1)])
+def test_the_union_serves_on_random_rows_at_the_sweep_points(C, k, M):
+    """On N(0, 1) rows at radix_union's cluster pick: the union always serves, holding under 2k + 1024
+    keys (the bound's bin is 1/8 of an octave wide), so rank 0 selects from far fewer pairs than the
+    row; and the thread maxes' bound is at most the k-th key (the select's T)."""
+    union_cap, cap = _union_caps()
+    cs = topk_model.pick_union(M, C, topk_variants.H200_SMS)
+    rng = np.random.default_rng(C + k + M + 7)
+    for _ in range(3):
+        row = rng.standard_normal(C).astype(np.float32)
+        out, tr = topk_model.select_row_union(row, k, cs, union_cap, cap, rng)
+        assert tr.served and k <= tr.n_union < 2 * k + 1024, (C, k, M, cs, tr.n_union)
+        assert tr.select.T >= tr.b << 20 and _strict_ok(out, row, k).ok
+
+
+@pytest.mark.parametrize("M,C,expect", [(32, 65536, 4), (64, 65536, 4), (8, 65536, 8), (1, 65536, 8), (33, 8192, 4), (34, 8192, 2),
+                                        (32, 8192, 4), (132, 4100, 1), (1, 131072, 8), (1, 131073, None),
+                                        (16, 16385, 8)])
+def test_the_union_pick(M, C, expect):
+    assert topk_model.pick_union(M, C, 132) == expect
+
+
+def test_the_union_thread_maxes_follow_the_element_mapping():
+    """Key j of thread t is element 4 (q 1024 + t) + e: a marker at element 4 (3 x 1024 + 17) + 2
+    is thread 17's max; past the slice, key 0."""
+    key = np.ones(16384, np.int64)
+    key[4 * (3 * 1024 + 17) + 2] = 99
+    tm = topk_model.thread_maxes(key)
+    assert tm[17] == 99 and (np.delete(tm, 17) == 1).all()
+    assert (topk_model.thread_maxes(np.ones(4100, np.int64))[1025:] == 0).all()
+
+
+def test_the_union_launcher_reads_the_kernel_declarations(geometry):
+    d = topk_variants.union_define
+    assert d("UNI_KEYS") == topk_model.UNI_KEYS and d("UNI_VECS") == topk_model.UNI_VECS
+    assert d("UNI_CAP") * 8 == d("UNI_DYN_BYTES") == topk_variants.split_define("S2_RING_BYTES", "split2")
+    assert d("UNI_DYN_BYTES") + 45216 + 4 <= 232448                     # one CTA an SM
+    text = (topk_variants.HERE / topk_variants.UNION_SOURCE).read_text()
+    assert all(f"DSA_TOPK_UNION_KERNEL({cs})" in text for cs in topk_model.UNION_SIZES)
+    comp = registry.get("dsa_topk")
+    assert comp.variant("radix_union").sources == (topk_variants.UNION_SOURCE,)
+    why = comp.variant("radix_union").supports(geometry, _point(M=1, context=1048576, pooling="per_token"))
+    assert why and "at most 8 CTAs a row (131072 candidates); this row has 1048576" in why
+

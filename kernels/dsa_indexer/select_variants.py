@@ -9,6 +9,8 @@
   topk_variants.pick_cluster), as one step.
 - ``scan_then_share``: the same with topk_split2.cu's radix_share (dsa_select's fastest top-k at
   the goal point) in place of radix_cluster: what a fused kernel has to beat.
+- ``scan_then_union``: the same with topk_union.cu's radix_union (one cluster a row; rows of at most
+  131072 candidates: the pooled points).
 - ``ref_select`` (CPU): scan_variants' float32 host scan, then reference.topk row by row.
 - ``model_fused`` (CPU): the same host scores through select_model (the kernels' logic in NumPy,
   with the H200's plan: 132 SMs, 3 CTAs an SM).
@@ -55,7 +57,8 @@ def _supports_unfused(geometry, point, topk: str = "radix_cluster") -> str | Non
     # the top-k's rules at the top-k's own point: this component's point has no topk axis (it
     # selects the fuel's index_topk)
     topk_point = {**point, "topk": int(geometry.indexer.index_topk)}
-    rules = topk_variants._supports_radix if topk == "radix_cluster" else topk_variants._supports_share
+    rules = {"radix_cluster": topk_variants._supports_radix, "radix_share": topk_variants._supports_share,
+             "radix_union": topk_variants._supports_union}[topk]
     return scan_variants._supports_mma(geometry, point) or rules(geometry, topk_point)
 
 
@@ -114,14 +117,18 @@ def _build_fused(name, tag, round_tiles, geometry, point, inputs, backend) -> Ke
                          f"a CTA; {S * k} candidates a stream merged")
 
 
+# the unfused pair's top-k -> the step's variant name
+UNFUSED_NAMES = {"radix_cluster": "scan_then_topk", "radix_share": "scan_then_share", "radix_union": "scan_then_union"}
+
+
 def make_unfused_build(topk: str = "radix_cluster"):
     """The unfused pair as one step: scan_mma's kernel writes scores [M, C], then the top-k variant
     ``topk`` selects from them with its own launch geometry: "radix_cluster" (topk_radix.cu at
-    topk_variants.pick_cluster) or "radix_share" (dsa_topk_share at topk_model.pick_split, with its
-    segments and row counters)."""
-    if topk not in ("radix_cluster", "radix_share"):
-        raise ValueError(f"topk: {topk!r}; allowed: ['radix_cluster', 'radix_share']")
-    name = "scan_then_topk" if topk == "radix_cluster" else "scan_then_share"
+    topk_variants.pick_cluster), "radix_share" (dsa_topk_share at topk_model.pick_split, with its
+    segments and row counters) or "radix_union" (dsa_topk_union at topk_model.pick_union)."""
+    if topk not in UNFUSED_NAMES:
+        raise ValueError(f"topk: {topk!r}; allowed: {sorted(UNFUSED_NAMES)}")
+    name = UNFUSED_NAMES[topk]
 
     def build(geometry, point, inputs, backend) -> KernelStep:
         cp, d, Mn, C, k, fp8 = _step_inputs(name, _supports_unfused(geometry, point, topk), geometry, point, inputs,
@@ -140,6 +147,13 @@ def make_unfused_build(topk: str = "radix_cluster"):
             kernels.append(KernelCall(fn, (cs, Mn), topk_variants.radix_define("DSA_TOPK_THREADS"), 0, lambda b: (
                 b["scores"], b["indices"], np.int32(C), np.int32(k))))
             note = f"radix_cluster: {cs} CTAs a row"
+        elif topk == "radix_union":
+            cs = topk_model.pick_union(Mn, C, int(backend.props["multiProcessorCount"]))
+            dyn = topk_variants.union_define("UNI_DYN_BYTES")
+            fn = _kernel(backend, topk_variants.UNION_SOURCE, f"dsa_topk_union_c{cs}", dyn)
+            kernels.append(KernelCall(fn, (cs, Mn), topk_variants.onecta_define("ONE_THREADS"), dyn, lambda b: (
+                b["scores"], b["indices"], np.int32(C), np.int32(k))))
+            note = f"radix_union: a cluster of {cs} CTAs a row"
         else:
             fn, P, _, dyn, _ = topk_variants.split_launch(backend, Mn, C, k, "share")
             with backend.stream:
@@ -209,6 +223,11 @@ SELECT_VARIANTS = (
                 "radix_share selects (its own P, segments and row counters): the time a fused kernel must beat",
             supports=lambda g, p: _supports_unfused(g, p, "radix_share"),
             sources=("scan_mma.cu", topk_variants.SPLIT2_SOURCE)),
+    Variant("scan_then_union", "cuda", make_unfused_build("radix_union"),
+            why="the unfused pair with radix_union (dsa_select's one-cluster top-k, no hand-off through "
+                "memory): scan_mma writes scores [M, C], then a cluster a row selects from them",
+            supports=lambda g, p: _supports_unfused(g, p, "radix_union"),
+            sources=("scan_mma.cu", topk_variants.UNION_SOURCE)),
     Variant("ref_select", "cpu", lambda g, p, i, b: _HostSelect(_reference_rows, g, p, i),
             why="float32 NumPy scan on the host, then reference.topk row by row", sources=("select_spec.py",)),
     Variant("model_fused", "cpu", lambda g, p, i, b: _HostSelect(_model_rows, g, p, i),

@@ -718,3 +718,85 @@ def select_share(scores: np.ndarray, k: int, P: int, cap: int, smp_cap: int, uni
     """Every row of ``scores`` [M, C] float32 -> [M, k] int32 (select_row_share)."""
     rng = np.random.default_rng(4)
     return np.stack([select_row_share(row, k, P, cap, smp_cap, union_cap, rng)[0] for row in scores])
+
+
+# ---- topk_union.cu's dsa_topk_union: a cluster a row, the union of the keys >= a row-wide bound ----
+
+UNI_THREADS = 1024                     # ONE_THREADS
+UNI_VECS = 4                           # topk_union.cu UNI_VECS: float4 loads a thread
+UNI_KEYS = 4 * UNI_VECS * UNI_THREADS  # UNI_KEYS: 16384 keys a CTA at most
+UNION_SIZES = (1, 2, 4, 8)             # the cluster sizes topk_union.cu instantiates
+
+
+def pick_union(M: int, C: int, sms: int) -> int | None:
+    """CTAs a row (one cluster) for dsa_topk_union: the fewest of UNION_SIZES whose slices
+    (split_slices) hold at most UNI_KEYS keys, doubled while the doubled grid fits one CTA an SM
+    (more SMs reading the rows); None when 8 CTAs cannot hold the row."""
+    need = next((cs for cs in UNION_SIZES if split_slices(C, cs)[0][1] <= UNI_KEYS), None)
+    if need is None:
+        return None
+    cs = need
+    while 2 * cs in UNION_SIZES and M * 2 * cs <= sms:
+        cs *= 2
+    return cs
+
+
+def thread_maxes(key: np.ndarray) -> np.ndarray:
+    """Every thread's largest key over a slice's keys [n <= UNI_KEYS] int64: key j of thread t is
+    element 4 (q 1024 + t) + e of the slice (q = j / 4, e = j % 4), key 0 past its end."""
+    assert len(key) <= UNI_KEYS
+    padded = np.zeros(UNI_KEYS, np.int64)
+    padded[:len(key)] = key
+    return padded.reshape(UNI_VECS, UNI_THREADS, 4).max(axis=(0, 2))
+
+
+@dataclasses.dataclass
+class UnionTrace:
+    """One row in dsa_topk_union: the bound's digit-0 bin b (0: none), the keys >= b << 20 over the
+    row (pushed only when b != 0), whether the union served (else the row itself), the select's
+    trace."""
+
+    b: int
+    n_union: int
+    served: bool
+    select: OneTrace
+
+
+def select_row_union(scores: np.ndarray, k: int, cs: int, union_cap: int, cap: int,
+                     rng: np.random.Generator | None = None) -> tuple[np.ndarray, UnionTrace]:
+    """One row as dsa_topk_union's cluster of ``cs``: ``(out [k] int32, trace)``.
+
+    The thread maxes of every slice (thread_maxes), their nonzero digit 0 counted over the row, b the
+    bin of the k-th largest (_find_desc; 0 when fewer than k). b != 0: every key >= tlb = b << 20
+    pushed to the union in a random order (the cluster's atomics give any); served when at most
+    ``union_cap`` were pushed: _one_select with drop over the union, a partial tie level from its bin
+    buffer or, that overflowing, ShrFinalOut's take from the union (the row's index-order take past
+    ``cap`` of the union's keys == T). Otherwise _one_select over the row (its tie take from the bin
+    buffer, else the row's)."""
+    rng = rng or np.random.default_rng(0)
+    key = keys(scores).astype(np.int64)
+    C = len(key)
+    tm = np.concatenate([thread_maxes(key[lo:hi]) for lo, hi in split_slices(C, cs)])
+    b, _ = _find_desc(np.bincount(tm[tm != 0] >> 20, minlength=4096), k)
+    idx = rng.permutation(np.flatnonzero(key >= b << 20)) if b else np.zeros(0, np.int64)
+    ties = _ties_of_row(key, 0, C)
+    served = b != 0 and len(idx) <= union_cap
+    if served:
+        assert len(idx) >= k, "the k thread maxes >= tlb are k distinct keys"
+
+        def union_ties(T, Q):
+            tied = np.sort(idx[key[idx] == T])
+            return tied[:Q] if len(tied) <= cap else ties(T, Q)
+        out, tr = _one_select(key[idx], k, cap, rng, True, lambda p: idx[p], union_ties, True)
+        assert tr.T >= b << 20, "T >= tlb: the union holds every key of the row >= T"
+    else:
+        out, tr = _one_select(key, k, cap, rng, True, lambda p: p, ties, True)
+    return out.astype(np.int32), UnionTrace(b=int(b), n_union=len(idx), served=served, select=tr)
+
+
+def select_union(scores: np.ndarray, k: int, union_cap: int, cap: int, sms: int) -> np.ndarray:
+    """Every row of ``scores`` [M, C] float32 -> [M, k] int32 (select_row_union at pick_union's size)."""
+    rng = np.random.default_rng(5)
+    cs = pick_union(len(scores), scores.shape[1], sms)
+    assert cs is not None, f"dsa_topk_union holds at most {UNION_SIZES[-1] * UNI_KEYS} keys a row"
+    return np.stack([select_row_union(row, k, cs, union_cap, cap, rng)[0] for row in scores])

@@ -20,8 +20,8 @@ say so below. The tool orders a CTA's marks by clock64 and names each phase by t
 #define TK_ENTRY 0     // first instruction after the launch-shape check
 #define TK_ISSUE 1     // resident: every load issued and the histograms zeroed (CTA barrier); sample: the bound known and thread 0's ring copies issued (no barrier)
 #define TK_READ 2      // pass 1 over the row done: digit 0 counted (bound: thread 0's pairs, before the barrier)
-#define TK_BOUND 3     // bound: the cluster's lower bound tlb known (barrier.cluster + DSMEM min); sample: its sample counted (CTA barrier)
-#define TK_PASS2 4     // the second pass over the row done: buffer filled (onecta: members above the bin written)
+#define TK_BOUND 3     // bound: the cluster's lower bound tlb known (barrier.cluster + DSMEM min); sample: its sample counted (CTA barrier); union: the bound's bin found over the cluster's thread maxes (CTA barrier)
+#define TK_PASS2 4     // the second pass over the row done: buffer filled (onecta: members above the bin written; union: the keys >= the bound pushed to rank 0, barrier.cluster)
 #define TK_SYNC0 5     // digit 0: the cluster barrier (or CTA barrier) that publishes the histograms passed
 #define TK_DIGIT0 6    // digit 0 decided: b0 and the count above it
 #define TK_SYNC1 7
@@ -31,7 +31,7 @@ say so below. The tool orders a CTA's marks by clock64 and names each phase by t
 #define TK_COUNTS 11   // quota, output base and F known (the counts' barrier passed)
 #define TK_WRITE 12    // thread 0's members written and the -1 fill issued (thread 0's view: no barrier)
 #define TK_EXIT 13     // after the exit barrier (cluster), the last instruction
-#define TK_FINAL 14    // split: the row's last CTA has written the final select (stage 2)
+#define TK_FINAL 14    // split: the row's last CTA has written the final select (stage 2); union: rank 0 has written the row
 #define TK_FSTART 15   // split2: the row's last CTA past the hand-off (counter, fences, barrier)
 #define TK_FREAD 16    // split2's final select: pass 1 over the candidates done (digit 0 counted)
 #define TK_FPASS2 17   // split2's final select: pass 2 done (members above the bin written, bin buffered)

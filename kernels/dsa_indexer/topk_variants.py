@@ -24,6 +24,11 @@
   with a pass 2 over each lane's hits only, (key, index) candidate pairs and 2-barrier bin searches.
   ``radix_sample`` (ours): ``dsa_topk_sample`` in the same file, split2 whose stage 1 reads its slice
   once: a sampled bound, one pass buffering the keys above it, the select over that buffer.
+- ``radix_union`` (ours): ``topk_union.cu``, one thread-block cluster a row (topk_model.pick_union: 1-8
+  CTAs), the row held in registers (16 keys a thread, every load issued at once); the thread maxes'
+  digit 0 summed over the cluster through DSMEM bounds the row's k-th key from below, every key
+  above the bound goes to a union in rank 0's shared memory, and rank 0 selects from it (s2_select,
+  topk_select.cuh); the row itself where the union does not serve.
 - ``torch_topk`` (peer): ``torch.topk`` unsorted on our stream, non-finite picks mapped to -1 as a
   caller would.
 - ``flashinfer_topk`` / ``flashinfer_topk_lower`` (peers): ``flashinfer.top_k(x, k)`` as called by
@@ -34,7 +39,8 @@
   topk_resident.cu's logic (topk_model.select_row_resident); ``model_onecta`` (CPU): topk_onecta.cu's
   (topk_model.select_row_onecta); ``model_split`` (CPU): topk_split.cu's
   (topk_model.select_row_split); ``model_sample`` (CPU): dsa_topk_sample's (topk_model.select_row_sample);
-  ``model_share`` (CPU): dsa_topk_share's (topk_model.select_row_share).
+  ``model_share`` (CPU): dsa_topk_share's (topk_model.select_row_share); ``model_union`` (CPU):
+  dsa_topk_union's (topk_model.select_row_union).
 
 Nothing here imports cupy, torch or flashinfer at import time.
 """
@@ -288,6 +294,36 @@ def _split_step(geometry, point, inputs, backend, P_fixed: int | None, design: s
     return step.ready()
 
 
+UNION_SOURCE = "topk_union.cu"
+
+
+def union_define(name: str) -> int:
+    """A ``#define`` of topk_union.cu (keys a CTA, the union's pairs, dynamic shared memory)."""
+    return source_define(str(HERE / UNION_SOURCE), name)
+
+
+def _supports_union(geometry, point) -> str | None:
+    C = spec.n_candidates(geometry, point)
+    if topk_model.pick_union(int(point["M"]), C, H200_SMS) is None:
+        return (f"dsa_topk_union holds {union_define('UNI_KEYS')} keys a CTA and at most "
+                f"{topk_model.UNION_SIZES[-1]} CTAs a row ({topk_model.UNION_SIZES[-1] * union_define('UNI_KEYS')} "
+                f"candidates); this row has {C}")
+    return _supports_radix(geometry, point)
+
+
+def _union_build(geometry, point, inputs, backend) -> KernelStep:
+    Mn, C = int(point["M"]), spec.n_candidates(geometry, point)
+    cs = topk_model.pick_union(Mn, C, int(backend.props["multiProcessorCount"]))
+    if cs is None:
+        raise ValueError(f"dsa_topk_union: {C} candidates a row; allowed: at most "
+                         f"{topk_model.UNION_SIZES[-1] * union_define('UNI_KEYS')}")
+    return _topk_step(geometry, point, inputs, backend, UNION_SOURCE, f"dsa_topk_union_c{cs}", cs,
+                      onecta_define("ONE_THREADS"), union_define("UNI_DYN_BYTES"),
+                      f"dsa_topk_union_c{cs}: a cluster of {cs} CTA{'s' if cs > 1 else ''} a row ({Mn * cs} CTAs), "
+                      f"{topk_model.split_slices(C, cs)[0][1]} keys a CTA held in registers, a union of "
+                      f"{union_define('UNI_CAP')} pairs at most in rank 0")
+
+
 def _torch_ready() -> str | None:
     try:
         import torch
@@ -455,6 +491,10 @@ def _model_share_rows(scores: np.ndarray, k: int) -> np.ndarray:
                                    split_define("SMP_DYN_BYTES", "share") // 8)
 
 
+def _model_union_rows(scores: np.ndarray, k: int) -> np.ndarray:
+    return topk_model.select_union(scores, k, union_define("UNI_CAP"), onecta_define("ONE_CAP"), H200_SMS)
+
+
 def _model_resident_rows(scores: np.ndarray, k: int) -> np.ndarray:
     return topk_model.select_resident(scores, k, pick_resident(scores.shape[1]))
 
@@ -540,6 +580,13 @@ TOPK_VARIANTS = (
                 "and keeps the result when its k-th key is at or above every slice's share bound, else "
                 "selects again from both groups (each holds its slice's k best)",
             supports=_supports_share, sources=(SPLIT2_SOURCE,)),
+    Variant("radix_union", "cuda", _union_build,
+            why="one cluster a row with no workspace and no hand-off through global memory (radix_split2's "
+                "fixed chain at 512 of 65536): the slice read once into registers with every load in flight, "
+                "the thread maxes' digit 0 summed over the cluster through DSMEM for a lower bound on the "
+                "row's k-th key (~800 keys above it at 512 of 65536), those keys pushed to rank 0's shared "
+                "memory, rank 0's select over them; the row itself when the union does not serve",
+            supports=_supports_union, sources=(UNION_SOURCE,)),
     Variant("torch_topk", "cuda", lambda g, p, i, b: _TorchTopk(g, p, i, b),
             why="torch.topk(k, sorted=False) on our stream, non-finite picks mapped to -1",
             supports=lambda g, p: _torch_ready(), peer=True),
@@ -576,6 +623,10 @@ TOPK_VARIANTS = (
             why="dsa_topk_share's logic emulated in NumPy (topk_model.select_row_share) at radix_share's P: "
                 "both bounds, the two groups or the slice's k best, the final's levels and its test",
             sources=("topk_model.py",)),
+    Variant("model_union", "cpu", lambda g, p, i, b: _HostTopk(_model_union_rows, g, p, i),
+            why="dsa_topk_union's logic emulated in NumPy (topk_model.select_row_union) at radix_union's "
+                "cluster pick: the thread maxes, the bound, the union or the row, the select's tie takes",
+            supports=_supports_union, sources=("topk_model.py",)),
     Variant("model_resident", "cpu", lambda g, p, i, b: _HostTopk(_model_resident_rows, g, p, i),
             why="topk_resident.cu's logic emulated in NumPy (topk_model.select_row_resident) at resident's "
                 "CTA pick: the (j, t, s) element mapping, the packed tie scan, the counter claims",

@@ -57,13 +57,23 @@ COMBINE_THREADS = 128
 
 def source_define(source: str, name: str) -> int:
     """``#define NAME <integer literal>`` of one of this family's .cu files (what the launcher must
-    give the kernel: its dynamic shared memory, its block size), read from the source so the two
-    are declared once."""
-    text = (HERE / source).read_text()
-    found = re.search(rf"#define\s+{name}\s+\(?([0-9]+)\)?\s", text)
-    if not found:
-        raise RuntimeError(f"{source} defines no {name}")
-    return int(found.group(1))
+    give the kernel: its dynamic shared memory, its block size), read from the source, or from a
+    local header it includes (breadth first), so the two are declared once."""
+    path = HERE / source
+    seen: set[pathlib.Path] = set()
+    todo = [path]
+    while todo:                      # the source, then the local headers it includes
+        f = todo.pop(0)
+        if f in seen:
+            continue
+        seen.add(f)
+        text = f.read_text()
+        found = re.search(rf"#define\s+{name}\s+\(?([0-9]+)\)?\s", text)
+        if found:
+            return int(found.group(1))
+        todo += [f.parent / inc for inc in re.findall(r'^#include\s+"([^"]+)"', text, re.M)
+                 if (f.parent / inc).is_file()]
+    raise RuntimeError(f"{source} (with the headers it includes) defines no {name}")
 
 
 def pick_splits(M: int, W: int, sms: int, quantum: int) -> int:
