@@ -51,6 +51,21 @@ def test_every_header_is_included():
     assert not unused, f"no .cu includes {unused}"
 
 
+# Macros of the host's <math.h> / <float.h>: nvcc's .cu compile includes those headers, NVRTC (what
+# runs the kernels) does not, so a kernel using them compiles here and fails on the GPU
+# (kernels/common/device.cuh's neg_inf() is the -inf the kernels use).
+HOST_MACROS = re.compile(r"\b(INFINITY|NAN|HUGE_VALF?|FLT_MAX|FLT_MIN|DBL_MAX|M_PI|M_E)\b")
+
+
+def test_no_kernel_uses_a_host_header_macro():
+    found = []
+    for src in SOURCES + HEADERS:
+        code = re.sub(r"/\*.*?\*/", "", src.read_text(), flags=re.S)
+        code = re.sub(r"//[^\n]*", "", code)
+        found += [f"{src.relative_to(REPO_ROOT)}: {m}" for m in sorted(set(HOST_MACROS.findall(code)))]
+    assert not found, f"NVRTC has no <math.h> / <float.h>: {found}"
+
+
 def _compile(source, tmp_path, *options):
     if NVCC is None:
         if os.environ.get("CI"):

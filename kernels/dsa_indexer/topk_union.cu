@@ -90,11 +90,11 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
         const unsigned e0 = lo + 4u * (q * ONE_THREADS + threadIdx.x);
         if (vec) {
             const float4 v = e0 < hi ? ld_nc_f32x4(reinterpret_cast<const float4*>(row + e0))
-                                     : make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
+                                     : make_float4(neg_inf(), neg_inf(), neg_inf(), neg_inf());
             x[4 * q] = v.x, x[4 * q + 1] = v.y, x[4 * q + 2] = v.z, x[4 * q + 3] = v.w;
         } else {
 #pragma unroll
-            for (unsigned e = 0; e < 4; ++e) x[4 * q + e] = e0 + e < hi ? ld_nc_f32(row + e0 + e) : -INFINITY;
+            for (unsigned e = 0; e < 4; ++e) x[4 * q + e] = e0 + e < hi ? ld_nc_f32(row + e0 + e) : neg_inf();
         }
     }
     one_reset(s);                                      // under the loads' flight; ends with a barrier
