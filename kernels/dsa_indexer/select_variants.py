@@ -140,30 +140,22 @@ def make_unfused_build(topk: str = "radix_cluster"):
         head = (d.q, d.w, d.keys, d.scales) if fp8 else (d.q, d.w, d.keys)
         kernels = [KernelCall(scan, ctas, scan_variants.define("scan_mma.cu", "SCAN_MMA_THREADS"), 0, lambda b: (
             *head, d.eligible, b["scores"], np.int32(Mn), np.int32(C), np.int32(tpw)))]
-        restore = {}
+        restore, topk_poison = {}, {}
         if topk == "radix_cluster":
             cs = topk_variants.pick_cluster(Mn, int(backend.props["multiProcessorCount"]))
             fn = get_kernel(backend, HERE / topk_variants.RADIX_SOURCE, f"dsa_topk_radix_c{cs}")
             kernels.append(KernelCall(fn, (cs, Mn), topk_variants.radix_define("DSA_TOPK_THREADS"), 0, lambda b: (
                 b["scores"], b["indices"], np.int32(C), np.int32(k))))
             note = f"radix_cluster: {cs} CTAs a row"
-        elif topk == "radix_union":
-            cs = topk_model.pick_union(Mn, C, int(backend.props["multiProcessorCount"]))
-            dyn = topk_variants.union_define("UNI_DYN_BYTES")
-            fn = _kernel(backend, topk_variants.UNION_SOURCE, f"dsa_topk_union_c{cs}", dyn)
-            kernels.append(KernelCall(fn, (cs, Mn), topk_variants.onecta_define("ONE_THREADS"), dyn, lambda b: (
-                b["scores"], b["indices"], np.int32(C), np.int32(k))))
-            note = f"radix_union: a cluster of {cs} CTAs a row"
         else:
-            fn, P, _, dyn, _ = topk_variants.split_launch(backend, Mn, C, k, "share")
+            tk = topk_variants.topk_launch(backend, topk, Mn, C, k)
             with backend.stream:
-                buffers["ws"] = cp.empty((Mn, P, topk_variants.split_ws_pairs("share", k), 2), cp.uint32)
-                buffers["count"] = cp.zeros(Mn, cp.uint32)
-                restore["count"] = cp.zeros(Mn, cp.uint32)   # zero before every launch (the kernel leaves it so)
-            kernels.append(KernelCall(fn, (P, Mn), topk_variants.onecta_define("ONE_THREADS"), dyn, lambda b: (
-                b["scores"], b["indices"], b["ws"], b["count"], np.int32(C), np.int32(k))))
-            note = f"radix_share: {P} CTAs a row"
-        step = KernelStep(backend, kernels, buffers, restore, {"indices": topk_model.POISON, "scores": np.float32(np.nan)},
+                extra, restore, topk_poison = tk.buffers(cp, Mn)
+            buffers.update(extra)
+            kernels.append(tk.call(Mn, C, k, "scores", "indices"))
+            note = tk.note
+        step = KernelStep(backend, kernels, buffers, restore,
+                          {"indices": topk_model.POISON, "scores": np.float32(np.nan), **topk_poison},
                           lambda b: {"indices": backend.to_host(b["indices"])}, dependent=False)
         step.note = f"scan_mma: {ctas} persistent CTAs, {tpw} tiles a warp; {note}"
         return step.ready()

@@ -47,6 +47,7 @@ Nothing here imports cupy, torch or flashinfer at import time.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pathlib
 
@@ -322,6 +323,62 @@ def _union_build(geometry, point, inputs, backend) -> KernelStep:
                       f"dsa_topk_union_c{cs}: a cluster of {cs} CTA{'s' if cs > 1 else ''} a row ({Mn * cs} CTAs), "
                       f"{topk_model.split_slices(C, cs)[0][1]} keys a CTA held in registers, a union of "
                       f"{union_define('UNI_CAP')} pairs at most in rank 0")
+
+
+# The top-k designs a multi-kernel step embeds (indexer_select's unfused pairs, the DSA layer) ->
+# their source; topk_launch builds any of them.
+STEP_DESIGNS = {"radix_split2": SPLIT2_SOURCE, "radix_sample": SPLIT2_SOURCE, "radix_share": SPLIT2_SOURCE,
+                "radix_union": UNION_SOURCE}
+
+
+@dataclasses.dataclass
+class TopkLaunch:
+    """A top-k design's kernel as a step embeds it, for M rows of C scores choosing k: grid (ctas,
+    M), and beside the scores and the indices, for the split designs a (key, index) pair workspace
+    [M, ctas, ws_pairs, 2] uint32 and [M] uint32 row counters that must be zero before every launch
+    (the kernel leaves them so); radix_union needs neither (ws_pairs 0). The step's buffers are
+    named ``topk_ws`` and ``topk_count``."""
+
+    fn: object
+    ctas: int
+    threads: int
+    dyn: int
+    ws_pairs: int
+    note: str
+
+    def buffers(self, cp, M: int) -> tuple[dict, dict, dict]:
+        """(buffers, restore, poison) for the step: the workspace and counters, or nothing."""
+        if not self.ws_pairs:
+            return {}, {}, {}
+        return ({"topk_ws": cp.empty((M, self.ctas, self.ws_pairs, 2), cp.uint32), "topk_count": cp.zeros(M, cp.uint32)},
+                {"topk_count": cp.zeros(M, cp.uint32)}, {"topk_ws": topk_model.POISON.view(np.uint32)})
+
+    def call(self, M: int, C: int, k: int, scores: str, indices: str) -> KernelCall:
+        """The step's KernelCall, reading its scores and writing its indices from buffers so named."""
+        if self.ws_pairs:
+            args = lambda b: (b[scores], b[indices], b["topk_ws"], b["topk_count"], np.int32(C), np.int32(k))  # noqa: E731
+        else:
+            args = lambda b: (b[scores], b[indices], np.int32(C), np.int32(k))  # noqa: E731
+        return KernelCall(self.fn, (self.ctas, M), self.threads, self.dyn, args)
+
+
+def topk_launch(backend, design: str, M: int, C: int, k: int) -> TopkLaunch:
+    """``design`` (one of STEP_DESIGNS) launched for M rows of C scores: its own launcher's
+    geometry (topk_model.pick_split's P, or pick_union's cluster)."""
+    if design not in STEP_DESIGNS:
+        raise ValueError(f"design: {design!r}; allowed: {sorted(STEP_DESIGNS)}")
+    threads = onecta_define("ONE_THREADS")
+    if design == "radix_union":
+        cs = topk_model.pick_union(M, C, int(backend.props["multiProcessorCount"]))
+        if cs is None:
+            raise ValueError(f"dsa_topk_union: {C} candidates a row; allowed: at most "
+                             f"{topk_model.UNION_SIZES[-1] * union_define('UNI_KEYS')}")
+        dyn = union_define("UNI_DYN_BYTES")
+        fn = get_kernel(backend, HERE / UNION_SOURCE, f"dsa_topk_union_c{cs}", dyn_smem=dyn)
+        return TopkLaunch(fn, cs, threads, dyn, 0, f"radix_union: a cluster of {cs} CTAs a row")
+    split = design.removeprefix("radix_")
+    fn, P, _, dyn, _ = split_launch(backend, M, C, k, split)
+    return TopkLaunch(fn, P, threads, dyn, split_ws_pairs(split, k), f"{design}: {P} CTAs a row")
 
 
 def _torch_ready() -> str | None:

@@ -33,14 +33,13 @@ from . import spec
 # The sparse MLA design (spec.MLA_DESIGN): one of sparse_mla's cooperative designs, launched by its
 # own sparse_mla/variants.coop_kernel (one-wave splits, the combine inside the kernel).
 assert spec.MLA_DESIGN in mla_variants.COOP_DESIGNS, "the step launches a cooperative sparse MLA design"
-# the top-k: radix_split2 or radix_share (spec.topk_design, by the scores' pooling), its launcher's P
-# CTAs a row, workspace and counters; both designs live in one source
-TOPK_SPLIT_DESIGNS = {pool: design.removeprefix("radix_") for pool, design in spec.TOPK_DESIGNS.items()}
-assert len({topk_variants.SPLIT_DESIGNS[d][0] for d in TOPK_SPLIT_DESIGNS.values()}) == 1, "one top-k source"
+# the top-k (spec.topk_design, by the scores' pooling): topk_variants.topk_launch's geometry, workspace
+# and counters, as dsa_topk's own variant launches it
+assert set(spec.TOPK_DESIGNS.values()) <= set(topk_variants.STEP_DESIGNS), "a design a step can embed"
+TOPK_SOURCES = sorted({topk_variants.STEP_DESIGNS[d] for d in spec.TOPK_DESIGNS.values()})
 SOURCES = {
     "compress": kpool_variants.HERE / "kpool_compress.cu",
     "scan": scan_variants.HERE / "scan_mma.cu",
-    "topk": topk_variants.HERE / topk_variants.SPLIT_DESIGNS[TOPK_SPLIT_DESIGNS["pooled"]][0],
     "expand": kpool_variants.HERE / "expand.cu",
     "split": mla_variants.HERE / mla_variants.COOP_DESIGNS[spec.MLA_DESIGN][0],
 }
@@ -92,9 +91,7 @@ def build_chained(geometry, point, inputs, backend) -> KernelStep:
     else:
         scan_fn = get_kernel(backend, SOURCES["scan"], "scan_mma_bf16")
         scan_threads, scan_ctas, tpw = scan_variants.mma_launch(backend, scan_fn, Mn, C)
-    topk_design = TOPK_SPLIT_DESIGNS[spec.pooling(point)]
-    topk_fn, P, _, topk_ring, _ = topk_variants.split_launch(backend, Mn, C, k, topk_design)
-    ws_pairs = topk_variants.split_ws_pairs(topk_design, k)   # the layer holds (key, index) pair workspaces
+    topk = topk_variants.topk_launch(backend, spec.topk_design(point), Mn, C, k)
     sel_name = "indices" if caching == "per_token" else "selection"   # per_token: the top-k's [M, 2048] output
     pps, ps = np.int32(mla.pages_per_stream(mp)), np.int32(mp["page_size"])
     mla_call, splits = mla_variants.coop_kernel(backend, spec.MLA_DESIGN, Mn, W, lambda b: (
@@ -106,9 +103,10 @@ def build_chained(geometry, point, inputs, backend) -> KernelStep:
               "part_acc": cp.empty((Mn, splits, H, D), cp.float32),
               "part_ml": cp.empty((Mn, splits, H, 2), cp.float32),
               "out": cp.empty((Mn, H, D), cp.uint16), "lse": cp.empty((Mn, H), cp.float32),
-              "topk_ws": cp.empty((Mn, P, ws_pairs, 2), cp.uint32), "topk_count": cp.zeros(Mn, cp.uint32),
               "mla_rows": mla_variants.coop_row_tickets(cp, Mn)}   # the sparse MLA's row tickets
-        counters_zero = cp.zeros(Mn, cp.uint32)   # the row counters, put back by poison (the kernel leaves them 0)
+        # the split designs' workspace and row counters (put back by poison: the kernel leaves them 0)
+        topk_buffers, topk_restore, topk_poison = topk.buffers(cp, Mn)
+        b0.update(topk_buffers)
         if caching == "compress":
             b0["pooled"] = cp.empty((Mn, ctx // 4, Di), cp.uint16)
         if caching != "per_token":
@@ -129,8 +127,7 @@ def build_chained(geometry, point, inputs, backend) -> KernelStep:
         scan_keys = (lambda b: b["pooled"]) if caching == "compress" else (lambda b: keys)
         kernels.append(KernelCall(scan_fn, scan_ctas, scan_threads, 0, lambda b: (
             d["iq"], d["iw"], scan_keys(b), d["eligible"], b["scores"], np.int32(Mn), np.int32(C), np.int32(tpw))))
-    kernels.append(KernelCall(topk_fn, (P, Mn), topk_variants.onecta_define("ONE_THREADS"), topk_ring, lambda b: (
-        b["scores"], b["indices"], b["topk_ws"], b["topk_count"], np.int32(C), np.int32(k))))
+    kernels.append(topk.call(Mn, C, k, "scores", "indices"))
     if caching != "per_token":
         expand_fn = get_kernel(backend, SOURCES["expand"], "expand_v1")
         kernels.append(KernelCall(expand_fn, Mn, kpool_variants.EXPAND_THREADS, 0, lambda b: (
@@ -139,7 +136,7 @@ def build_chained(geometry, point, inputs, backend) -> KernelStep:
 
     poison = {"scores": np.float32(np.nan), "indices": np.int32(INDEX_POISON), "part_acc": np.float32(np.nan),
               "part_ml": np.float32(np.nan), "out": np.uint16(0xFFFF), "lse": np.float32(np.nan),
-              "topk_ws": topk_model.POISON.view(np.uint32)}   # the top-k's own workspace poison
+              **topk_poison}                                   # the top-k's own workspace poison
     if caching == "compress":
         poison["pooled"] = np.uint16(0xFFFF)             # BF16 NaN
     if caching != "per_token":
@@ -150,10 +147,10 @@ def build_chained(geometry, point, inputs, backend) -> KernelStep:
                 "lse": backend.to_host(b["lse"]).astype(np.float64),
                 "selection": backend.to_host(b[sel_name])}
 
-    step = KernelStep(backend, kernels, b0, {"topk_count": counters_zero}, poison, read, dependent=False)
+    step = KernelStep(backend, kernels, b0, topk_restore, poison, read, dependent=False)
     scan_note = f"scan_wgmma_e4m3 {scan_ctas} CTAs x {tpw} tiles a CTA" if fp8_index else \
         f"scan_mma {scan_ctas} CTAs x {tpw} tiles a warp"
-    notes += [scan_note, f"{spec.topk_design(point)} {P} CTAs a row", f"{spec.MLA_DESIGN} {splits} splits"]
+    notes += [scan_note, topk.note, f"{spec.MLA_DESIGN} {splits} splits"]
     step.note = ", ".join(notes)
     return step.ready()
 
@@ -208,7 +205,7 @@ LAYER_VARIANTS = (
                 "order (not every kernel waits on griddepcontrol, so no PDL)",
             supports=supports_chained,
             sources=("../dsa_indexer/kpool_compress.cu", "../dsa_indexer/scan_mma.cu", "../dsa_indexer/scan_wgmma.cu",
-                     "../dsa_indexer/" + SOURCES["topk"].name, "../dsa_indexer/expand.cu",
+                     *("../dsa_indexer/" + s for s in TOPK_SOURCES), "../dsa_indexer/expand.cu",
                      f"../sparse_mla/{mla_variants.COOP_DESIGNS[spec.MLA_DESIGN][0]}")),
     Variant("ref_layer", "cpu", lambda g, p, i, b: _HostLayer(g, p, i), supports=lambda g, p: spec.strategy_problem(p),
             why="float32 NumPy on the host: compress_numpy, the scan's product, reference.topk, "
