@@ -723,20 +723,33 @@ def select_share(scores: np.ndarray, k: int, P: int, cap: int, smp_cap: int, uni
 # ---- topk_union.cu's dsa_topk_union: a cluster a row, the union of the keys >= a row-wide bound ----
 
 UNI_THREADS = 1024                     # ONE_THREADS
-UNI_VECS = 4                           # topk_union.cu UNI_VECS: float4 loads a thread
-UNI_KEYS = 4 * UNI_VECS * UNI_THREADS  # UNI_KEYS: 16384 keys a CTA at most
+UNI_VECS = 8                           # topk_union.cu UNI_VECS: float4 loads a thread
+UNI_KEYS = 4 * UNI_VECS * UNI_THREADS  # UNI_KEYS: 32768 keys a CTA at most
 UNION_SIZES = (1, 2, 4, 8)             # the cluster sizes topk_union.cu instantiates
+# Clusters of 1024-thread CTAs of one SM each that a 132-SM H100 / H200 holds at once: 4 measured
+# (radix_union at 99d880a, H200: the 31st and 32nd clusters of 4 entered once the first ranks
+# exited); 2 and 8 as the GPC sizes that give 30 imply (six of 18 SMs and two of 12: 66 and 14;
+# radix_lean's notes saw M = 32's clusters of 8 not fit either). Elsewhere: SMs // size.
+CLUSTER_SLOTS_132 = {1: 132, 2: 66, 4: 30, 8: 14}
+UNION_MIN_SLICE = 4096                 # keys a CTA at least when pick_union grows a cluster (4 a thread)
+
+
+def cluster_slots(cs: int, sms: int) -> int:
+    """Clusters of ``cs`` one-SM CTAs that run at once on a GPU of ``sms`` SMs."""
+    return CLUSTER_SLOTS_132[cs] if sms == 132 else sms // cs
 
 
 def pick_union(M: int, C: int, sms: int) -> int | None:
     """CTAs a row (one cluster) for dsa_topk_union: the fewest of UNION_SIZES whose slices
-    (split_slices) hold at most UNI_KEYS keys, doubled while the doubled grid fits one CTA an SM
-    (more SMs reading the rows); None when 8 CTAs cannot hold the row."""
+    (split_slices) hold at most UNI_KEYS keys, doubled while the M clusters of the doubled size
+    still run at once (cluster_slots: more SMs reading the rows, one wave) and its slices keep at
+    least UNION_MIN_SLICE keys (past that the cluster's fixed cost outweighs the shorter read);
+    None when 8 CTAs cannot hold the row."""
     need = next((cs for cs in UNION_SIZES if split_slices(C, cs)[0][1] <= UNI_KEYS), None)
     if need is None:
         return None
     cs = need
-    while 2 * cs in UNION_SIZES and M * 2 * cs <= sms:
+    while 2 * cs in UNION_SIZES and M <= cluster_slots(2 * cs, sms) and C >= 2 * cs * UNION_MIN_SLICE:
         cs *= 2
     return cs
 
@@ -766,8 +779,8 @@ def select_row_union(scores: np.ndarray, k: int, cs: int, union_cap: int, cap: i
                      rng: np.random.Generator | None = None) -> tuple[np.ndarray, UnionTrace]:
     """One row as dsa_topk_union's cluster of ``cs``: ``(out [k] int32, trace)``.
 
-    The thread maxes of every slice (thread_maxes), their nonzero digit 0 counted over the row, b the
-    bin of the k-th largest (_find_desc; 0 when fewer than k). b != 0: every key >= tlb = b << 20
+    Each slice's thread maxes (thread_maxes), their nonzero digit 0 counted, b_r the bin of the
+    ceil(k / cs)-th largest (_find_desc; 0 when fewer); b the least b_r. b != 0: every key >= tlb = b << 20
     pushed to the union in a random order (the cluster's atomics give any); served when at most
     ``union_cap`` were pushed: _one_select with drop over the union, a partial tie level from its bin
     buffer or, that overflowing, ShrFinalOut's take from the union (the row's index-order take past
@@ -776,13 +789,16 @@ def select_row_union(scores: np.ndarray, k: int, cs: int, union_cap: int, cap: i
     rng = rng or np.random.default_rng(0)
     key = keys(scores).astype(np.int64)
     C = len(key)
-    tm = np.concatenate([thread_maxes(key[lo:hi]) for lo, hi in split_slices(C, cs)])
-    b, _ = _find_desc(np.bincount(tm[tm != 0] >> 20, minlength=4096), k)
+    bounds = []
+    for lo, hi in split_slices(C, cs):
+        tm = thread_maxes(key[lo:hi])
+        bounds.append(_find_desc(np.bincount(tm[tm != 0] >> 20, minlength=4096), -(-k // cs))[0])
+    b = min(bounds)
     idx = rng.permutation(np.flatnonzero(key >= b << 20)) if b else np.zeros(0, np.int64)
     ties = _ties_of_row(key, 0, C)
     served = b != 0 and len(idx) <= union_cap
     if served:
-        assert len(idx) >= k, "the k thread maxes >= tlb are k distinct keys"
+        assert len(idx) >= k, "the cs ceil(k / cs) thread maxes >= tlb are distinct keys"
 
         def union_ties(T, Q):
             tied = np.sort(idx[key[idx] == T])
