@@ -991,7 +991,7 @@ def test_the_sample_launcher_reads_the_kernel_declarations():
 
 
 def test_the_sample_stream_compares_scores_as_keys():
-    """The stream's float compare against smp_float(t_est) selects exactly the keys >= t_est: on
+    """The stream's float compare against topk_key_floor(t_est) selects exactly the keys >= t_est: on
     every special value (NaN of both signs, +-inf, +-0, +-FLT_MAX, denormals) and random floats,
     against thresholds at bin edges (the bound's form), at the smallest nonzero key (t_est = 1, and
     the first real one), at +inf's key, and at random keys."""

@@ -587,7 +587,7 @@ def sample_bound(key: np.ndarray, k: float) -> int:
 
 
 def sample_float(key: int) -> np.float32:
-    """topk_split2.cu's smp_float: the least float32 x with keys(x) >= key (1 <= key <= +inf's key),
+    """topk_common.cuh's topk_key_floor: the least float32 x with keys(x) >= key (1 <= key <= +inf's key),
     so that x >= sample_float(key) exactly when keys(x) >= key (the kernel's stream compares scores)."""
     if key < 0x00800000:
         return np.uint32(0xFF7FFFFF).view(np.float32)          # -FLT_MAX

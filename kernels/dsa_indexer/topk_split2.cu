@@ -124,7 +124,7 @@ slice from L2 (17.2 of 40.5 us of span) because the ring holds 32768 keys; pass 
      (digit 0 of the sample counted, s2_find_n, digit 1 of the sample's keys in that bin, s2_find_n);
      fewer than rs nonzero sample keys: t_est = 1 (every nonzero key);
   3. streams the slice once (the ring, as split2's pass 1) with no histogram and no key conversion
-     (the scores are compared with smp_float(t_est)): a key >= t_est goes to
+     (the scores are compared with topk_key_floor(t_est)): a key >= t_est goes to
      a shared buffer of SMP_CAP (key, row index) pairs (one warp scan and one atomic a warp a
      batch, the lane's hits re-read from the ring as split2's pass 2 does); nhit counts past the cap;
   4. if nhit <= SMP_CAP and (nhit >= k or t_est == 1): the buffer holds every key of the slice at or
@@ -231,14 +231,6 @@ __device__ __forceinline__ void smp_bounds(const unsigned (&key)[4 * SMP_UNITS],
     for (int i = 0; i < NT; ++i) t[i] = bs[i] == 0u ? 1u : (bs[i] << 20) | (*bin[i] << 10);
 }
 
-// The least float x with topk_key(x) >= key, for a key t_est can be (>= 1, at most +inf's key):
-// x >= smp_float(t_est) exactly when topk_key(x) >= t_est, for every float (NaN and -inf fail
-// both; -0 and +0 compare equal as their keys do), so the stream compares scores, not keys.
-__device__ __forceinline__ float smp_float(unsigned key) {
-    if (key < 0x00800000u) return __uint_as_float(0xff7fffffu);   // below every finite key: -FLT_MAX
-    return __uint_as_float((key & 0x80000000u) ? (key & 0x7fffffffu) : ~key);
-}
-
 // Steps 1-3 of the header over the CTA's slice src (scores at c.row + c.lo): the sample, the
 // bound t_est (the k best wanted) and, where SHARE (dsa_topk_share), t_share >= t_est (the slice's
 // share of the row's k, k n / C, wanted), then the stream buffering every key >= t_est as (key,
@@ -292,7 +284,7 @@ __device__ __forceinline__ unsigned smp_stream(const S2Cta& c, const S2Src<false
     // 3: one pass over the ring's scores (no key conversion but a hit's), every score >= t_f
     // buffered as (key, row index); key j of batch b is ring float4 (b % RB) VECS + j / 4, lane j % 4
     // (S2Src's mapping, which reload reads)
-    const float t_f = smp_float(t_est);
+    const float t_f = topk_key_floor(t_est);
     const unsigned nb = src.nbatches();
     for (unsigned b = 0; b < nb; ++b) {
         cp_async_wait_group<S2_RING_BATCHES - 1>();   // groups 0 .. b complete

@@ -13,7 +13,8 @@ CTA's select over the P k = 2048 candidates it reads back from L2 (5.8). Here:
      slots of shared memory (UNI_HELD_BYTES; 4 float4 in registers spilled 40 B, 3 12 B). Key j of thread t:
      element 4 (q 1024 + t) + e of the slice, q = j / 4, e = j % 4 (float4 loads when C % 4 == 0,
      else 4-B loads of the same elements); past the slice, key 0.
-  2. Each thread's largest key (its "thread max"; key 0 counts nothing) goes into the CTA's digit-0
+  2. Each thread's largest key (its "thread max", taken over the scores by fmaxf and converted once;
+     key 0 counts nothing) goes into the CTA's digit-0
      histogram (12 bits, 4096 bins, one shared atomic a thread); the CTA's bound b_r is the bin of
      its ceil(k / CS)-th largest thread max (s2_find, 0 when it has fewer). barrier.cluster; every
      CTA reads the CS bounds (one DSMEM load a lane of warp 0) and takes the least, b. tlb = b << 20
@@ -24,7 +25,8 @@ CTA's select over the P k = 2048 candidates it reads back from L2 (5.8). Here:
      wave: topk_model.CLUSTER_SLOTS, pick_union.) On N(0, 1) rows the union of the keys >= tlb
      is ~0.8-1.6 k at 512 of 65536 (the CPU model counts it at every sweep point).
   3. b = 0 (a rank with fewer than ceil(k / CS) nonzero thread maxes, or its in the lowest bin):
-     nothing is pushed. Else every key >= tlb goes, as a (key, row index) pair, to the union in
+     nothing is pushed. Else every key >= tlb (found by comparing the scores with
+     topk_key_floor(tlb); only the hits are converted) goes, as a (key, row index) pair, to the union in
      rank 0's dynamic shared memory after its held part (one atom.shared::cluster add on rank 0's
      counter a warp, st.shared::cluster for the pairs; pairs past UNI_CAP are counted, not stored).
      barrier.cluster; every rank but 0 exits (nobody reads another rank's shared memory after it).
@@ -120,18 +122,17 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
     }
     one_reset(s);                                      // under the loads' flight; ends with a barrier
     if (threadIdx.x == 0) n_union = 0u;
-    unsigned key[4 * UNI_REG_VECS], tmax = 0u;
+    // the thread max as a float (fmaxf drops NaN; -0 / +0 share a key): one conversion, not 32
+    float xmax = neg_inf();
 #pragma unroll
-    for (unsigned j = 0; j < 4 * UNI_REG_VECS; ++j) {
-        key[j] = topk_key(x[j]);                       // -inf past the slice: key 0
-        tmax = max(tmax, key[j]);
-    }
+    for (unsigned j = 0; j < 4 * UNI_REG_VECS; ++j) xmax = fmaxf(xmax, x[j]);
     cp_async_wait_all();                               // this thread's held slots (no other thread reads them)
 #pragma unroll
     for (unsigned q = UNI_REG_VECS; q < UNI_VECS; ++q) {
         const float4 v = *held(q);
-        tmax = max(tmax, max(max(topk_key(v.x), topk_key(v.y)), max(topk_key(v.z), topk_key(v.w))));
+        xmax = fmaxf(xmax, fmaxf(fmaxf(v.x, v.y), fmaxf(v.z, v.w)));
     }
+    const unsigned tmax = topk_key(xmax);
 
     // 2: this CTA's bound b_r (the bin of its ceil(k / CS)-th largest thread max), the row's the least
     if (tmax != 0u) atomicAdd(&s.h0[tmax >> 20], 1u);
@@ -153,16 +154,17 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
 
     // 3: the keys >= tlb into rank 0's union
     if (b != 0u) {                                     // cluster-uniform
-        const unsigned tlb = b << 20, lane = threadIdx.x & 31u;
+        const float tf = topk_key_floor(b << 20);      // x >= tf exactly when topk_key(x) >= tlb
+        const unsigned lane = threadIdx.x & 31u;
         unsigned hits = 0u;
 #pragma unroll
-        for (unsigned j = 0; j < 4 * UNI_REG_VECS; ++j) hits |= (key[j] >= tlb ? 1u : 0u) << j;
+        for (unsigned j = 0; j < 4 * UNI_REG_VECS; ++j) hits |= (x[j] >= tf ? 1u : 0u) << j;
 #pragma unroll
         for (unsigned q = UNI_REG_VECS; q < UNI_VECS; ++q) {
             const float4 v = *held(q);
             const float w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-            for (unsigned e = 0; e < 4; ++e) hits |= (topk_key(w[e]) >= tlb ? 1u : 0u) << (4u * q + e);
+            for (unsigned e = 0; e < 4; ++e) hits |= (w[e] >= tf ? 1u : 0u) << (4u * q + e);
         }
         const unsigned n = __popc(hits);
         const unsigned incl = topk_warp_inclusive_sum(n);
@@ -170,25 +172,15 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
         if (lane == 31u && incl != 0u) base = uni_atom_add(uni_mapa(&n_union, 0u), incl);
         unsigned slot = __shfl_sync(FULL_MASK, base, 31) + incl - n;
         const unsigned u0 = uni_mapa(u, 0u);
-        // unrolled over j, so that no key register is indexed at run time
-#pragma unroll
-        for (unsigned j = 0; j < 4 * UNI_REG_VECS; ++j) {
-            if ((hits >> j) & 1u) {
-                if (slot < UNI_CAP) uni_st_v2(u0 + 8u * slot, key[j], elem(j / 4u, j % 4u));
-                ++slot;
-            }
-        }
-#pragma unroll
-        for (unsigned q = UNI_REG_VECS; q < UNI_VECS; ++q) {
-            const float4 v = *held(q);
-            const float w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-            for (unsigned e = 0; e < 4; ++e) {
-                if ((hits >> (4u * q + e)) & 1u) {
-                    if (slot < UNI_CAP) uni_st_v2(u0 + 8u * slot, topk_key(w[e]), elem(q, e));
-                    ++slot;
-                }
-            }
+        // this lane's hits in increasing j (~1% of its keys), each re-read by its float4 slot: no key
+        // register indexed at run time, no conversion of a key that is not pushed
+        while (hits) {
+            const unsigned j = __ffs(hits) - 1u;
+            hits &= hits - 1u;
+            const unsigned q = j / 4u, e = j % 4u;
+            const float* src = q < UNI_REG_VECS ? row + elem(q, e) : reinterpret_cast<const float*>(held(q)) + e;
+            if (slot < UNI_CAP) uni_st_v2(u0 + 8u * slot, topk_key(*src), elem(q, e));
+            ++slot;
         }
     }
     cluster_sync();                                    // the union complete; no remote access after this
