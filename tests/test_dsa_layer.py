@@ -333,13 +333,8 @@ class _EmulatedDevice:
         assert P == topk_model.pick_split(M, C, k, 132)
         out[:] = np.stack([rules.topk(row, k) for row in scores])
 
-    def _union_topk(self, grid, block, scores, out, C, k):                  # pooled scores
-        cs, M = grid
-        assert scores.shape == (M, C) and out.shape == (M, k) and block[0] == 1024
-        assert cs == topk_model.pick_union(M, C, 132)
-        out[:] = np.stack([rules.topk(row, k) for row in scores])
-
-    _dsa_topk_union_c1 = _dsa_topk_union_c2 = _dsa_topk_union_c4 = _dsa_topk_union_c8 = _union_topk
+    def _dsa_topk_split2(self, grid, block, scores, out, ws, count, C, k):   # pooled scores
+        self._split_topk(grid, block, scores, out, ws, count, C, k, (k + 3) & ~3)
 
     def _dsa_topk_share(self, grid, block, scores, out, ws, count, C, k):    # per-token scores
         self._split_topk(grid, block, scores, out, ws, count, C, k, topk_variants.split_define("SHR_SEG", "share"))
@@ -384,8 +379,7 @@ def test_the_chained_step_is_wired_right_on_an_emulated_device(geometry, key_cac
     step()
     order = [s for s, *_ in device.launched]
     scan = "scan_wgmma_e4m3" if index_dtype == "fp8" else "scan_mma_bf16"
-    cs = topk_model.pick_union(3, 513, 132)
-    topk = "dsa_topk_share" if key_caching == "per_token" else f"dsa_topk_union_c{cs}"   # spec.TOPK_DESIGNS
+    topk = "dsa_topk_share" if key_caching == "per_token" else "dsa_topk_split2"   # spec.TOPK_DESIGNS
     assert order == (["kpool_compress_v1"] if key_caching == "compress" else []) + [scan, topk] \
         + ([] if key_caching == "per_token" else ["expand_v1"]) + ["sparse_mla_split_wgmma_lean_coop"]
     assert not any(p for *_, p in device.launched)                         # plain stream order, no PDL

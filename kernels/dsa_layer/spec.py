@@ -93,15 +93,15 @@ AXES = (M, dsa_axes.CONTEXT, KEY_CACHING, INDEX_DTYPE)
 # The design each part of the step runs, named once: variants.build_chained launches these variants'
 # kernels with their own launchers' geometry, and part_points names the same variants' rows. The
 # families' fastest measured on the H200 at M = 32, 262144: scan_mma (BF16, 91% of its stream floor)
-# and scan_wgmma_e4m3 (FP8, at its floor: reports/2026-12-01-indexer_scan-h200-153503), radix_union
-# for pooled scores (one cluster a row, no hand-off through memory: kernels/dsa_indexer/TOPK_NOTES.md;
-# radix_split2 before it: 18.74 us at 512 of 65536 beside radix_share 19.02) and
-# radix_share for per-token scores (28.35 us at 2048 of 262144 beside radix_sample 30.91 and
+# and scan_wgmma_e4m3 (FP8, at its floor: reports/2026-12-01-indexer_scan-h200-153503), radix_split2
+# for pooled scores (18.64 us at 512 of 65536 beside radix_share 18.98 and radix_union's first form
+# 20.83: reports/2026-12-06-dsa_select-h200-024032; the layer ran on radix_union at 99d880a and
+# 333cae4, kernels/dsa_layer/NOTES.md) and radix_share for per-token scores (28.35 us at 2048 of 262144 beside radix_sample 30.91 and
 # radix_split2 43.82; both: reports/2026-12-02-dsa_select-h200-011544), split_wgmma_lean_coop_1wave
 # (45.68 us grouped, split_wgmma_1wave 49.55 and FlashInfer 43.06 beside it:
 # reports/2026-12-04-sparse_mla-h200-185234), launched cooperatively (one CTA an SM, M x splits <= SMs).
 SCAN_DESIGNS = {"bf16": "scan_mma", "fp8": "scan_wgmma_e4m3"}
-TOPK_DESIGNS = {"pooled": "radix_union", "per_token": "radix_share"}   # by the scores' pooling
+TOPK_DESIGNS = {"pooled": "radix_split2", "per_token": "radix_share"}   # by the scores' pooling
 MLA_DESIGN = "split_wgmma_lean_coop_1wave"
 
 PAGE_SIZE = 64                # the latent arena's pages (sparse_mla's default)

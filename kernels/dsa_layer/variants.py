@@ -3,8 +3,9 @@
 - ``chained`` (ours): one ``harness.cuda.KernelStep`` of the families' best kernels (the designs
   spec.SCAN_DESIGNS, TOPK_DESIGNS and MLA_DESIGN name) on shared device buffers, get_kernel'd from
   the families' own .cu files with their own launch geometry: [compress_cuda (kpool_compress.cu)]
-  -> scan_mma (scan_mma.cu; index_dtype fp8: scan_wgmma_e4m3, scan_wgmma.cu, sm_90a) -> radix_union
-  (topk_union.cu; pooled scores) / radix_share (topk_split2.cu; per token) -> [expand_cuda (expand.cu)] -> split_wgmma_lean_coop_1wave
+  -> scan_mma (scan_mma.cu; index_dtype fp8: scan_wgmma_e4m3, scan_wgmma.cu, sm_90a) -> radix_split2
+  (pooled scores) / radix_share (per token; both topk_split2.cu, through topk_variants.topk_launch)
+  -> [expand_cuda (expand.cu)] -> split_wgmma_lean_coop_1wave
   (sparse_mla/split_wgmma.cu, sm_90a: the split and its combine in one cooperative launch). Plain stream
   order (dependent=False): the scans, the top-k and the sparse MLA do not griddepcontrol.wait before
   reading their predecessor's output (only kpool_compress and expand do), so a programmatic launch of
@@ -200,7 +201,7 @@ class _HostLayer(Launch):
 LAYER_VARIANTS = (
     Variant("chained", "cuda", build_chained,
             why="the families' best kernels as one step on shared buffers: [compress_cuda] -> scan_mma (fp8: "
-                "scan_wgmma_e4m3) -> radix_union (pooled scores) or radix_share (per token) -> [expand_cuda] -> "
+                "scan_wgmma_e4m3) -> radix_split2 (pooled scores) or radix_share (per token) -> [expand_cuda] -> "
                 "split_wgmma_lean_coop_1wave (the combine inside it), in plain stream "
                 "order (not every kernel waits on griddepcontrol, so no PDL)",
             supports=supports_chained,
