@@ -25,10 +25,11 @@
   ``radix_sample`` (ours): ``dsa_topk_sample`` in the same file, split2 whose stage 1 reads its slice
   once: a sampled bound, one pass buffering the keys above it, the select over that buffer.
 - ``radix_union`` (ours): ``topk_union.cu``, one thread-block cluster a row (topk_model.pick_union: 1-8
-  CTAs), the row held in registers (16 keys a thread, every load issued at once); the thread maxes'
-  digit 0 summed over the cluster through DSMEM bounds the row's k-th key from below, every key
-  above the bound goes to a union in rank 0's shared memory, and rank 0 selects from it (s2_select,
-  topk_select.cuh); the row itself where the union does not serve.
+  CTAs, no larger than fit at once), the slice held on chip (32 keys a thread: 8 in registers, 24
+  in shared memory; every load issued at once); each CTA's bound from its thread maxes, the least
+  of them bounds the row's k-th key from below, every key above it goes to a union in rank 0's
+  shared memory, and rank 0 selects from it (s2_select, topk_select.cuh); the row itself where the
+  union does not serve.
 - ``torch_topk`` (peer): ``torch.topk`` unsorted on our stream, non-finite picks mapped to -1 as a
   caller would.
 - ``flashinfer_topk`` / ``flashinfer_topk_lower`` (peers): ``flashinfer.top_k(x, k)`` as called by
@@ -321,7 +322,7 @@ def _union_build(geometry, point, inputs, backend) -> KernelStep:
     return _topk_step(geometry, point, inputs, backend, UNION_SOURCE, f"dsa_topk_union_c{cs}", cs,
                       onecta_define("ONE_THREADS"), union_define("UNI_DYN_BYTES"),
                       f"dsa_topk_union_c{cs}: a cluster of {cs} CTA{'s' if cs > 1 else ''} a row ({Mn * cs} CTAs), "
-                      f"{topk_model.split_slices(C, cs)[0][1]} keys a CTA held in registers, a union of "
+                      f"{topk_model.split_slices(C, cs)[0][1]} keys a CTA held on chip, a union of "
                       f"{union_define('UNI_CAP')} pairs at most in rank 0")
 
 
@@ -639,10 +640,11 @@ TOPK_VARIANTS = (
             supports=_supports_share, sources=(SPLIT2_SOURCE,)),
     Variant("radix_union", "cuda", _union_build,
             why="one cluster a row with no workspace and no hand-off through global memory (radix_split2's "
-                "fixed chain at 512 of 65536): the slice read once into registers with every load in flight, "
-                "the thread maxes' digit 0 summed over the cluster through DSMEM for a lower bound on the "
-                "row's k-th key (~800 keys above it at 512 of 65536), those keys pushed to rank 0's shared "
-                "memory, rank 0's select over them; the row itself when the union does not serve",
+                "fixed chain at 512 of 65536): the slice read once and held on chip with every load in "
+                "flight, each CTA's bound (its ceil(k / CS)-th thread max) exchanged through DSMEM, the least "
+                "a lower bound on the row's k-th key (~800 keys above it at 512 of 65536), those keys pushed "
+                "to rank 0's shared memory, rank 0's select over them; the row itself when the union does "
+                "not serve",
             supports=_supports_union, sources=(UNION_SOURCE,)),
     Variant("torch_topk", "cuda", lambda g, p, i, b: _TorchTopk(g, p, i, b),
             why="torch.topk(k, sorted=False) on our stream, non-finite picks mapped to -1",
