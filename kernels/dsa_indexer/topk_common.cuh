@@ -21,6 +21,8 @@ __device__ __forceinline__ unsigned topk_key(float x) {
 // The least float x with topk_key(x) >= key, for a key >= 1 (at most +inf's key): x >=
 // topk_key_floor(t) exactly when topk_key(x) >= t, for every float (NaN and -inf fail both; -0 and
 // +0 compare equal as their keys do), so a pass can compare scores instead of converting each.
+// Under --use_fast_math the compare flushes denormals to +-0 (setp.ge.ftz): monotone, so the floats
+// that pass are then a superset of those exact keys, still upward-closed (what the callers need).
 __device__ __forceinline__ float topk_key_floor(unsigned key) {
     if (key < 0x00800000u) return __uint_as_float(0xff7fffffu);   // below every finite key: -FLT_MAX
     return __uint_as_float((key & 0x80000000u) ? (key & 0x7fffffffu) : ~key);

@@ -35,6 +35,12 @@ CTA's select over the P k = 2048 candidates it reads back from L2 (5.8). Here:
      union (ShrFinalOut): exact, since T >= tlb puts every key of the row >= T, ties included, in
      the union. Otherwise (b = 0, or more than UNI_CAP keys >= tlb: tie levels, few eligible,
      ordered rows) s2_select over the row itself through the ring (one CTA: correct, slow).
+Under --use_fast_math the thread max (max.ftz) and the push's compare (setp.ge.ftz) flush denormal
+scores to +-0, so for rows with denormals the bin of a thread max, b and the union can differ from
+topk_model.select_row_union's exact arithmetic (a second reader's emulation: 556 of 3,000 adversarial
+rows); the result cannot: the flush is monotone, so the pushed set is still upward-closed and holds
+every counted thread max's element (>= k of them), hence every key >= T, and the select uses the
+exact keys (topk_key of the raw bits).
 No workspace and no counter in global memory: a launch leaves nothing behind. Cluster barriers: 2.
 Shared memory: OneShared (45,200 B) + 2 words + UNI_DYN_BYTES dynamic (the held part, then the
 union; the fallback's ring over both, rank 0's held part being dead by then); one CTA an SM;
@@ -86,6 +92,7 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
     const float* row = scores + (size_t)m * C;
     unsigned lo, hi;
     split_slice(C, CS, r, lo, hi);
+    if (hi - lo > UNI_KEYS) __trap();                  // a slice this CTA cannot hold (pick_union refuses the row)
     const bool vec = (C & 3u) == 0u;                   // row and slice starts 16-B aligned
     // element of float4 q, lane e of this thread; float4 q >= UNI_REG_VECS is held at dyn[q' 1024 + t]
     auto elem = [&](unsigned q, unsigned e) { return lo + 4u * (q * ONE_THREADS + threadIdx.x) + e; };
