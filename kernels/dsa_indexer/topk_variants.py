@@ -314,16 +314,19 @@ def _supports_union(geometry, point) -> str | None:
 
 
 def _union_build(geometry, point, inputs, backend) -> KernelStep:
-    Mn, C = int(point["M"]), spec.n_candidates(geometry, point)
-    cs = topk_model.pick_union(Mn, C, int(backend.props["multiProcessorCount"]))
-    if cs is None:
-        raise ValueError(f"dsa_topk_union: {C} candidates a row; allowed: at most "
-                         f"{topk_model.UNION_SIZES[-1] * union_define('UNI_KEYS')}")
-    return _topk_step(geometry, point, inputs, backend, UNION_SOURCE, f"dsa_topk_union_c{cs}", cs,
-                      onecta_define("ONE_THREADS"), union_define("UNI_DYN_BYTES"),
-                      f"dsa_topk_union_c{cs}: a cluster of {cs} CTA{'s' if cs > 1 else ''} a row ({Mn * cs} CTAs), "
-                      f"{topk_model.split_slices(C, cs)[0][1]} keys a CTA held on chip, a union of "
-                      f"{union_define('UNI_CAP')} pairs at most in rank 0")
+    """radix_union alone: topk_launch's kernel on the scores, the indices poisoned."""
+    cp = backend.cp
+    Mn, C, k = int(point["M"]), spec.n_candidates(geometry, point), spec.k_selected(geometry, point)
+    tk = topk_launch(backend, "radix_union", Mn, C, k)
+    scores = backend.to_device(inputs["scores"])
+    with backend.stream:
+        buffers = {"scores": scores, "indices": cp.empty((Mn, k), cp.int32)}
+    step = KernelStep(backend, [tk.call(Mn, C, k, "scores", "indices")], buffers, {}, {"indices": topk_model.POISON},
+                      lambda b: {"indices": backend.to_host(b["indices"])}, dependent=False)
+    step.note = (f"dsa_topk_union_c{tk.ctas}: a cluster of {tk.ctas} CTAs a row ({Mn * tk.ctas} CTAs), "
+                 f"{topk_model.split_slices(C, tk.ctas)[0][1]} keys a CTA held on chip, a union of "
+                 f"{union_define('UNI_CAP')} pairs at most in rank 0")
+    return step.ready()
 
 
 # The top-k designs a multi-kernel step embeds (indexer_select's unfused pairs, the DSA layer) ->
