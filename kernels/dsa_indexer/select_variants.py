@@ -10,7 +10,7 @@
 - ``scan_then_share``: the same with topk_split2.cu's radix_share (dsa_select's fastest top-k at
   the goal point) in place of radix_cluster: what a fused kernel has to beat.
 - ``scan_then_union``: the same with topk_union.cu's radix_union (one cluster a row; rows of at most
-  131072 candidates: the pooled points).
+  262144 candidates, topk_model.pick_union).
 - ``ref_select`` (CPU): scan_variants' float32 host scan, then reference.topk row by row.
 - ``model_fused`` (CPU): the same host scores through select_model (the kernels' logic in NumPy,
   with the H200's plan: 132 SMs, 3 CTAs an SM).
