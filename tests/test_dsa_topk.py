@@ -10,6 +10,7 @@ tie resolved the other way."""
 
 from __future__ import annotations
 
+import re
 import zlib
 from types import SimpleNamespace
 
@@ -1078,34 +1079,38 @@ def test_the_union_tie_take_on_quantized_rows_is_the_rows():
 
 @pytest.mark.parametrize("C,k,M,served", [(65536, 512, 32, True), (65536, 512, 64, True), (65536, 512, 8, True),
                                           (65536, 2048, 8, True), (16384, 512, 32, True), (131072, 2048, 1, True),
-                                          (262144, 2048, 1, True), (65536, 2048, 32, False)])
+                                          (262144, 2048, 1, True), (65536, 2048, 64, False), (65536, 2048, 32, None)])
 def test_the_union_at_the_sweep_points(C, k, M, served):
     """On N(0, 1) rows at radix_union's cluster pick: where the union serves it holds under 4k
     keys (each rank's bound bin is 1/8 of an octave wide), so rank 0 selects from far fewer pairs
     than the row, and the bound is at most the k-th key (the select's T). At 2048 of 65536 in
-    clusters of 2 each CTA's bound is its 1024th thread max of 1024, its least: far below T, the
-    union passes UNI_CAP and the row itself is selected from (correct, slow)."""
+    clusters of 2 (M = 64) each CTA's bound is its 1024th thread max of 1024, its least: far below T,
+    the union passes UNI_CAP and the row itself is selected from (correct, slow); in clusters of 3
+    (M = 32) its 683rd: the union holds ~3.5k keys, under the cap on some rows (served None: either)."""
     union_cap, cap = _union_caps()
     cs = topk_model.pick_union(M, C, topk_variants.H200_SMS)
     rng = np.random.default_rng(C + k + M + 7)
     for _ in range(3):
         row = rng.standard_normal(C).astype(np.float32)
         out, tr = topk_model.select_row_union(row, k, cs, union_cap, cap, rng)
-        assert tr.served == served and _strict_ok(out, row, k).ok, (C, k, M, cs, tr.n_union)
-        if served:
+        assert served in (None, tr.served) and _strict_ok(out, row, k).ok, (C, k, M, cs, tr.n_union)
+        if tr.served:
             assert k <= tr.n_union < 4 * k and tr.select.T >= tr.b << 20, (C, k, M, cs, tr.n_union)
         else:
             assert tr.n_union > union_cap
 
 
-@pytest.mark.parametrize("M,C,expect", [(32, 65536, 2), (64, 65536, 2), (67, 65536, 2), (8, 65536, 8), (16, 65536, 4),
+@pytest.mark.parametrize("M,C,expect", [(32, 65536, 3), (64, 65536, 2), (67, 65536, 2), (8, 65536, 8), (16, 65536, 4),
                                         (1, 65536, 8), (32, 8192, 2), (3, 513, 1), (132, 4100, 1), (1, 262144, 8),
-                                        (1, 262145, None), (16, 16385, 4)])
+                                        (1, 262145, None), (16, 16385, 4), (40, 16384, 3), (45, 65536, 2),
+                                        (44, 12287, 2)])
 def test_the_union_pick(M, C, expect):
-    """The fewest CTAs that hold the row, doubled while M clusters still fit at once (30 of 4 and 14
-    of 8 on the H200's 132 SMs) and slices keep 4096 keys."""
+    """The size with the most SMs reading (M x size) among those whose M clusters fit at once (66 of
+    2, 44 of 3, 30 of 4 and 14 of 8 on the H200's 132 SMs) and whose slices keep 4096 keys; else the
+    fewest CTAs that hold the row."""
     assert topk_model.pick_union(M, C, 132) == expect
     assert topk_model.pick_union(64, 65536, 256) == 4                 # elsewhere: SMs // size
+    assert topk_model.pick_union(86, 65536, 256) == 2                 # 85 clusters of 3 there
 
 
 def test_the_union_thread_maxes_follow_the_element_mapping():
@@ -1123,9 +1128,16 @@ def test_the_union_launcher_reads_the_kernel_declarations(geometry):
     assert d("UNI_KEYS") == topk_model.UNI_KEYS and d("UNI_VECS") == topk_model.UNI_VECS
     assert d("UNI_HELD_BYTES") + d("UNI_CAP") * 8 == d("UNI_DYN_BYTES") == topk_variants.split_define("S2_RING_BYTES", "split2")
     assert d("UNI_HELD_BYTES") == (d("UNI_VECS") - d("UNI_REG_VECS")) * 1024 * 16
-    assert d("UNI_DYN_BYTES") + 45216 + 4 <= 232448                     # one CTA an SM
+    assert d("UNI_DYN_BYTES") + 45216 <= 232448                         # one CTA an SM (ptxas: 45216 B static)
+    # the bulk form: the whole slice, then the union; the fallback's ring over the slice
+    assert d("UNI_BULK_HELD_BYTES") == 4 * d("UNI_KEYS") and d("UNI_BULK_HELD_BYTES") + d("UNI_CAP") * 8 == d("UNI_BULK_DYN_BYTES")
+    assert d("UNI_BULK_DYN_BYTES") + 45216 <= 232448
     text = (topk_variants.HERE / topk_variants.UNION_SOURCE).read_text()
     assert all(f"DSA_TOPK_UNION_KERNEL({cs})" in text for cs in topk_model.UNION_SIZES)
+    # each form's kernels are the macro's, and its shared memory a #define the launcher reads
+    assert {prefix for prefix, _ in topk_variants.UNION_FORMS.values()} == set(
+        re.findall(r"(dsa_topk_union\w*)_c##CS\(", text))
+    assert [d(dyn) for _, dyn in topk_variants.UNION_FORMS.values()] == [d("UNI_DYN_BYTES"), d("UNI_BULK_DYN_BYTES")]
     comp = registry.get("dsa_topk")
     assert comp.variant("radix_union").sources == (topk_variants.UNION_SOURCE,)
     why = comp.variant("radix_union").supports(geometry, _point(M=1, context=1048576, pooling="per_token"))

@@ -1,6 +1,6 @@
 """GPU: every CUDA variant of dsa_topk (ours and the peers) against reference.topk through the
 runner's own verification, at random, tied, few-eligible and sorted rows, at model and irregular
-shapes (C % 4 != 0: the scalar path; every cluster size 1, 2, 4, 8 through M; the resident
+shapes (C % 4 != 0: the scalar path; every cluster size 1, 2, 3, 4, 8 through M; the resident
 kernel's 1, 2 and 4 CTAs a row through C); and ours on
 degenerate rows built by hand (all -inf, NaN, +inf, -0 / +0, a tie level across every slice, 400
 levels cut at the k-th as the DSA layer's rows: the split designs' buffered tie take),
@@ -50,6 +50,7 @@ POINTS = [
     _p(4, 262144, "per_token", 8192, "ties"),
     _p(6, 65540, "pooled", 2048, "ties"),            # C = 16385
     _p(3, 131076, "pooled", 8192, "sorted"),         # C = 32769: resident_wide at 2 CTAs, scalar path
+    _p(40, 65536, "pooled", 512, "ties"),            # radix_union's cluster of 3 (a short last slice), tie levels
 ]
 CASES = [v for v in COMP.variants if v.backend == "cuda"]
 

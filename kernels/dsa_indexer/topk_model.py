@@ -725,12 +725,13 @@ def select_share(scores: np.ndarray, k: int, P: int, cap: int, smp_cap: int, uni
 UNI_THREADS = 1024                     # ONE_THREADS
 UNI_VECS = 8                           # topk_union.cu UNI_VECS: float4 loads a thread
 UNI_KEYS = 4 * UNI_VECS * UNI_THREADS  # UNI_KEYS: 32768 keys a CTA at most
-UNION_SIZES = (1, 2, 4, 8)             # the cluster sizes topk_union.cu instantiates
+UNION_SIZES = (1, 2, 3, 4, 8)          # the cluster sizes topk_union.cu instantiates
 # Clusters of 1024-thread CTAs of one SM each that a 132-SM H100 / H200 holds at once: 4 measured
 # (radix_union at 99d880a, H200: the 31st and 32nd clusters of 4 entered once the first ranks
-# exited); 2 and 8 as the GPC sizes that give 30 imply (six of 18 SMs and two of 12: 66 and 14;
-# radix_lean's notes saw M = 32's clusters of 8 not fit either). Elsewhere: SMs // size.
-CLUSTER_SLOTS_132 = {1: 132, 2: 66, 4: 30, 8: 14}
+# exited); 2, 3 and 8 as the GPC sizes that give 30 imply (six of 18 SMs and two of 12: 66, 44 and
+# 14; radix_lean's notes saw M = 32's clusters of 8 not fit either; tools/cluster_slots.py asks the
+# driver). Elsewhere: SMs // size.
+CLUSTER_SLOTS_132 = {1: 132, 2: 66, 3: 44, 4: 30, 8: 14}
 UNION_MIN_SLICE = 4096                 # keys a CTA at least when pick_union grows a cluster (4 a thread)
 
 
@@ -740,18 +741,19 @@ def cluster_slots(cs: int, sms: int) -> int:
 
 
 def pick_union(M: int, C: int, sms: int) -> int | None:
-    """CTAs a row (one cluster) for dsa_topk_union: the fewest of UNION_SIZES whose slices
-    (split_slices) hold at most UNI_KEYS keys, doubled while the M clusters of the doubled size
-    still run at once (cluster_slots: more SMs reading the rows, one wave) and its slices keep at
-    least UNION_MIN_SLICE keys (past that the cluster's fixed cost outweighs the shorter read);
-    None when 8 CTAs cannot hold the row."""
+    """CTAs a row (one cluster) for dsa_topk_union: of the sizes in UNION_SIZES whose slices
+    (split_slices) hold at most UNI_KEYS keys, the one with the most SMs reading the rows (M cs)
+    while the M clusters still run at once (cluster_slots) and each slice keeps at least
+    UNION_MIN_SLICE keys (past that the cluster's fixed cost outweighs the shorter read); the fewest
+    that hold the row when no larger one qualifies; None when 8 CTAs cannot hold the row. Why the
+    SMs: each SM reads its slice at a rate of its own (radix_union's timelines: ~23 GB/s an SM with
+    64 or 128 SMs reading), so the read shortens with the SMs, not with the cluster size."""
     need = next((cs for cs in UNION_SIZES if split_slices(C, cs)[0][1] <= UNI_KEYS), None)
     if need is None:
         return None
-    cs = need
-    while 2 * cs in UNION_SIZES and M <= cluster_slots(2 * cs, sms) and C >= 2 * cs * UNION_MIN_SLICE:
-        cs *= 2
-    return cs
+    grown = [cs for cs in UNION_SIZES
+             if cs > need and M <= cluster_slots(cs, sms) and C >= cs * UNION_MIN_SLICE]
+    return max(grown, default=need)
 
 
 def thread_maxes(key: np.ndarray) -> np.ndarray:

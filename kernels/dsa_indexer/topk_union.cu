@@ -56,11 +56,17 @@ it); a launch of another cluster shape traps.
 #define UNI_HELD_BYTES 98304             // the slice's shared-memory part (float4 q >= UNI_REG_VECS)
 #define UNI_DYN_BYTES 131072             // the held part, then the union; the fallback's ring over both
 #define UNI_CAP 4096                     // (key, row index) pairs the union holds
+// The bulk form (dsa_topk_union_bulk_c<CS>): the whole slice in shared memory, copied by the bulk
+// (TMA) engine, then the union after it
+#define UNI_BULK_HELD_BYTES 131072       // UNI_KEYS x 4 B
+#define UNI_BULK_DYN_BYTES 163840        // the slice, then the union; the fallback's ring over the slice
 
 static_assert(UNI_KEYS == UNI_VECS * 4 * ONE_THREADS, "the keys a CTA holds");
 static_assert(UNI_HELD_BYTES == (UNI_VECS - UNI_REG_VECS) * ONE_THREADS * 16, "the held part");
 static_assert(UNI_DYN_BYTES == S2_RING_BYTES && UNI_HELD_BYTES + UNI_CAP * 8 == UNI_DYN_BYTES,
               "the held part and the union, or the ring");
+static_assert(UNI_BULK_HELD_BYTES == UNI_KEYS * 4 && UNI_BULK_HELD_BYTES + UNI_CAP * 8 == UNI_BULK_DYN_BYTES &&
+                  S2_RING_BYTES <= UNI_BULK_DYN_BYTES, "the slice and the union, or the ring");
 
 // The shared-memory address `local` in CTA `rank` of this cluster (a shared::cluster address).
 __device__ __forceinline__ unsigned uni_mapa(const void* local, unsigned rank) {
@@ -79,13 +85,32 @@ __device__ __forceinline__ void uni_st_v2(unsigned cluster_addr, unsigned a, uns
     asm volatile("st.shared::cluster.v2.u32 [%0], {%1, %2};" ::"r"(cluster_addr), "r"(a), "r"(b) : "memory");
 }
 
-template <unsigned CS>
+// One bulk copy into this CTA's shared memory completing on the mbarrier bar (shared address)
+__device__ __forceinline__ void uni_bulk_copy(unsigned dst, const void* src, unsigned bytes, unsigned bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
+}
+
+// BULK false: float4 q < UNI_REG_VECS of a thread in registers, the rest by cp.async; true: the
+// whole slice by the bulk engine (thread 0 issues UNI_BULK_CHUNKS copies on one mbarrier) into
+// shared memory, where element 4 (q 1024 + t) + e lies at float 4 (q 1024 + t) + e: the slice's own
+// layout, so one contiguous copy lands every thread's keys in its slots (rows with C % 4 != 0 take
+// the 4-B cp.async copies into the same slots).
+#define UNI_BULK_CHUNKS 8                // copies of up to 16 KiB: the engine works on several at once
+
+template <unsigned CS, bool BULK>
 __device__ __forceinline__ void union_body(const float* __restrict__ scores, int* __restrict__ out, int C_, int k_) {
+    constexpr unsigned REG = BULK ? 0u : UNI_REG_VECS;   // float4 a thread in registers
+    auto is_reg = [](unsigned q) {                     // q < REG, which nvcc warns of as q < 0u when REG is 0
+        if constexpr (REG == 0u) return false; else return q < REG;
+    };
+    constexpr unsigned HELD_BYTES = BULK ? UNI_BULK_HELD_BYTES : UNI_HELD_BYTES;
     __shared__ __align__(16) OneShared s;
     __shared__ unsigned n_union;                       // rank 0's: pairs pushed (may pass UNI_CAP)
     __shared__ unsigned bound;                         // this CTA's bound bin b_r
+    __shared__ __align__(8) unsigned long long loaded; // BULK: the slice's copies complete (phase 0)
     extern __shared__ __align__(16) float4 dyn[];      // the held part, then (rank 0) the union; the fallback's ring
-    uint2* u = reinterpret_cast<uint2*>(dyn + UNI_HELD_BYTES / 16);
+    uint2* u = reinterpret_cast<uint2*>(dyn + HELD_BYTES / 16);
     if (cluster_nctarank() != CS || gridDim.x != CS) __trap();   // the launch shape the source was compiled for
     const unsigned r = blockIdx.x, m = blockIdx.y, C = (unsigned)C_, k = (unsigned)k_;
     TK_ENTER(r);
@@ -94,29 +119,48 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
     split_slice(C, CS, r, lo, hi);
     if (hi - lo > UNI_KEYS) __trap();                  // a slice this CTA cannot hold (pick_union refuses the row)
     const bool vec = (C & 3u) == 0u;                   // row and slice starts 16-B aligned
-    // element of float4 q, lane e of this thread; float4 q >= UNI_REG_VECS is held at dyn[q' 1024 + t]
+    // element of float4 q, lane e of this thread; float4 q >= REG is held at dyn[(q - REG) 1024 + t]
     auto elem = [&](unsigned q, unsigned e) { return lo + 4u * (q * ONE_THREADS + threadIdx.x) + e; };
-    auto held = [&](unsigned q) { return dyn + (q - UNI_REG_VECS) * ONE_THREADS + threadIdx.x; };
+    auto held = [&](unsigned q) { return dyn + (q - REG) * ONE_THREADS + threadIdx.x; };
 
-    // 1: every load issued at once (the held part by cp.async, the rest into registers), then the keys
+    // 1: every load issued at once (into registers, shared memory by cp.async, or the bulk copies),
+    // then the keys
+    const unsigned bar = smem_addr(&loaded);
+    if (BULK && vec) {
+        const unsigned bytes = 4u * (hi - lo);         // a multiple of 16 (split_slice's 4-key slices, C % 4 == 0)
+        if (threadIdx.x == 0) {
+            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
+            asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");   // the init before the copies' complete_tx
+            asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+            constexpr unsigned CHUNK = UNI_BULK_HELD_BYTES / UNI_BULK_CHUNKS;
+            for (unsigned at = 0; at < bytes; at += CHUNK)
+                uni_bulk_copy(smem_addr(dyn) + at, reinterpret_cast<const char*>(row + lo) + at, min(CHUNK, bytes - at),
+                              bar);
+        }
+        // the slots past the slice: generic stores to bytes the copies do not write
 #pragma unroll
-    for (unsigned q = UNI_REG_VECS; q < UNI_VECS; ++q) {
-        float4* dst = held(q);
-        const unsigned e0 = elem(q, 0u);
-        if (vec && e0 < hi) {
-            cp_async16(dst, row + e0);
-        } else {
+        for (unsigned q = 0; q < UNI_VECS; ++q)
+            if (elem(q, 0u) >= hi) *held(q) = make_float4(neg_inf(), neg_inf(), neg_inf(), neg_inf());
+    } else {
 #pragma unroll
-            for (unsigned e = 0; e < 4; ++e) {
-                if (e0 + e < hi) cp_async4(reinterpret_cast<float*>(dst) + e, row + e0 + e);
-                else reinterpret_cast<float*>(dst)[e] = neg_inf();
+        for (unsigned q = REG; q < UNI_VECS; ++q) {
+            float4* dst = held(q);
+            const unsigned e0 = elem(q, 0u);
+            if (vec && e0 < hi) {
+                cp_async16(dst, row + e0);
+            } else {
+#pragma unroll
+                for (unsigned e = 0; e < 4; ++e) {
+                    if (e0 + e < hi) cp_async4(reinterpret_cast<float*>(dst) + e, row + e0 + e);
+                    else reinterpret_cast<float*>(dst)[e] = neg_inf();
+                }
             }
         }
+        cp_async_commit();
     }
-    cp_async_commit();
-    float x[4 * UNI_REG_VECS];
+    float x[REG ? 4 * REG : 1];
 #pragma unroll
-    for (unsigned q = 0; q < UNI_REG_VECS; ++q) {
+    for (unsigned q = 0; is_reg(q); ++q) {
         const unsigned e0 = elem(q, 0u);
         if (vec) {
             const float4 v = e0 < hi ? ld_nc_f32x4(reinterpret_cast<const float4*>(row + e0))
@@ -132,10 +176,19 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
     // the thread max as a float (fmaxf drops NaN; -0 / +0 share a key): one conversion, not 32
     float xmax = neg_inf();
 #pragma unroll
-    for (unsigned j = 0; j < 4 * UNI_REG_VECS; ++j) xmax = fmaxf(xmax, x[j]);
-    cp_async_wait_all();                               // this thread's held slots (no other thread reads them)
+    for (unsigned j = 0; is_reg(j / 4u); ++j) xmax = fmaxf(xmax, x[j]);
+    if (BULK && vec) {
+        // the init is visible: one_reset's barrier came after it. Acquire: the copies' bytes
+        unsigned done;
+        do {
+            asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0;\nselp.u32 %0, 1, 0, p;\n}\n"
+                         : "=r"(done) : "r"(bar) : "memory");
+        } while (!done);
+    } else {
+        cp_async_wait_all();                           // this thread's held slots (no other thread reads them)
+    }
 #pragma unroll
-    for (unsigned q = UNI_REG_VECS; q < UNI_VECS; ++q) {
+    for (unsigned q = REG; q < UNI_VECS; ++q) {
         const float4 v = *held(q);
         xmax = fmaxf(xmax, fmaxf(fmaxf(v.x, v.y), fmaxf(v.z, v.w)));
     }
@@ -165,9 +218,9 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
         const unsigned lane = threadIdx.x & 31u;
         unsigned hits = 0u;
 #pragma unroll
-        for (unsigned j = 0; j < 4 * UNI_REG_VECS; ++j) hits |= (x[j] >= tf ? 1u : 0u) << j;
+        for (unsigned j = 0; is_reg(j / 4u); ++j) hits |= (x[j] >= tf ? 1u : 0u) << j;
 #pragma unroll
-        for (unsigned q = UNI_REG_VECS; q < UNI_VECS; ++q) {
+        for (unsigned q = REG; q < UNI_VECS; ++q) {
             const float4 v = *held(q);
             const float w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
@@ -185,7 +238,7 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
             const unsigned j = __ffs(hits) - 1u;
             hits &= hits - 1u;
             const unsigned q = j / 4u, e = j % 4u;
-            const float* src = q < UNI_REG_VECS ? row + elem(q, e) : reinterpret_cast<const float*>(held(q)) + e;
+            const float* src = is_reg(q) ? row + elem(q, e) : reinterpret_cast<const float*>(held(q)) + e;
             if (slot < UNI_CAP) uni_st_v2(u0 + 8u * slot, topk_key(*src), elem(q, e));
             ++slot;
         }
@@ -212,10 +265,15 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
 #define DSA_TOPK_UNION_KERNEL(CS)                                                                             \
     extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(ONE_THREADS, 1)                   \
         dsa_topk_union_c##CS(const float* __restrict__ scores, int* __restrict__ out, int C, int k) {        \
-        union_body<CS>(scores, out, C, k);                                                                    \
+        union_body<CS, false>(scores, out, C, k);                                                             \
+    }                                                                                                         \
+    extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(ONE_THREADS, 1)                   \
+        dsa_topk_union_bulk_c##CS(const float* __restrict__ scores, int* __restrict__ out, int C, int k) {   \
+        union_body<CS, true>(scores, out, C, k);                                                              \
     }
 
 DSA_TOPK_UNION_KERNEL(1)
 DSA_TOPK_UNION_KERNEL(2)
+DSA_TOPK_UNION_KERNEL(3)
 DSA_TOPK_UNION_KERNEL(4)
 DSA_TOPK_UNION_KERNEL(8)

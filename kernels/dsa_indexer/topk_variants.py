@@ -25,11 +25,12 @@
   ``radix_sample`` (ours): ``dsa_topk_sample`` in the same file, split2 whose stage 1 reads its slice
   once: a sampled bound, one pass buffering the keys above it, the select over that buffer.
 - ``radix_union`` (ours): ``topk_union.cu``, one thread-block cluster a row (topk_model.pick_union: 1-8
-  CTAs, no larger than fit at once), the slice held on chip (32 keys a thread: 8 in registers, 24
+  CTAs, the most SMs whose clusters fit at once), the slice held on chip (32 keys a thread: 8 in registers, 24
   in shared memory; every load issued at once); each CTA's bound from its thread maxes, the least
   of them bounds the row's k-th key from below, every key above it goes to a union in rank 0's
   shared memory, and rank 0 selects from it (s2_select, topk_select.cuh); the row itself where the
-  union does not serve.
+  union does not serve. ``radix_union_bulk`` (ours): the same kernel with the whole slice copied into
+  shared memory by the bulk (TMA) engine (``dsa_topk_union_bulk_c<CS>``).
 - ``torch_topk`` (peer): ``torch.topk`` unsorted on our stream, non-finite picks mapped to -1 as a
   caller would.
 - ``flashinfer_topk`` / ``flashinfer_topk_lower`` (peers): ``flashinfer.top_k(x, k)`` as called by
@@ -313,17 +314,21 @@ def _supports_union(geometry, point) -> str | None:
     return _supports_radix(geometry, point)
 
 
-def _union_build(geometry, point, inputs, backend) -> KernelStep:
-    """radix_union alone: topk_launch's kernel on the scores, the indices poisoned."""
+def _make_union_build(design: str):
+    """radix_union or radix_union_bulk alone: topk_launch's kernel on the scores, the indices poisoned."""
+    return lambda geometry, point, inputs, backend: _union_build(geometry, point, inputs, backend, design)
+
+
+def _union_build(geometry, point, inputs, backend, design: str) -> KernelStep:
     cp = backend.cp
     Mn, C, k = int(point["M"]), spec.n_candidates(geometry, point), spec.k_selected(geometry, point)
-    tk = topk_launch(backend, "radix_union", Mn, C, k)
+    tk = topk_launch(backend, design, Mn, C, k)
     scores = backend.to_device(inputs["scores"])
     with backend.stream:
         buffers = {"scores": scores, "indices": cp.empty((Mn, k), cp.int32)}
     step = KernelStep(backend, [tk.call(Mn, C, k, "scores", "indices")], buffers, {}, {"indices": topk_model.POISON},
                       lambda b: {"indices": backend.to_host(b["indices"])}, dependent=False)
-    step.note = (f"dsa_topk_union_c{tk.ctas}: a cluster of {tk.ctas} CTAs a row ({Mn * tk.ctas} CTAs), "
+    step.note = (f"{tk.note} ({Mn * tk.ctas} CTAs), "
                  f"{topk_model.split_slices(C, tk.ctas)[0][1]} keys a CTA held on chip, a union of "
                  f"{union_define('UNI_CAP')} pairs at most in rank 0")
     return step.ready()
@@ -332,7 +337,10 @@ def _union_build(geometry, point, inputs, backend) -> KernelStep:
 # The top-k designs a multi-kernel step embeds (indexer_select's unfused pairs, the DSA layer) ->
 # their source; topk_launch builds any of them.
 STEP_DESIGNS = {"radix_split2": SPLIT2_SOURCE, "radix_sample": SPLIT2_SOURCE, "radix_share": SPLIT2_SOURCE,
-                "radix_union": UNION_SOURCE}
+                "radix_union": UNION_SOURCE, "radix_union_bulk": UNION_SOURCE}
+# radix_union's two load forms: its kernel's name prefix and its dynamic shared memory's #define
+UNION_FORMS = {"radix_union": ("dsa_topk_union", "UNI_DYN_BYTES"),
+               "radix_union_bulk": ("dsa_topk_union_bulk", "UNI_BULK_DYN_BYTES")}
 
 
 @dataclasses.dataclass
@@ -372,14 +380,15 @@ def topk_launch(backend, design: str, M: int, C: int, k: int) -> TopkLaunch:
     if design not in STEP_DESIGNS:
         raise ValueError(f"design: {design!r}; allowed: {sorted(STEP_DESIGNS)}")
     threads = onecta_define("ONE_THREADS")
-    if design == "radix_union":
+    if design in UNION_FORMS:
+        prefix, dyn_define = UNION_FORMS[design]
         cs = topk_model.pick_union(M, C, int(backend.props["multiProcessorCount"]))
         if cs is None:
-            raise ValueError(f"dsa_topk_union: {C} candidates a row; allowed: at most "
+            raise ValueError(f"{prefix}: {C} candidates a row; allowed: at most "
                              f"{topk_model.UNION_SIZES[-1] * union_define('UNI_KEYS')}")
-        dyn = union_define("UNI_DYN_BYTES")
-        fn = get_kernel(backend, HERE / UNION_SOURCE, f"dsa_topk_union_c{cs}", dyn_smem=dyn)
-        return TopkLaunch(fn, cs, threads, dyn, 0, f"radix_union: a cluster of {cs} CTAs a row")
+        dyn = union_define(dyn_define)
+        fn = get_kernel(backend, HERE / UNION_SOURCE, f"{prefix}_c{cs}", dyn_smem=dyn)
+        return TopkLaunch(fn, cs, threads, dyn, 0, f"{prefix}_c{cs}: {design}, a cluster of {cs} CTAs a row")
     split = design.removeprefix("radix_")
     fn, P, _, dyn, _ = split_launch(backend, M, C, k, split)
     return TopkLaunch(fn, P, threads, dyn, split_ws_pairs(split, k), f"{design}: {P} CTAs a row")
@@ -641,13 +650,19 @@ TOPK_VARIANTS = (
                 "and keeps the result when its k-th key is at or above every slice's share bound, else "
                 "selects again from both groups (each holds its slice's k best)",
             supports=_supports_share, sources=(SPLIT2_SOURCE,)),
-    Variant("radix_union", "cuda", _union_build,
+    Variant("radix_union", "cuda", _make_union_build("radix_union"),
             why="one cluster a row with no workspace and no hand-off through global memory (radix_split2's "
                 "fixed chain at 512 of 65536): the slice read once and held on chip with every load in "
                 "flight, each CTA's bound (its ceil(k / CS)-th thread max) exchanged through DSMEM, the least "
                 "a lower bound on the row's k-th key (~800 keys above it at 512 of 65536), those keys pushed "
                 "to rank 0's shared memory, rank 0's select over them; the row itself when the union does "
                 "not serve",
+            supports=_supports_union, sources=(UNION_SOURCE,)),
+    Variant("radix_union_bulk", "cuda", _make_union_build("radix_union_bulk"),
+            why="radix_union with the slice copied whole into shared memory by the bulk (TMA) engine (8 copies "
+                "of 16 KiB from one thread on one mbarrier) instead of 8 loads a thread into registers and "
+                "cp.async slots: its timelines read ~23 GB/s an SM whether 64 or 128 SMs read, a per-SM rate "
+                "the copy engine, which tracks its own bytes in flight, may not share",
             supports=_supports_union, sources=(UNION_SOURCE,)),
     Variant("torch_topk", "cuda", lambda g, p, i, b: _TorchTopk(g, p, i, b),
             why="torch.topk(k, sorted=False) on our stream, non-finite picks mapped to -1",
