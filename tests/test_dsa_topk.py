@@ -1018,7 +1018,7 @@ def _union_caps():
 
 
 @pytest.mark.parametrize("union_cap", [16, 16384], ids=["cap16-row", "served"])
-@pytest.mark.parametrize("cs", [1, 2, 4, 8])
+@pytest.mark.parametrize("cs", topk_model.UNION_SIZES)
 @pytest.mark.parametrize("kind", (*KINDS, "one_level"))
 def test_the_union_emulation_gives_the_reference_set(kind, cs, union_cap):
     """Every row kind at irregular lengths (C % 4 != 0, slices shorter than a thread's keys, k > C),
@@ -1045,6 +1045,7 @@ def test_the_union_paths_are_exercised():
     row = rng.standard_normal(65536).astype(np.float32)
     out, tr = topk_model.select_row_union(row, 512, 4, union_cap, cap, rng)
     assert tr.served and 512 <= tr.n_union < 2048 and _strict_ok(out, row, 512).ok
+    assert tr.final in ("window", "window_warp") and tr.select is None
     srt = np.sort(row)
     out, tr = topk_model.select_row_union(srt, 512, 4, union_cap, cap, rng)
     assert not tr.served and tr.b != 0 and tr.n_union > union_cap and _strict_ok(out, srt, 512).ok
@@ -1055,7 +1056,7 @@ def test_the_union_paths_are_exercised():
     assert sorted(out[:3].tolist()) == [3, 6000, 8191] and (out[3:] == -1).all()
     row = np.full(3000, 0.5, np.float32)
     out, tr = topk_model.select_row_union(row, 512, 1, union_cap, cap, rng)
-    assert tr.served and tr.n_union == 3000 and tr.select.partial and tr.select.overflow
+    assert tr.served and tr.final == "select" and tr.n_union == 3000 and tr.select.partial and tr.select.overflow
     assert np.array_equal(np.sort(out), np.arange(512))
     out, tr = topk_model.select_row_union(np.full(65536, 0.5, np.float32), 2048, 4, union_cap, cap, rng)
     assert not tr.served and np.array_equal(np.sort(out), np.arange(2048))
@@ -1072,9 +1073,60 @@ def test_the_union_tie_take_on_quantized_rows_is_the_rows():
         rows = _quantized_rows(C, rng)
         for row in rows:
             out, tr = topk_model.select_row_union(row, k, 4, *_union_caps(), rng)
-            partial += tr.select.partial
+            partial += tr.select is not None and tr.select.partial
             assert tr.served and _strict_ok(out, row, k).ok, trial
     assert partial >= 6, partial                   # the union's take ran, not only whole levels
+
+
+def _window_reference(ukey, uidx, k):
+    order = np.lexsort((uidx, -ukey))[:k]
+    return set(uidx[order].tolist()), int(ukey[order[-1]])
+
+
+def test_the_union_window_select_is_exact_on_every_path():
+    """window_select against a (key descending, index ascending) sort of the union: the whole bin
+    ("window"), the bin ranked in one warp ("window_warp": two keys in the k-th key's bin, one
+    taken; equal keys by index), a bin of more than 32 keys with part taken (None: s2_select's),
+    +inf in the row and fewer than k pairs (None); with kmax below the union's largest key (what
+    --use_fast_math's flushed max can give) the clamp keeps it exact."""
+    rng = np.random.default_rng(61)
+    tlb = 0xC0100000                                                 # the key of 2.25
+    ukey = tlb + rng.choice(1 << 23, 800, replace=False).astype(np.int64)
+    uidx = rng.permutation(65536)[:800].astype(np.int64)
+    kmax = int(ukey.max())
+    seen, clamped = set(), 0
+    for k in (1, 2, 100, 512, 799, 800):
+        for km in (kmax, int(np.sort(ukey)[-3])):                    # the true max, or the 3rd largest key
+            got = topk_model.window_select(ukey, uidx, k, tlb, km)
+            assert got is not None or km != kmax
+            if got is not None:
+                members, final, T = got
+                assert (set(members.tolist()), T) == _window_reference(ukey, uidx, k) and len(members) == k
+                seen.add(final)
+                clamped += km != kmax
+    assert clamped >= 5, clamped
+    # two keys one digit apart in the k-th key's bin (sh = 11 for this span), only the larger taken
+    pair = ukey.copy()
+    order = np.argsort(-pair)
+    pair[order[511]] = pair[order[510]] - 1 if pair[order[510]] - 1 > pair[order[512]] else pair[order[511]]
+    pair[order[512]] = pair[order[511]] - 1
+    members, final, T = topk_model.window_select(pair, uidx, 512, tlb, kmax)
+    assert (set(members.tolist()), T) == _window_reference(pair, uidx, 512)
+    seen.add(final)
+    # equal keys in that bin: the lower index wins
+    eq = ukey.copy()
+    eq[order[512]] = eq[order[511]]
+    members, final, T = topk_model.window_select(eq, uidx, 512, tlb, kmax)
+    assert final == "window_warp" and (set(members.tolist()), T) == _window_reference(eq, uidx, 512)
+    assert seen == {"window", "window_warp"}
+    # a key below tlb (a flushed compare's push): digit 0, below every other
+    low = np.append(ukey, tlb - 7)
+    members, final, T = topk_model.window_select(low, np.append(uidx, 70000), 800, tlb, kmax)
+    assert 70000 not in members and (set(members.tolist()), T) == _window_reference(ukey, uidx, 800)
+    level = np.full(800, tlb + 5, np.int64)                          # one level: 800 keys in one bin, 512 taken
+    assert topk_model.window_select(level, uidx, 512, tlb, tlb + 5) is None
+    assert topk_model.window_select(ukey, uidx, 512, tlb, topk_model.KEY_POSINF) is None
+    assert topk_model.window_select(ukey[:100], uidx[:100], 512, tlb, kmax) is None
 
 
 @pytest.mark.parametrize("C,k,M,served", [(65536, 512, 32, True), (65536, 512, 64, True), (65536, 512, 8, True),
@@ -1095,18 +1147,18 @@ def test_the_union_at_the_sweep_points(C, k, M, served):
         out, tr = topk_model.select_row_union(row, k, cs, union_cap, cap, rng)
         assert served in (None, tr.served) and _strict_ok(out, row, k).ok, (C, k, M, cs, tr.n_union)
         if tr.served:
-            assert k <= tr.n_union < 4 * k and tr.select.T >= tr.b << 20, (C, k, M, cs, tr.n_union)
+            assert k <= tr.n_union < 4 * k and tr.T >= tr.b << 20, (C, k, M, cs, tr.n_union)
         else:
             assert tr.n_union > union_cap
 
 
 @pytest.mark.parametrize("M,C,expect", [(32, 65536, 3), (64, 65536, 2), (67, 65536, 2), (8, 65536, 8), (16, 65536, 4),
                                         (1, 65536, 8), (32, 8192, 2), (3, 513, 1), (132, 4100, 1), (1, 262144, 8),
-                                        (1, 262145, None), (16, 16385, 4), (40, 16384, 3), (45, 65536, 2),
-                                        (44, 12287, 2)])
+                                        (1, 262145, None), (16, 16385, 4), (39, 16384, 3), (40, 16384, 2),
+                                        (39, 12287, 2), (15, 65536, 8)])
 def test_the_union_pick(M, C, expect):
     """The size with the most SMs reading (M x size) among those whose M clusters fit at once (66 of
-    2, 44 of 3, 30 of 4 and 14 of 8 on the H200's 132 SMs) and whose slices keep 4096 keys; else the
+    2, 39 of 3, 30 of 4 and 15 of 8 on a 132-SM H100 / H200) and whose slices keep 4096 keys; else the
     fewest CTAs that hold the row."""
     assert topk_model.pick_union(M, C, 132) == expect
     assert topk_model.pick_union(64, 65536, 256) == 4                 # elsewhere: SMs // size

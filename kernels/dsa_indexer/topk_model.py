@@ -726,12 +726,11 @@ UNI_THREADS = 1024                     # ONE_THREADS
 UNI_VECS = 8                           # topk_union.cu UNI_VECS: float4 loads a thread
 UNI_KEYS = 4 * UNI_VECS * UNI_THREADS  # UNI_KEYS: 32768 keys a CTA at most
 UNION_SIZES = (1, 2, 3, 4, 8)          # the cluster sizes topk_union.cu instantiates
-# Clusters of 1024-thread CTAs of one SM each that a 132-SM H100 / H200 holds at once: 4 measured
-# (radix_union at 99d880a, H200: the 31st and 32nd clusters of 4 entered once the first ranks
-# exited); 2, 3 and 8 as the GPC sizes that give 30 imply (six of 18 SMs and two of 12: 66, 44 and
-# 14; radix_lean's notes saw M = 32's clusters of 8 not fit either; tools/cluster_slots.py asks the
-# driver). Elsewhere: SMs // size.
-CLUSTER_SLOTS_132 = {1: 132, 2: 66, 3: 44, 4: 30, 8: 14}
+# Clusters of 1024-thread CTAs of one SM each that a 132-SM H100 / H200 holds at once, as the driver
+# counts them (tools/cluster_slots.py on an H100 at c717f47: 66 of 2, 39 of 3, 30 of 4, 15 of 8; the
+# H200 at 99d880a ran 30 clusters of 4 at once, its 31st and 32nd entering once the first ranks
+# exited). Elsewhere: SMs // size.
+CLUSTER_SLOTS_132 = {1: 132, 2: 66, 3: 39, 4: 30, 8: 15}
 UNION_MIN_SLICE = 4096                 # keys a CTA at least when pick_union grows a cluster (4 a thread)
 
 
@@ -765,16 +764,46 @@ def thread_maxes(key: np.ndarray) -> np.ndarray:
     return padded.reshape(UNI_VECS, UNI_THREADS, 4).max(axis=(0, 2))
 
 
+UNI_WARP_BIN = 32                      # topk_union.cu: the most keys of the k-th key's window bin one warp ranks
+
+
 @dataclasses.dataclass
 class UnionTrace:
     """One row in dsa_topk_union: the bound's digit-0 bin b (0: none), the keys >= b << 20 over the
-    row (pushed only when b != 0), whether the union served (else the row itself), the select's
-    trace."""
+    row (pushed only when b != 0), whether the union served (else the row itself), how rank 0
+    finished (``final``: "window" took the k-th key's window bin whole, "window_warp" ranked it in
+    one warp, "select" ran s2_select, whose trace is ``select``, else None) and T, the k-th key."""
 
     b: int
     n_union: int
     served: bool
-    select: OneTrace
+    final: str
+    T: int
+    select: OneTrace | None
+
+
+def window_select(ukey: np.ndarray, uidx: np.ndarray, k: int, tlb: int, kmax: int) -> tuple[np.ndarray, str, int] | None:
+    """topk_union.cu's uni_window_select over a union of (key, row index) pairs holding every row
+    key >= its k-th: ``(members [k] int64, final, T)``, or None where it hands on to s2_select (+inf
+    in the row, fewer than k pairs, or more than UNI_WARP_BIN keys in the k-th key's bin with only
+    part of them taken). The digit is (key - tlb) >> sh, sh the fewest bits that bring kmax - tlb
+    under 4096 bins, clamped to the last bin and to 0 below tlb (under --use_fast_math kmax may fall
+    short of a denormal key, and a flushed compare may push a key below tlb: the clamps keep the
+    digit monotone, and so the select exact)."""
+    if kmax == KEY_POSINF or len(ukey) < k:
+        return None
+    R = kmax - tlb
+    sh = max(0, R.bit_length() - 12)
+    d = np.minimum(np.maximum(ukey - tlb, 0) >> sh, 4095)
+    B, A = _find_desc(np.bincount(d, minlength=4096), k)
+    E, Q = int((d == B).sum()), k - A
+    if Q == E:
+        return uidx[d >= B], "window", int(ukey[d == B].min())
+    if E > UNI_WARP_BIN:
+        return None
+    inbin = np.flatnonzero(d == B)
+    order = inbin[np.lexsort((uidx[inbin], -ukey[inbin]))][:Q]   # key descending, then lower index
+    return np.concatenate([uidx[d > B], uidx[order]]), "window_warp", int(ukey[order[-1]])
 
 
 def select_row_union(scores: np.ndarray, k: int, cs: int, union_cap: int, cap: int,
@@ -787,20 +816,28 @@ def select_row_union(scores: np.ndarray, k: int, cs: int, union_cap: int, cap: i
     ``union_cap`` were pushed: _one_select with drop over the union, a partial tie level from its bin
     buffer or, that overflowing, ShrFinalOut's take from the union (the row's index-order take past
     ``cap`` of the union's keys == T). Otherwise _one_select over the row (its tie take from the bin
-    buffer, else the row's)."""
+    buffer, else the row's). Where the union serves, rank 0 tries window_select first (kmax: the
+    largest thread max of the row, exchanged with the bounds)."""
     rng = rng or np.random.default_rng(0)
     key = keys(scores).astype(np.int64)
     C = len(key)
-    bounds = []
+    bounds, kmax = [], 0
     for lo, hi in split_slices(C, cs):
         tm = thread_maxes(key[lo:hi])
         bounds.append(_find_desc(np.bincount(tm[tm != 0] >> 20, minlength=4096), -(-k // cs))[0])
+        kmax = max(kmax, int(tm.max()))
     b = min(bounds)
     idx = rng.permutation(np.flatnonzero(key >= b << 20)) if b else np.zeros(0, np.int64)
     ties = _ties_of_row(key, 0, C)
     served = b != 0 and len(idx) <= union_cap
     if served:
         assert len(idx) >= k, "the cs ceil(k / cs) thread maxes >= tlb are distinct keys"
+
+        win = window_select(key[idx], idx, k, b << 20, kmax)
+        if win is not None:
+            members, final, T = win
+            return (rng.permutation(members).astype(np.int32),
+                    UnionTrace(b=int(b), n_union=len(idx), served=True, final=final, T=T, select=None))
 
         def union_ties(T, Q):
             tied = np.sort(idx[key[idx] == T])
@@ -809,7 +846,8 @@ def select_row_union(scores: np.ndarray, k: int, cs: int, union_cap: int, cap: i
         assert tr.T >= b << 20, "T >= tlb: the union holds every key of the row >= T"
     else:
         out, tr = _one_select(key, k, cap, rng, True, lambda p: p, ties, True)
-    return out.astype(np.int32), UnionTrace(b=int(b), n_union=len(idx), served=served, select=tr)
+    return out.astype(np.int32), UnionTrace(b=int(b), n_union=len(idx), served=served, final="select", T=tr.T,
+                                            select=tr)
 
 
 def select_union(scores: np.ndarray, k: int, union_cap: int, cap: int, sms: int) -> np.ndarray:

@@ -23,19 +23,19 @@ say so below. The tool orders a CTA's marks by clock64 and names each phase by t
 #define TK_BOUND 3     // bound: the cluster's lower bound tlb known (barrier.cluster + DSMEM min); sample: its sample counted (CTA barrier); union: the bound's bin found over the cluster's thread maxes (CTA barrier)
 #define TK_PASS2 4     // the second pass over the row done: buffer filled (onecta: members above the bin written; union: the keys >= the bound pushed to rank 0, barrier.cluster)
 #define TK_SYNC0 5     // digit 0: the cluster barrier (or CTA barrier) that publishes the histograms passed
-#define TK_DIGIT0 6    // digit 0 decided: b0 and the count above it
+#define TK_DIGIT0 6    // digit 0 decided: b0 and the count above it (union: this CTA's bound b_r found)
 #define TK_SYNC1 7
 #define TK_DIGIT1 8
 #define TK_SYNC2 9
 #define TK_DIGIT2 10   // T known
 #define TK_COUNTS 11   // quota, output base and F known (the counts' barrier passed)
-#define TK_WRITE 12    // thread 0's members written and the -1 fill issued (thread 0's view: no barrier)
+#define TK_WRITE 12    // thread 0's members written and the -1 fill issued (thread 0's view: no barrier; union: thread 0's pushes issued)
 #define TK_EXIT 13     // after the exit barrier (cluster), the last instruction
 #define TK_FINAL 14    // split: the row's last CTA has written the final select (stage 2); union: rank 0 has written the row
 #define TK_FSTART 15   // split2: the row's last CTA past the hand-off (counter, fences, barrier)
 #define TK_FREAD 16    // split2's final select: pass 1 over the candidates done (digit 0 counted)
 #define TK_FPASS2 17   // split2's final select: pass 2 done (members above the bin written, bin buffered)
-#define TK_FDIGITS 18  // split2's final select: digits 0..2 decided (T known)
+#define TK_FDIGITS 18  // split2's final select: digits 0..2 decided (T known); union: the window's bin B decided
 #define TK_SAMPLE 19   // sample: the sampled bound t_est known (and the histograms reset: CTA barrier)
 #define TK_STREAM 20   // sample: the one pass over the slice done, the keys >= t_est buffered (CTA barrier)
 #define TK_MARKS 21

@@ -30,10 +30,14 @@ CTA's select over the P k = 2048 candidates it reads back from L2 (5.8). Here:
      rank 0's dynamic shared memory after its held part (one atom.shared::cluster add on rank 0's
      counter a warp, st.shared::cluster for the pairs; pairs past UNI_CAP are counted, not stored).
      barrier.cluster; every rank but 0 exits (nobody reads another rank's shared memory after it).
-  4. Rank 0 with n <= UNI_CAP pairs in the union: s2_select over them (topk_select.cuh, DROP: +inf
-     counts towards k and is written -1) into the row's output, its partial tie level from the
-     union (ShrFinalOut): exact, since T >= tlb puts every key of the row >= T, ties included, in
-     the union. Otherwise (b = 0, or more than UNI_CAP keys >= tlb: tie levels, few eligible,
+  4. Rank 0 with n <= UNI_CAP pairs in the union: first uni_window_select (one 12-bit digit over
+     the window [tlb, kmax], kmax the row's largest thread max read with the bounds; the k-th key's
+     bin taken whole or ranked by one warp: 3-4 block barriers, where s2_select's three digits
+     take ~11 and measured 3.5 us at 512 of 65536 on the H100, c717f47); where that cannot finish
+     (+inf in the row, a partial bin of more than 32 keys: tie levels), s2_select over them
+     (topk_select.cuh, DROP: +inf counts towards k and is written -1) into the row's output, its
+     partial tie level from the union (ShrFinalOut): exact, since T >= tlb puts every key of the
+     row >= T, ties included, in the union. Otherwise (b = 0, or more than UNI_CAP keys >= tlb: tie levels, few eligible,
      ordered rows) s2_select over the row itself through the ring (one CTA: correct, slow).
 Under --use_fast_math the thread max (max.ftz) and the push's compare (setp.ge.ftz) flush denormal
 scores to +-0, so for rows with denormals the bin of a thread max, b and the union can differ from
@@ -91,6 +95,68 @@ __device__ __forceinline__ void uni_bulk_copy(unsigned dst, const void* src, uns
                  ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
 }
 
+#define UNI_WARP_BIN 32                  // the most keys of the k-th key's window bin one warp ranks
+
+// Rank 0's select over the union u (nu pairs, every row key >= the row's k-th among them, each key
+// in [tlb, kmax]; kmax the row's largest thread max) in one digit pass, topk_model.window_select:
+// the digit (key - tlb) >> sh, sh the fewest bits that bring kmax - tlb under ONE_NB0 bins, clamped
+// to the last bin and saturating at 0 below tlb (a flushed kmax can fall short of a denormal key;
+// the clamps keep the digit monotone, so every key of a bin above B is above every key of B, and equal keys share a bin).
+// On N(0, 1) rows the k-th key's bin B holds ~1-2 keys: all of them taken (Q == E), or ranked by
+// one warp (key descending, then lower index) when E <= UNI_WARP_BIN. Members go to the row's
+// output in any order, slots claimed by one shared atomic a warp. Returns false, having written
+// nothing, where it cannot finish (+inf in the row, fewer than k pairs, or a partial bin of more
+// than UNI_WARP_BIN keys: a tie level) and the caller runs s2_select; s.h0 is then dirty.
+// Needs s zeroed (one_reset). Block-uniform; 3 block barriers (4 with the warp's rank).
+__device__ __forceinline__ bool uni_window_select(const uint2* u, unsigned nu, unsigned k, unsigned tlb, unsigned kmax,
+                                                  int* __restrict__ orow, OneShared& s) {
+    if (kmax == DSA_TOPK_KEY_POSINF || nu < k) return false;
+    const unsigned R = kmax - tlb;
+    const unsigned sh = R < ONE_NB0 ? 0u : 20u - __clz(R);    // bit length of R minus 12
+    // saturating below tlb: under --use_fast_math the push's flushed compare can let a negative
+    // denormal below tlb in (the header); bin 0 keeps it below every key >= tlb
+    auto digit = [&](unsigned key) { return key <= tlb ? 0u : min((key - tlb) >> sh, ONE_NB0 - 1u); };
+    for (unsigned j = threadIdx.x; j < nu; j += ONE_THREADS) atomicAdd(&s.h0[digit(u[j].x)], 1u);
+    __syncthreads();
+    s2_find<ONE_NB0>(s.h0, k, &s);                     // ends with a barrier
+    const unsigned B = s.found_bin, A = s.found_above, E = s.h0[B], Q = k - A;
+    if (Q < E && E > UNI_WARP_BIN) return false;       // block-uniform
+    TK_MARK(TK_FDIGITS);
+    const bool whole = Q == E;
+    const unsigned lane = threadIdx.x & 31u, below = (1u << lane) - 1u;
+    for (unsigned base = 0; base < nu; base += ONE_THREADS) {   // block-uniform trip count
+        const unsigned j = base + threadIdx.x;
+        const uint2 v = j < nu ? u[j] : make_uint2(0u, 0u);
+        const unsigned d = j < nu ? digit(v.x) : 0u;
+        const bool member = j < nu && (d > B || (whole && d == B));
+        const bool listed = j < nu && !whole && d == B;
+        const unsigned mm = __ballot_sync(FULL_MASK, member), lm = __ballot_sync(FULL_MASK, listed);
+        unsigned mb = 0u, lb = 0u;
+        if (lane == 0u && mm) mb = atomicAdd(&s.cnt, __popc(mm));
+        if (lane == 0u && lm) lb = atomicAdd(&s.n_buf, __popc(lm));
+        mb = __shfl_sync(FULL_MASK, mb, 0) + __popc(mm & below);
+        lb = __shfl_sync(FULL_MASK, lb, 0) + __popc(lm & below);
+        if (member) orow[mb] = (int)v.y;
+        if (listed) {
+            s.buf_key[lb] = v.x;
+            s.buf_idx[lb] = v.y;
+        }
+    }
+    if (!whole) {                                      // block-uniform
+        __syncthreads();
+        if (threadIdx.x < 32u) {                       // bin B's E <= 32 keys, Q of them by (key desc, index asc)
+            const unsigned key = lane < E ? s.buf_key[lane] : 0u, idx = lane < E ? s.buf_idx[lane] : ~0u;
+            unsigned rank = 0u;
+            for (unsigned i = 0; i < E; ++i) {
+                const unsigned ki = __shfl_sync(FULL_MASK, key, i), ii = __shfl_sync(FULL_MASK, idx, i);
+                rank += ki > key || (ki == key && ii < idx);
+            }
+            if (lane < E && rank < Q) orow[A + rank] = (int)idx;
+        }
+    }
+    return true;
+}
+
 // BULK false: float4 q < UNI_REG_VECS of a thread in registers, the rest by cp.async; true: the
 // whole slice by the bulk engine (thread 0 issues UNI_BULK_CHUNKS copies on one mbarrier) into
 // shared memory, where element 4 (q 1024 + t) + e lies at float 4 (q 1024 + t) + e: the slice's own
@@ -108,6 +174,7 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
     __shared__ __align__(16) OneShared s;
     __shared__ unsigned n_union;                       // rank 0's: pairs pushed (may pass UNI_CAP)
     __shared__ unsigned bound;                         // this CTA's bound bin b_r
+    __shared__ unsigned kmax_cta, kmax_row;            // this CTA's largest thread max; (rank 0) the row's
     __shared__ __align__(8) unsigned long long loaded; // BULK: the slice's copies complete (phase 0)
     extern __shared__ __align__(16) float4 dyn[];      // the held part, then (rank 0) the union; the fallback's ring
     uint2* u = reinterpret_cast<uint2*>(dyn + HELD_BYTES / 16);
@@ -171,6 +238,7 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
             for (unsigned e = 0; e < 4; ++e) x[4 * q + e] = e0 + e < hi ? ld_nc_f32(row + e0 + e) : neg_inf();
         }
     }
+    if (threadIdx.x == 0) kmax_cta = 0u;              // before one_reset's barrier: every warp's atomicMax after it
     one_reset(s);                                      // under the loads' flight; ends with a barrier
     if (threadIdx.x == 0) n_union = 0u;
     // the thread max as a float (fmaxf drops NaN; -0 / +0 share a key): one conversion, not 32
@@ -196,16 +264,22 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
 
     // 2: this CTA's bound b_r (the bin of its ceil(k / CS)-th largest thread max), the row's the least
     if (tmax != 0u) atomicAdd(&s.h0[tmax >> 20], 1u);
+    const unsigned wmax = __reduce_max_sync(FULL_MASK, tmax);
+    if ((threadIdx.x & 31u) == 0u) atomicMax(&kmax_cta, wmax);
     __syncthreads();
     TK_MARK(TK_READ);
     s2_find<ONE_NB0>(s.h0, (k + CS - 1u) / CS, &s);    // ends with a barrier
     if (threadIdx.x == 0) bound = s.found_bin;
-    cluster_sync();                                    // every rank's bound; rank 0's n_union zeroed
+    TK_MARK(TK_DIGIT0);
+    cluster_sync();                                    // every rank's bound and max; rank 0's n_union zeroed
     TK_MARK(TK_SYNC0);
     unsigned b = ~0u;
     if (threadIdx.x < 32u) {
         const unsigned w = threadIdx.x < CS ? ld_rank(&bound, threadIdx.x) : ~0u;
+        const unsigned km = threadIdx.x < CS && r == 0u ? ld_rank(&kmax_cta, threadIdx.x) : 0u;
         b = __reduce_min_sync(FULL_MASK, w);
+        const unsigned kr = __reduce_max_sync(FULL_MASK, km);
+        if (threadIdx.x == 0) kmax_row = kr;
     }
     if (threadIdx.x == 0) s.found_above = b;
     __syncthreads();
@@ -232,17 +306,26 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
         if (lane == 31u && incl != 0u) base = uni_atom_add(uni_mapa(&n_union, 0u), incl);
         unsigned slot = __shfl_sync(FULL_MASK, base, 31) + incl - n;
         const unsigned u0 = uni_mapa(u, 0u);
-        // this lane's hits in increasing j (~1% of its keys), each re-read by its float4 slot: no key
-        // register indexed at run time, no conversion of a key that is not pushed
+        // this lane's hits in increasing j (~1% of its keys): a register key picked by an unrolled
+        // select (no register indexed at run time, no reload from global memory), a held one re-read
+        // by its float4 slot; only the pushed keys converted
         while (hits) {
             const unsigned j = __ffs(hits) - 1u;
             hits &= hits - 1u;
             const unsigned q = j / 4u, e = j % 4u;
-            const float* src = is_reg(q) ? row + elem(q, e) : reinterpret_cast<const float*>(held(q)) + e;
-            if (slot < UNI_CAP) uni_st_v2(u0 + 8u * slot, topk_key(*src), elem(q, e));
+            float v;
+            if (is_reg(q)) {
+                v = x[0];
+#pragma unroll
+                for (unsigned i = 1; is_reg(i / 4u); ++i) v = i == j ? x[i] : v;
+            } else {
+                v = reinterpret_cast<const float*>(held(q))[e];
+            }
+            if (slot < UNI_CAP) uni_st_v2(u0 + 8u * slot, topk_key(v), elem(q, e));
             ++slot;
         }
     }
+    TK_MARK(TK_WRITE);
     cluster_sync();                                    // the union complete; no remote access after this
     TK_MARK(TK_PASS2);
     if (r != 0u) {
@@ -254,10 +337,14 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
     const unsigned nu = n_union;
     const S2FinalOut fout{row, C, out + (size_t)m * k};
     one_reset(s);
-    if (b != 0u && nu <= UNI_CAP)
-        s2_select<true, 0>(SmpBufSrc{u, nu}, ShrFinalOut{fout, u, nu, s.buf_idx, &s.n_buf}, k, s);
-    else
-        s2_select<true, 0>(S2Src<false>{row, C, 0u, vec, dyn}, fout, k, s);
+    if (b != 0u && nu <= UNI_CAP) {
+        if (!uni_window_select(u, nu, k, b << 20, kmax_row, fout.orow, s)) {   // block-uniform
+            one_reset(s);
+            s2_select<true, 2>(SmpBufSrc{u, nu}, ShrFinalOut{fout, u, nu, s.buf_idx, &s.n_buf}, k, s);
+        }
+    } else {
+        s2_select<true, 2>(S2Src<false>{row, C, 0u, vec, dyn}, fout, k, s);
+    }
     TK_MARK(TK_FINAL);
     TK_MARK(TK_EXIT);
 }
