@@ -26,10 +26,15 @@ CTA's select over the P k = 2048 candidates it reads back from L2 (5.8). Here:
      is ~0.8-1.6 k at 512 of 65536 (the CPU model counts it at every sweep point).
   3. b = 0 (a rank with fewer than ceil(k / CS) nonzero thread maxes, or its in the lowest bin):
      nothing is pushed. Else every key >= tlb (found by comparing the scores with
-     topk_key_floor(tlb); only the hits are converted) goes, as a (key, row index) pair, to the union in
-     rank 0's dynamic shared memory after its held part (one atom.shared::cluster add on rank 0's
-     counter a warp, st.shared::cluster for the pairs; pairs past UNI_CAP are counted, not stored).
-     barrier.cluster; every rank but 0 exits (nobody reads another rank's shared memory after it).
+     topk_key_floor(tlb); only the hits are converted) goes, as a (key, row index) pair, to rank
+     r's segment of the union (UNI_CAP / CS pairs) in rank 0's dynamic shared memory after its held
+     part: slots from this CTA's own counter (a shared atomic a warp), st.shared::cluster for the
+     pairs, and the warp's count added to rank 0's seg_n[r] by red.shared::cluster, which nobody
+     waits for (c717f47's one atom.shared::cluster a warp on one counter of rank 0 waited for its
+     old value); pairs past the segment are counted, not stored. The compare runs under the first
+     cluster barrier (arrive, compare, wait) against the rank's own bound b_r, and again after it
+     only where b < b_r. barrier.cluster; every rank but 0 exits (nobody reads another rank's
+     shared memory after it); rank 0 moves the segments together (uni_compact).
   4. Rank 0 with n <= UNI_CAP pairs in the union: first uni_window_select (one 12-bit digit over
      the window [tlb, kmax], kmax the row's largest thread max read with the bounds; the k-th key's
      bin taken whole or ranked by one warp: 3-4 block barriers, where s2_select's three digits
@@ -79,10 +84,50 @@ __device__ __forceinline__ unsigned uni_mapa(const void* local, unsigned rank) {
     return ra;
 }
 
-__device__ __forceinline__ unsigned uni_atom_add(unsigned cluster_addr, unsigned v) {
-    unsigned old;
-    asm volatile("atom.shared::cluster.add.u32 %0, [%1], %2;" : "=r"(old) : "r"(cluster_addr), "r"(v) : "memory");
-    return old;
+// An add to a word of another CTA's shared memory whose old value nobody waits for (a count the
+// cluster barrier's release publishes)
+__device__ __forceinline__ void uni_red_add(unsigned cluster_addr, unsigned v) {
+    asm volatile("red.shared::cluster.add.u32 [%0], %1;" ::"r"(cluster_addr), "r"(v) : "memory");
+}
+
+__device__ __forceinline__ void uni_cluster_arrive() {   // release: this thread's shared-memory writes
+    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void uni_cluster_wait() {     // acquire: every arrived thread's writes
+    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
+// Rank 0 after the push: rank r's pairs at u[r seg ..], n[r] of them (each <= seg), moved into
+// u[0 .. total) in rank order through registers (a destination can overlap a later source: every
+// pair is read before the barrier, written after it). Block-uniform; 2 barriers.
+template <unsigned CS>
+__device__ __forceinline__ unsigned uni_compact(uint2* u, const unsigned* n, unsigned seg) {
+    constexpr unsigned PER = UNI_CAP / ONE_THREADS;
+    unsigned pre[CS + 1];
+    pre[0] = 0u;
+#pragma unroll
+    for (unsigned r = 0; r < CS; ++r) pre[r + 1] = pre[r] + n[r];
+    const unsigned total = pre[CS];
+    if constexpr (CS > 1u) {                           // one rank: its segment is the union
+        uint2 v[PER];
+#pragma unroll
+        for (unsigned i = 0; i < PER; ++i) {
+            const unsigned j = i * ONE_THREADS + threadIdx.x;
+            unsigned from = j;                             // segment q's pair j - pre[q] (unrolled: pre stays in registers)
+#pragma unroll
+            for (unsigned q = 1; q < CS; ++q)
+                if (j >= pre[q]) from = q * seg + (j - pre[q]);
+            if (j < total) v[i] = u[from];
+        }
+        __syncthreads();
+#pragma unroll
+        for (unsigned i = 0; i < PER; ++i) {
+            const unsigned j = i * ONE_THREADS + threadIdx.x;
+            if (j < total) u[j] = v[i];
+        }
+        __syncthreads();
+    }
+    return total;
 }
 
 __device__ __forceinline__ void uni_st_v2(unsigned cluster_addr, unsigned a, unsigned b) {
@@ -172,7 +217,8 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
     };
     constexpr unsigned HELD_BYTES = BULK ? UNI_BULK_HELD_BYTES : UNI_HELD_BYTES;
     __shared__ __align__(16) OneShared s;
-    __shared__ unsigned n_union;                       // rank 0's: pairs pushed (may pass UNI_CAP)
+    __shared__ unsigned seg_n[CS];                     // rank 0's: the pairs rank r pushed (may pass its segment)
+    __shared__ unsigned n_local;                       // this CTA's pushed pairs so far
     __shared__ unsigned bound;                         // this CTA's bound bin b_r
     __shared__ unsigned kmax_cta, kmax_row;            // this CTA's largest thread max; (rank 0) the row's
     __shared__ __align__(8) unsigned long long loaded; // BULK: the slice's copies complete (phase 0)
@@ -240,7 +286,8 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
     }
     if (threadIdx.x == 0) kmax_cta = 0u;              // before one_reset's barrier: every warp's atomicMax after it
     one_reset(s);                                      // under the loads' flight; ends with a barrier
-    if (threadIdx.x == 0) n_union = 0u;
+    if (threadIdx.x < CS) seg_n[threadIdx.x] = 0u;    // before the first cluster barrier: every rank's adds after it
+    if (threadIdx.x == 0) n_local = 0u;
     // the thread max as a float (fmaxf drops NaN; -0 / +0 share a key): one conversion, not 32
     float xmax = neg_inf();
 #pragma unroll
@@ -271,7 +318,27 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
     s2_find<ONE_NB0>(s.h0, (k + CS - 1u) / CS, &s);    // ends with a barrier
     if (threadIdx.x == 0) bound = s.found_bin;
     TK_MARK(TK_DIGIT0);
-    cluster_sync();                                    // every rank's bound and max; rank 0's n_union zeroed
+    uni_cluster_arrive();                              // this rank's bound and max; rank 0's counts zeroed
+    // under the barrier: this thread's keys >= this rank's own bound b_r, the row's bound b <= b_r
+    // (the least of the ranks'), so the mask stands when b == b_r (most rows: the bounds' bins are
+    // 1/8 of an octave wide) and is taken again below when not
+    auto hits_over = [&](unsigned bin) {
+        const float tf = topk_key_floor(bin << 20);    // x >= tf exactly when topk_key(x) >= bin << 20
+        unsigned hits = 0u;
+#pragma unroll
+        for (unsigned j = 0; is_reg(j / 4u); ++j) hits |= (x[j] >= tf ? 1u : 0u) << j;
+#pragma unroll
+        for (unsigned q = REG; q < UNI_VECS; ++q) {
+            const float4 v = *held(q);
+            const float w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+            for (unsigned e = 0; e < 4; ++e) hits |= (w[e] >= tf ? 1u : 0u) << (4u * q + e);
+        }
+        return hits;
+    };
+    const unsigned br = s.found_bin;                   // s2_find ended with a barrier; not written again before the push
+    unsigned hits = br != 0u ? hits_over(br) : 0u;
+    uni_cluster_wait();
     TK_MARK(TK_SYNC0);
     unsigned b = ~0u;
     if (threadIdx.x < 32u) {
@@ -286,26 +353,22 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
     b = s.found_above;                                 // the same in every rank
     TK_MARK(TK_BOUND);
 
-    // 3: the keys >= tlb into rank 0's union
+    // 3: the keys >= tlb into rank 0's union: rank r's into its segment u[r seg ..] there, slots
+    // claimed on this CTA's own counter (a shared atomic a warp), the count added to rank 0's
+    // seg_n[r] with no wait (the barrier's release publishes it); pairs past seg counted, not stored
+    constexpr unsigned SEG = UNI_CAP / CS;
     if (b != 0u) {                                     // cluster-uniform
-        const float tf = topk_key_floor(b << 20);      // x >= tf exactly when topk_key(x) >= tlb
+        if (b != br) hits = hits_over(b);              // block-uniform
         const unsigned lane = threadIdx.x & 31u;
-        unsigned hits = 0u;
-#pragma unroll
-        for (unsigned j = 0; is_reg(j / 4u); ++j) hits |= (x[j] >= tf ? 1u : 0u) << j;
-#pragma unroll
-        for (unsigned q = REG; q < UNI_VECS; ++q) {
-            const float4 v = *held(q);
-            const float w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-            for (unsigned e = 0; e < 4; ++e) hits |= (w[e] >= tf ? 1u : 0u) << (4u * q + e);
-        }
         const unsigned n = __popc(hits);
         const unsigned incl = topk_warp_inclusive_sum(n);
         unsigned base = 0u;
-        if (lane == 31u && incl != 0u) base = uni_atom_add(uni_mapa(&n_union, 0u), incl);
+        if (lane == 31u && incl != 0u) {
+            base = atomicAdd(&n_local, incl);
+            uni_red_add(uni_mapa(&seg_n[r], 0u), incl);
+        }
         unsigned slot = __shfl_sync(FULL_MASK, base, 31) + incl - n;
-        const unsigned u0 = uni_mapa(u, 0u);
+        const unsigned u0 = uni_mapa(u + r * SEG, 0u);
         // this lane's hits in increasing j (~1% of its keys): a register key picked by an unrolled
         // select (no register indexed at run time, no reload from global memory), a held one re-read
         // by its float4 slot; only the pushed keys converted
@@ -321,7 +384,7 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
             } else {
                 v = reinterpret_cast<const float*>(held(q))[e];
             }
-            if (slot < UNI_CAP) uni_st_v2(u0 + 8u * slot, topk_key(v), elem(q, e));
+            if (slot < SEG) uni_st_v2(u0 + 8u * slot, topk_key(v), elem(q, e));
             ++slot;
         }
     }
@@ -334,10 +397,13 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
     }
 
     // 4: rank 0 selects the row's k best
-    const unsigned nu = n_union;
+    bool fits = true;
+#pragma unroll
+    for (unsigned q = 0; q < CS; ++q) fits = fits && seg_n[q] <= SEG;
     const S2FinalOut fout{row, C, out + (size_t)m * k};
+    const unsigned nu = b != 0u && fits ? uni_compact<CS>(u, seg_n, SEG) : 0u;   // block-uniform
     one_reset(s);
-    if (b != 0u && nu <= UNI_CAP) {
+    if (b != 0u && fits) {
         if (!uni_window_select(u, nu, k, b << 20, kmax_row, fout.orow, s)) {   // block-uniform
             one_reset(s);
             s2_select<true, 2>(SmpBufSrc{u, nu}, ShrFinalOut{fout, u, nu, s.buf_idx, &s.n_buf}, k, s);
