@@ -34,7 +34,8 @@ CTA's select over the P k = 2048 candidates it reads back from L2 (5.8). Here:
      old value); pairs past the segment are counted, not stored. The compare runs under the first
      cluster barrier (arrive, compare, wait) against the rank's own bound b_r, and again after it
      only where b < b_r. barrier.cluster; every rank but 0 exits (nobody reads another rank's
-     shared memory after it); rank 0 moves the segments together (uni_compact).
+     shared memory after it); rank 0 reads the segments in place (uni_compact moves them together
+     only for s2_select).
   4. Rank 0 with n <= UNI_CAP pairs in the union: first uni_window_select (one 12-bit digit over
      the window [tlb, kmax], kmax the row's largest thread max read with the bounds; the k-th key's
      bin taken whole or ranked by one warp: 3-4 block barriers, where s2_select's three digits
@@ -142,7 +143,8 @@ __device__ __forceinline__ void uni_bulk_copy(unsigned dst, const void* src, uns
 
 #define UNI_WARP_BIN 32                  // the most keys of the k-th key's window bin one warp ranks
 
-// Rank 0's select over the union u (nu pairs, every row key >= the row's k-th among them, each key
+// Rank 0's select over the union (rank q's n[q] pairs at u[q seg ..], read in place: no
+// uni_compact, which took ~0.36 us at b785159; every row key >= the row's k-th among them, each key
 // in [tlb, kmax]; kmax the row's largest thread max) in one digit pass, topk_model.window_select:
 // the digit (key - tlb) >> sh, sh the fewest bits that bring kmax - tlb under ONE_NB0 bins, clamped
 // to the last bin and saturating at 0 below tlb (a flushed kmax can fall short of a denormal key;
@@ -153,15 +155,21 @@ __device__ __forceinline__ void uni_bulk_copy(unsigned dst, const void* src, uns
 // nothing, where it cannot finish (+inf in the row, fewer than k pairs, or a partial bin of more
 // than UNI_WARP_BIN keys: a tie level) and the caller runs s2_select; s.h0 is then dirty.
 // Needs s zeroed (one_reset). Block-uniform; 3 block barriers (4 with the warp's rank).
-__device__ __forceinline__ bool uni_window_select(const uint2* u, unsigned nu, unsigned k, unsigned tlb, unsigned kmax,
-                                                  int* __restrict__ orow, OneShared& s) {
+template <unsigned CS>
+__device__ __forceinline__ bool uni_window_select(const uint2* u, const unsigned* n, unsigned seg, unsigned k,
+                                                  unsigned tlb, unsigned kmax, int* __restrict__ orow, OneShared& s) {
+    unsigned nu = 0u;
+#pragma unroll
+    for (unsigned q = 0; q < CS; ++q) nu += n[q];
     if (kmax == DSA_TOPK_KEY_POSINF || nu < k) return false;
     const unsigned R = kmax - tlb;
     const unsigned sh = R < ONE_NB0 ? 0u : 20u - __clz(R);    // bit length of R minus 12
     // saturating below tlb: under --use_fast_math the push's flushed compare can let a negative
     // denormal below tlb in (the header); bin 0 keeps it below every key >= tlb
     auto digit = [&](unsigned key) { return key <= tlb ? 0u : min((key - tlb) >> sh, ONE_NB0 - 1u); };
-    for (unsigned j = threadIdx.x; j < nu; j += ONE_THREADS) atomicAdd(&s.h0[digit(u[j].x)], 1u);
+#pragma unroll
+    for (unsigned q = 0; q < CS; ++q)
+        for (unsigned j = threadIdx.x; j < n[q]; j += ONE_THREADS) atomicAdd(&s.h0[digit(u[q * seg + j].x)], 1u);
     __syncthreads();
     s2_find<ONE_NB0>(s.h0, k, &s);                     // ends with a barrier
     const unsigned B = s.found_bin, A = s.found_above, E = s.h0[B], Q = k - A;
@@ -169,12 +177,14 @@ __device__ __forceinline__ bool uni_window_select(const uint2* u, unsigned nu, u
     TK_MARK(TK_FDIGITS);
     const bool whole = Q == E;
     const unsigned lane = threadIdx.x & 31u, below = (1u << lane) - 1u;
-    for (unsigned base = 0; base < nu; base += ONE_THREADS) {   // block-uniform trip count
-        const unsigned j = base + threadIdx.x;
-        const uint2 v = j < nu ? u[j] : make_uint2(0u, 0u);
-        const unsigned d = j < nu ? digit(v.x) : 0u;
-        const bool member = j < nu && (d > B || (whole && d == B));
-        const bool listed = j < nu && !whole && d == B;
+#pragma unroll
+    for (unsigned q = 0; q < CS; ++q)
+    for (unsigned base = 0; base < n[q]; base += ONE_THREADS) {   // block-uniform trip count
+        const unsigned j = base + threadIdx.x, nq = n[q];
+        const uint2 v = j < nq ? u[q * seg + j] : make_uint2(0u, 0u);
+        const unsigned d = j < nq ? digit(v.x) : 0u;
+        const bool member = j < nq && (d > B || (whole && d == B));
+        const bool listed = j < nq && !whole && d == B;
         const unsigned mm = __ballot_sync(FULL_MASK, member), lm = __ballot_sync(FULL_MASK, listed);
         unsigned mb = 0u, lb = 0u;
         if (lane == 0u && mm) mb = atomicAdd(&s.cnt, __popc(mm));
@@ -401,10 +411,10 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
 #pragma unroll
     for (unsigned q = 0; q < CS; ++q) fits = fits && seg_n[q] <= SEG;
     const S2FinalOut fout{row, C, out + (size_t)m * k};
-    const unsigned nu = b != 0u && fits ? uni_compact<CS>(u, seg_n, SEG) : 0u;   // block-uniform
     one_reset(s);
-    if (b != 0u && fits) {
-        if (!uni_window_select(u, nu, k, b << 20, kmax_row, fout.orow, s)) {   // block-uniform
+    if (b != 0u && fits) {                             // block-uniform
+        if (!uni_window_select<CS>(u, seg_n, SEG, k, b << 20, kmax_row, fout.orow, s)) {   // block-uniform
+            const unsigned nu = uni_compact<CS>(u, seg_n, SEG);
             one_reset(s);
             s2_select<true, 2>(SmpBufSrc{u, nu}, ShrFinalOut{fout, u, nu, s.buf_idx, &s.n_buf}, k, s);
         }
