@@ -812,8 +812,8 @@ def select_row_union(scores: np.ndarray, k: int, cs: int, union_cap: int, cap: i
 
     Each slice's thread maxes (thread_maxes), their nonzero digit 0 counted, b_r the bin of the
     ceil(k / cs)-th largest (_find_desc; 0 when fewer); b the least b_r. b != 0: every key >= tlb = b << 20
-    pushed to the union in a random order (the cluster's atomics give any); served when no slice
-    pushed more than its segment, ``union_cap // cs`` pairs: _one_select with drop over the union, a partial tie level from its bin
+    pushed to the union in a random order (the cluster's atomics give any); served when at most
+    ``union_cap`` were pushed: _one_select with drop over the union, a partial tie level from its bin
     buffer or, that overflowing, ShrFinalOut's take from the union (the row's index-order take past
     ``cap`` of the union's keys == T). Otherwise _one_select over the row (its tie take from the bin
     buffer, else the row's). Where the union serves, rank 0 tries window_select first (kmax: the
@@ -829,8 +829,7 @@ def select_row_union(scores: np.ndarray, k: int, cs: int, union_cap: int, cap: i
     b = min(bounds)
     idx = rng.permutation(np.flatnonzero(key >= b << 20)) if b else np.zeros(0, np.int64)
     ties = _ties_of_row(key, 0, C)
-    # rank r pushes into its own segment of union_cap // cs pairs in rank 0's shared memory
-    served = b != 0 and all(int((key[lo:hi] >= b << 20).sum()) <= union_cap // cs for lo, hi in split_slices(C, cs))
+    served = b != 0 and len(idx) <= union_cap
     if served:
         assert len(idx) >= k, "the cs ceil(k / cs) thread maxes >= tlb are distinct keys"
 

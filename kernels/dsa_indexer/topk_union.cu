@@ -26,16 +26,10 @@ CTA's select over the P k = 2048 candidates it reads back from L2 (5.8). Here:
      is ~0.8-1.6 k at 512 of 65536 (the CPU model counts it at every sweep point).
   3. b = 0 (a rank with fewer than ceil(k / CS) nonzero thread maxes, or its in the lowest bin):
      nothing is pushed. Else every key >= tlb (found by comparing the scores with
-     topk_key_floor(tlb); only the hits are converted) goes, as a (key, row index) pair, to rank
-     r's segment of the union (UNI_CAP / CS pairs) in rank 0's dynamic shared memory after its held
-     part: slots from this CTA's own counter (a shared atomic a warp), st.shared::cluster for the
-     pairs, and the warp's count added to rank 0's seg_n[r] by red.shared::cluster, which nobody
-     waits for (c717f47's one atom.shared::cluster a warp on one counter of rank 0 waited for its
-     old value); pairs past the segment are counted, not stored. The compare runs under the first
-     cluster barrier (arrive, compare, wait) against the rank's own bound b_r, and again after it
-     only where b < b_r. barrier.cluster; every rank but 0 exits (nobody reads another rank's
-     shared memory after it); rank 0 reads the segments in place (uni_compact moves them together
-     only for s2_select).
+     topk_key_floor(tlb); only the hits are converted) goes, as a (key, row index) pair, to the union in
+     rank 0's dynamic shared memory after its held part (one atom.shared::cluster add on rank 0's
+     counter a warp, st.shared::cluster for the pairs; pairs past UNI_CAP are counted, not stored).
+     barrier.cluster; every rank but 0 exits (nobody reads another rank's shared memory after it).
   4. Rank 0 with n <= UNI_CAP pairs in the union: first uni_window_select (one 12-bit digit over
      the window [tlb, kmax], kmax the row's largest thread max read with the bounds; the k-th key's
      bin taken whole or ranked by one warp: 3-4 block barriers, where s2_select's three digits
@@ -85,50 +79,10 @@ __device__ __forceinline__ unsigned uni_mapa(const void* local, unsigned rank) {
     return ra;
 }
 
-// An add to a word of another CTA's shared memory whose old value nobody waits for (a count the
-// cluster barrier's release publishes)
-__device__ __forceinline__ void uni_red_add(unsigned cluster_addr, unsigned v) {
-    asm volatile("red.shared::cluster.add.u32 [%0], %1;" ::"r"(cluster_addr), "r"(v) : "memory");
-}
-
-__device__ __forceinline__ void uni_cluster_arrive() {   // release: this thread's shared-memory writes
-    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void uni_cluster_wait() {     // acquire: every arrived thread's writes
-    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-
-// Rank 0 after the push: rank r's pairs at u[r seg ..], n[r] of them (each <= seg), moved into
-// u[0 .. total) in rank order through registers (a destination can overlap a later source: every
-// pair is read before the barrier, written after it). Block-uniform; 2 barriers.
-template <unsigned CS>
-__device__ __forceinline__ unsigned uni_compact(uint2* u, const unsigned* n, unsigned seg) {
-    constexpr unsigned PER = UNI_CAP / ONE_THREADS;
-    unsigned pre[CS + 1];
-    pre[0] = 0u;
-#pragma unroll
-    for (unsigned r = 0; r < CS; ++r) pre[r + 1] = pre[r] + n[r];
-    const unsigned total = pre[CS];
-    if constexpr (CS > 1u) {                           // one rank: its segment is the union
-        uint2 v[PER];
-#pragma unroll
-        for (unsigned i = 0; i < PER; ++i) {
-            const unsigned j = i * ONE_THREADS + threadIdx.x;
-            unsigned from = j;                             // segment q's pair j - pre[q] (unrolled: pre stays in registers)
-#pragma unroll
-            for (unsigned q = 1; q < CS; ++q)
-                if (j >= pre[q]) from = q * seg + (j - pre[q]);
-            if (j < total) v[i] = u[from];
-        }
-        __syncthreads();
-#pragma unroll
-        for (unsigned i = 0; i < PER; ++i) {
-            const unsigned j = i * ONE_THREADS + threadIdx.x;
-            if (j < total) u[j] = v[i];
-        }
-        __syncthreads();
-    }
-    return total;
+__device__ __forceinline__ unsigned uni_atom_add(unsigned cluster_addr, unsigned v) {
+    unsigned old;
+    asm volatile("atom.shared::cluster.add.u32 %0, [%1], %2;" : "=r"(old) : "r"(cluster_addr), "r"(v) : "memory");
+    return old;
 }
 
 __device__ __forceinline__ void uni_st_v2(unsigned cluster_addr, unsigned a, unsigned b) {
@@ -143,8 +97,7 @@ __device__ __forceinline__ void uni_bulk_copy(unsigned dst, const void* src, uns
 
 #define UNI_WARP_BIN 32                  // the most keys of the k-th key's window bin one warp ranks
 
-// Rank 0's select over the union (rank q's n[q] pairs at u[q seg ..], read in place: no
-// uni_compact, which took ~0.36 us at b785159; every row key >= the row's k-th among them, each key
+// Rank 0's select over the union u (nu pairs, every row key >= the row's k-th among them, each key
 // in [tlb, kmax]; kmax the row's largest thread max) in one digit pass, topk_model.window_select:
 // the digit (key - tlb) >> sh, sh the fewest bits that bring kmax - tlb under ONE_NB0 bins, clamped
 // to the last bin and saturating at 0 below tlb (a flushed kmax can fall short of a denormal key;
@@ -155,21 +108,15 @@ __device__ __forceinline__ void uni_bulk_copy(unsigned dst, const void* src, uns
 // nothing, where it cannot finish (+inf in the row, fewer than k pairs, or a partial bin of more
 // than UNI_WARP_BIN keys: a tie level) and the caller runs s2_select; s.h0 is then dirty.
 // Needs s zeroed (one_reset). Block-uniform; 3 block barriers (4 with the warp's rank).
-template <unsigned CS>
-__device__ __forceinline__ bool uni_window_select(const uint2* u, const unsigned* n, unsigned seg, unsigned k,
-                                                  unsigned tlb, unsigned kmax, int* __restrict__ orow, OneShared& s) {
-    unsigned nu = 0u;
-#pragma unroll
-    for (unsigned q = 0; q < CS; ++q) nu += n[q];
+__device__ __forceinline__ bool uni_window_select(const uint2* u, unsigned nu, unsigned k, unsigned tlb, unsigned kmax,
+                                                  int* __restrict__ orow, OneShared& s) {
     if (kmax == DSA_TOPK_KEY_POSINF || nu < k) return false;
     const unsigned R = kmax - tlb;
     const unsigned sh = R < ONE_NB0 ? 0u : 20u - __clz(R);    // bit length of R minus 12
     // saturating below tlb: under --use_fast_math the push's flushed compare can let a negative
     // denormal below tlb in (the header); bin 0 keeps it below every key >= tlb
     auto digit = [&](unsigned key) { return key <= tlb ? 0u : min((key - tlb) >> sh, ONE_NB0 - 1u); };
-#pragma unroll
-    for (unsigned q = 0; q < CS; ++q)
-        for (unsigned j = threadIdx.x; j < n[q]; j += ONE_THREADS) atomicAdd(&s.h0[digit(u[q * seg + j].x)], 1u);
+    for (unsigned j = threadIdx.x; j < nu; j += ONE_THREADS) atomicAdd(&s.h0[digit(u[j].x)], 1u);
     __syncthreads();
     s2_find<ONE_NB0>(s.h0, k, &s);                     // ends with a barrier
     const unsigned B = s.found_bin, A = s.found_above, E = s.h0[B], Q = k - A;
@@ -177,14 +124,12 @@ __device__ __forceinline__ bool uni_window_select(const uint2* u, const unsigned
     TK_MARK(TK_FDIGITS);
     const bool whole = Q == E;
     const unsigned lane = threadIdx.x & 31u, below = (1u << lane) - 1u;
-#pragma unroll
-    for (unsigned q = 0; q < CS; ++q)
-    for (unsigned base = 0; base < n[q]; base += ONE_THREADS) {   // block-uniform trip count
-        const unsigned j = base + threadIdx.x, nq = n[q];
-        const uint2 v = j < nq ? u[q * seg + j] : make_uint2(0u, 0u);
-        const unsigned d = j < nq ? digit(v.x) : 0u;
-        const bool member = j < nq && (d > B || (whole && d == B));
-        const bool listed = j < nq && !whole && d == B;
+    for (unsigned base = 0; base < nu; base += ONE_THREADS) {   // block-uniform trip count
+        const unsigned j = base + threadIdx.x;
+        const uint2 v = j < nu ? u[j] : make_uint2(0u, 0u);
+        const unsigned d = j < nu ? digit(v.x) : 0u;
+        const bool member = j < nu && (d > B || (whole && d == B));
+        const bool listed = j < nu && !whole && d == B;
         const unsigned mm = __ballot_sync(FULL_MASK, member), lm = __ballot_sync(FULL_MASK, listed);
         unsigned mb = 0u, lb = 0u;
         if (lane == 0u && mm) mb = atomicAdd(&s.cnt, __popc(mm));
@@ -227,8 +172,7 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
     };
     constexpr unsigned HELD_BYTES = BULK ? UNI_BULK_HELD_BYTES : UNI_HELD_BYTES;
     __shared__ __align__(16) OneShared s;
-    __shared__ unsigned seg_n[CS];                     // rank 0's: the pairs rank r pushed (may pass its segment)
-    __shared__ unsigned n_local;                       // this CTA's pushed pairs so far
+    __shared__ unsigned n_union;                       // rank 0's: pairs pushed (may pass UNI_CAP)
     __shared__ unsigned bound;                         // this CTA's bound bin b_r
     __shared__ unsigned kmax_cta, kmax_row;            // this CTA's largest thread max; (rank 0) the row's
     __shared__ __align__(8) unsigned long long loaded; // BULK: the slice's copies complete (phase 0)
@@ -296,8 +240,7 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
     }
     if (threadIdx.x == 0) kmax_cta = 0u;              // before one_reset's barrier: every warp's atomicMax after it
     one_reset(s);                                      // under the loads' flight; ends with a barrier
-    if (threadIdx.x < CS) seg_n[threadIdx.x] = 0u;    // before the first cluster barrier: every rank's adds after it
-    if (threadIdx.x == 0) n_local = 0u;
+    if (threadIdx.x == 0) n_union = 0u;
     // the thread max as a float (fmaxf drops NaN; -0 / +0 share a key): one conversion, not 32
     float xmax = neg_inf();
 #pragma unroll
@@ -328,27 +271,7 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
     s2_find<ONE_NB0>(s.h0, (k + CS - 1u) / CS, &s);    // ends with a barrier
     if (threadIdx.x == 0) bound = s.found_bin;
     TK_MARK(TK_DIGIT0);
-    uni_cluster_arrive();                              // this rank's bound and max; rank 0's counts zeroed
-    // under the barrier: this thread's keys >= this rank's own bound b_r, the row's bound b <= b_r
-    // (the least of the ranks'), so the mask stands when b == b_r (most rows: the bounds' bins are
-    // 1/8 of an octave wide) and is taken again below when not
-    auto hits_over = [&](unsigned bin) {
-        const float tf = topk_key_floor(bin << 20);    // x >= tf exactly when topk_key(x) >= bin << 20
-        unsigned hits = 0u;
-#pragma unroll
-        for (unsigned j = 0; is_reg(j / 4u); ++j) hits |= (x[j] >= tf ? 1u : 0u) << j;
-#pragma unroll
-        for (unsigned q = REG; q < UNI_VECS; ++q) {
-            const float4 v = *held(q);
-            const float w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-            for (unsigned e = 0; e < 4; ++e) hits |= (w[e] >= tf ? 1u : 0u) << (4u * q + e);
-        }
-        return hits;
-    };
-    const unsigned br = s.found_bin;                   // s2_find ended with a barrier; not written again before the push
-    unsigned hits = br != 0u ? hits_over(br) : 0u;
-    uni_cluster_wait();
+    cluster_sync();                                    // every rank's bound and max; rank 0's n_union zeroed
     TK_MARK(TK_SYNC0);
     unsigned b = ~0u;
     if (threadIdx.x < 32u) {
@@ -363,22 +286,26 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
     b = s.found_above;                                 // the same in every rank
     TK_MARK(TK_BOUND);
 
-    // 3: the keys >= tlb into rank 0's union: rank r's into its segment u[r seg ..] there, slots
-    // claimed on this CTA's own counter (a shared atomic a warp), the count added to rank 0's
-    // seg_n[r] with no wait (the barrier's release publishes it); pairs past seg counted, not stored
-    constexpr unsigned SEG = UNI_CAP / CS;
+    // 3: the keys >= tlb into rank 0's union
     if (b != 0u) {                                     // cluster-uniform
-        if (b != br) hits = hits_over(b);              // block-uniform
+        const float tf = topk_key_floor(b << 20);      // x >= tf exactly when topk_key(x) >= tlb
         const unsigned lane = threadIdx.x & 31u;
+        unsigned hits = 0u;
+#pragma unroll
+        for (unsigned j = 0; is_reg(j / 4u); ++j) hits |= (x[j] >= tf ? 1u : 0u) << j;
+#pragma unroll
+        for (unsigned q = REG; q < UNI_VECS; ++q) {
+            const float4 v = *held(q);
+            const float w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+            for (unsigned e = 0; e < 4; ++e) hits |= (w[e] >= tf ? 1u : 0u) << (4u * q + e);
+        }
         const unsigned n = __popc(hits);
         const unsigned incl = topk_warp_inclusive_sum(n);
         unsigned base = 0u;
-        if (lane == 31u && incl != 0u) {
-            base = atomicAdd(&n_local, incl);
-            uni_red_add(uni_mapa(&seg_n[r], 0u), incl);
-        }
+        if (lane == 31u && incl != 0u) base = uni_atom_add(uni_mapa(&n_union, 0u), incl);
         unsigned slot = __shfl_sync(FULL_MASK, base, 31) + incl - n;
-        const unsigned u0 = uni_mapa(u + r * SEG, 0u);
+        const unsigned u0 = uni_mapa(u, 0u);
         // this lane's hits in increasing j (~1% of its keys): a register key picked by an unrolled
         // select (no register indexed at run time, no reload from global memory), a held one re-read
         // by its float4 slot; only the pushed keys converted
@@ -394,7 +321,7 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
             } else {
                 v = reinterpret_cast<const float*>(held(q))[e];
             }
-            if (slot < SEG) uni_st_v2(u0 + 8u * slot, topk_key(v), elem(q, e));
+            if (slot < UNI_CAP) uni_st_v2(u0 + 8u * slot, topk_key(v), elem(q, e));
             ++slot;
         }
     }
@@ -407,14 +334,11 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
     }
 
     // 4: rank 0 selects the row's k best
-    bool fits = true;
-#pragma unroll
-    for (unsigned q = 0; q < CS; ++q) fits = fits && seg_n[q] <= SEG;
+    const unsigned nu = n_union;
     const S2FinalOut fout{row, C, out + (size_t)m * k};
     one_reset(s);
-    if (b != 0u && fits) {                             // block-uniform
-        if (!uni_window_select<CS>(u, seg_n, SEG, k, b << 20, kmax_row, fout.orow, s)) {   // block-uniform
-            const unsigned nu = uni_compact<CS>(u, seg_n, SEG);
+    if (b != 0u && nu <= UNI_CAP) {
+        if (!uni_window_select(u, nu, k, b << 20, kmax_row, fout.orow, s)) {   // block-uniform
             one_reset(s);
             s2_select<true, 2>(SmpBufSrc{u, nu}, ShrFinalOut{fout, u, nu, s.buf_idx, &s.n_buf}, k, s);
         }
