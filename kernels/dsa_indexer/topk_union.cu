@@ -107,7 +107,7 @@ __device__ __forceinline__ void uni_bulk_copy(unsigned dst, const void* src, uns
 // output in any order, slots claimed by one shared atomic a warp. Returns false, having written
 // nothing, where it cannot finish (+inf in the row, fewer than k pairs, or a partial bin of more
 // than UNI_WARP_BIN keys: a tie level) and the caller runs s2_select; s.h0 is then dirty.
-// Needs s zeroed (one_reset). Block-uniform; 3 block barriers (4 with the warp's rank).
+// Needs s zeroed (one_reset). Block-uniform; 3 block barriers (4 with the warp's rank or the refusal).
 __device__ __forceinline__ bool uni_window_select(const uint2* u, unsigned nu, unsigned k, unsigned tlb, unsigned kmax,
                                                   int* __restrict__ orow, OneShared& s) {
     if (kmax == DSA_TOPK_KEY_POSINF || nu < k) return false;
@@ -120,7 +120,13 @@ __device__ __forceinline__ bool uni_window_select(const uint2* u, unsigned nu, u
     __syncthreads();
     s2_find<ONE_NB0>(s.h0, k, &s);                     // ends with a barrier
     const unsigned B = s.found_bin, A = s.found_above, E = s.h0[B], Q = k - A;
-    if (Q < E && E > UNI_WARP_BIN) return false;       // block-uniform
+    if (Q < E && E > UNI_WARP_BIN) {                   // block-uniform: every thread read the same E
+        // every thread past its read of s.h0[B] before any returns: the caller's one_reset zeroes
+        // s.h0 next, and a warp that read E = 0 would take the window path alone (a second
+        // reader's find: nothing held a warp here before)
+        __syncthreads();
+        return false;
+    }
     TK_MARK(TK_FDIGITS);
     const bool whole = Q == E;
     const unsigned lane = threadIdx.x & 31u, below = (1u << lane) - 1u;
