@@ -46,8 +46,9 @@ rows); the result cannot: the flush is monotone, so the pushed set is still upwa
 every counted thread max's element (>= k of them), hence every key >= T, and the select uses the
 exact keys (topk_key of the raw bits).
 No workspace and no counter in global memory: a launch leaves nothing behind. Cluster barriers: 2.
-Shared memory: OneShared (45,200 B) + 2 words + UNI_DYN_BYTES dynamic (the held part, then the
-union; the fallback's ring over both, rank 0's held part being dead by then); one CTA an SM;
+Shared memory: OneShared (45,200 B) + 4 words (+ the bulk form's mbarrier; ptxas: 45,216 B and
+45,232 B static) + UNI_DYN_BYTES dynamic (UNI_BULK_DYN_BYTES for the bulk form: the held part, then
+the union; the fallback's ring over the held part, rank 0's being dead by then); one CTA an SM;
 __launch_bounds__(1024, 1). __cluster_dims__ at compile time (a plain launch of grid (CS, M) runs
 it); a launch of another cluster shape traps.
 */
