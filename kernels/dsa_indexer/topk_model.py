@@ -765,6 +765,7 @@ def thread_maxes(key: np.ndarray) -> np.ndarray:
 
 
 UNI_WARP_BIN = 32                      # topk_union.cu: the most keys of the k-th key's window bin one warp ranks
+UNI_WINDOW_BINS = 1024                 # topk_union.cu: the window digit's bins (rank 0's s.h1, filled by the push)
 
 
 @dataclasses.dataclass
@@ -787,15 +788,15 @@ def window_select(ukey: np.ndarray, uidx: np.ndarray, k: int, tlb: int, kmax: in
     key >= its k-th: ``(members [k] int64, final, T)``, or None where it hands on to s2_select (+inf
     in the row, fewer than k pairs, or more than UNI_WARP_BIN keys in the k-th key's bin with only
     part of them taken). The digit is (key - tlb) >> sh, sh the fewest bits that bring kmax - tlb
-    under 4096 bins, clamped to the last bin and to 0 below tlb (under --use_fast_math kmax may fall
+    under UNI_WINDOW_BINS bins, clamped to the last bin and to 0 below tlb (under --use_fast_math kmax may fall
     short of a denormal key, and a flushed compare may push a key below tlb: the clamps keep the
     digit monotone, and so the select exact)."""
     if kmax == KEY_POSINF or len(ukey) < k:
         return None
     R = kmax - tlb
-    sh = max(0, R.bit_length() - 12)
-    d = np.minimum(np.maximum(ukey - tlb, 0) >> sh, 4095)
-    B, A = _find_desc(np.bincount(d, minlength=4096), k)
+    sh = max(0, R.bit_length() - (UNI_WINDOW_BINS.bit_length() - 1))
+    d = np.minimum(np.maximum(ukey - tlb, 0) >> sh, UNI_WINDOW_BINS - 1)
+    B, A = _find_desc(np.bincount(d, minlength=UNI_WINDOW_BINS), k)
     E, Q = int((d == B).sum()), k - A
     if Q == E:
         return uidx[d >= B], "window", int(ukey[d == B].min())

@@ -30,10 +30,12 @@ CTA's select over the P k = 2048 candidates it reads back from L2 (5.8). Here:
      rank 0's dynamic shared memory after its held part (one atom.shared::cluster add on rank 0's
      counter a warp, st.shared::cluster for the pairs; pairs past UNI_CAP are counted, not stored).
      barrier.cluster; every rank but 0 exits (nobody reads another rank's shared memory after it).
-  4. Rank 0 with n <= UNI_CAP pairs in the union: first uni_window_select (one 12-bit digit over
-     the window [tlb, kmax], kmax the row's largest thread max read with the bounds; the k-th key's
-     bin taken whole or ranked by one warp: 3-4 block barriers, where s2_select's three digits
-     take ~11 and measured 3.5 us at 512 of 65536 on the H100, c717f47); where that cannot finish
+  4. Rank 0 with n <= UNI_CAP pairs in the union: first uni_window_select (one 10-bit digit over
+     the window [tlb, kmax], kmax the row's largest thread max read with the bounds, counted by the
+     push itself into rank 0's s.h1 with red.shared::cluster; the k-th key's bin taken whole or
+     ranked by one warp: 2-3 block barriers, where s2_select's three digits take ~11 and measured
+     3.5 us at 512 of 65536 on the H100, c717f47, and a 12-bit window counted by rank 0 1.58,
+     b2a6e50); where that cannot finish
      (+inf in the row, a partial bin of more than 32 keys: tie levels), s2_select over them
      (topk_select.cuh, DROP: +inf counts towards k and is written -1) into the row's output, its
      partial tie level from the union (ShrFinalOut): exact, since T >= tlb puts every key of the
@@ -80,6 +82,12 @@ __device__ __forceinline__ unsigned uni_mapa(const void* local, unsigned rank) {
     return ra;
 }
 
+// An add to a word of another CTA's shared memory whose old value nobody waits for (a count the
+// cluster barrier's release publishes)
+__device__ __forceinline__ void uni_red_add(unsigned cluster_addr, unsigned v) {
+    asm volatile("red.shared::cluster.add.u32 [%0], %1;" ::"r"(cluster_addr), "r"(v) : "memory");
+}
+
 __device__ __forceinline__ unsigned uni_atom_add(unsigned cluster_addr, unsigned v) {
     unsigned old;
     asm volatile("atom.shared::cluster.add.u32 %0, [%1], %2;" : "=r"(old) : "r"(cluster_addr), "r"(v) : "memory");
@@ -98,33 +106,44 @@ __device__ __forceinline__ void uni_bulk_copy(unsigned dst, const void* src, uns
 
 #define UNI_WARP_BIN 32                  // the most keys of the k-th key's window bin one warp ranks
 
-// Rank 0's select over the union u (nu pairs, every row key >= the row's k-th among them, each key
-// in [tlb, kmax]; kmax the row's largest thread max) in one digit pass, topk_model.window_select:
-// the digit (key - tlb) >> sh, sh the fewest bits that bring kmax - tlb under ONE_NB0 bins, clamped
-// to the last bin and saturating at 0 below tlb (a flushed kmax can fall short of a denormal key;
-// the clamps keep the digit monotone, so every key of a bin above B is above every key of B, and equal keys share a bin).
-// On N(0, 1) rows the k-th key's bin B holds ~1-2 keys: all of them taken (Q == E), or ranked by
-// one warp (key descending, then lower index) when E <= UNI_WARP_BIN. Members go to the row's
-// output in any order, slots claimed by one shared atomic a warp. Returns false, having written
-// nothing, where it cannot finish (+inf in the row, fewer than k pairs, or a partial bin of more
-// than UNI_WARP_BIN keys: a tie level) and the caller runs s2_select; s.h0 is then dirty.
-// Needs s zeroed (one_reset). Block-uniform; 3 block barriers (4 with the warp's rank or the refusal).
-__device__ __forceinline__ bool uni_window_select(const uint2* u, unsigned nu, unsigned k, unsigned tlb, unsigned kmax,
-                                                  int* __restrict__ orow, OneShared& s) {
-    if (kmax == DSA_TOPK_KEY_POSINF || nu < k) return false;
-    const unsigned R = kmax - tlb;
-    const unsigned sh = R < ONE_NB0 ? 0u : 20u - __clz(R);    // bit length of R minus 12
-    // saturating below tlb: under --use_fast_math the push's flushed compare can let a negative
-    // denormal below tlb in (the header); bin 0 keeps it below every key >= tlb
-    auto digit = [&](unsigned key) { return key <= tlb ? 0u : min((key - tlb) >> sh, ONE_NB0 - 1u); };
-    for (unsigned j = threadIdx.x; j < nu; j += ONE_THREADS) atomicAdd(&s.h0[digit(u[j].x)], 1u);
-    __syncthreads();
-    s2_find<ONE_NB0>(s.h0, k, &s);                     // ends with a barrier
-    const unsigned B = s.found_bin, A = s.found_above, E = s.h0[B], Q = k - A;
+#define UNI_WINDOW_BINS 1024             // the window digit's bins: s.h1 (ONE_NB1), one a thread in s2_find
+
+// The window digit of a key of the union: (key - tlb) >> sh, sh the fewest bits that bring kmax -
+// tlb under UNI_WINDOW_BINS bins (kmax the row's largest thread max), clamped to the last bin and
+// saturating at 0 below tlb (under --use_fast_math a flushed kmax can fall short of a denormal key,
+// and the push's flushed compare can let a negative denormal below tlb in: the clamps keep the
+// digit monotone, so every key of a bin above B is above every key of B, and equal keys share a bin).
+struct UniWindow {
+    unsigned tlb, sh;
+    __device__ __forceinline__ UniWindow(unsigned tlb_, unsigned kmax) : tlb(tlb_) {
+        const unsigned R = kmax - tlb_;
+        sh = R < UNI_WINDOW_BINS ? 0u : 22u - __clz(R);   // bit length of R minus 10
+    }
+    __device__ __forceinline__ unsigned digit(unsigned key) const {
+        return key <= tlb ? 0u : min((key - tlb) >> sh, UNI_WINDOW_BINS - 1u);
+    }
+};
+static_assert(UNI_WINDOW_BINS == ONE_NB1, "the window's histogram is s.h1");
+
+// Rank 0's select over the union u (nu pairs, every row key >= the row's k-th among them) from the
+// window histogram h the push built (every pushed key counted in rank 0's h by red.shared::cluster,
+// so rank 0 makes no pass of its own before the search), topk_model.window_select: s2_find over h
+// gives the bin B of the k-th key and the count A above it; on N(0, 1) rows B holds a few keys:
+// all taken (Q == E), or ranked by one warp (key descending, then lower index) when E <=
+// UNI_WARP_BIN. Members go to the row's output in any order, slots claimed by one shared atomic a
+// warp. Returns false, having written nothing, where it cannot finish (fewer than k pairs, or a
+// partial bin of more than UNI_WARP_BIN keys: a tie level) and the caller runs s2_select (+inf in
+// the row never gets here: no histogram is pushed then). Needs s.cnt and s.n_buf zero (one_reset
+// at the kernel's start; nothing else counts on them before). Block-uniform; 2 block barriers (3
+// with the warp's rank or the refusal).
+__device__ __forceinline__ bool uni_window_select(const uint2* u, unsigned nu, unsigned k, const UniWindow& w,
+                                                  const unsigned* h, int* __restrict__ orow, OneShared& s) {
+    if (nu < k) return false;
+    s2_find<UNI_WINDOW_BINS>(h, k, &s);                // ends with a barrier
+    const unsigned B = s.found_bin, A = s.found_above, E = h[B], Q = k - A;
     if (Q < E && E > UNI_WARP_BIN) {                   // block-uniform: every thread read the same E
-        // every thread past its read of s.h0[B] before any returns: the caller's one_reset zeroes
-        // s.h0 next, and a warp that read E = 0 would take the window path alone (a second
-        // reader's find: nothing held a warp here before)
+        // every thread past its read of h[B] before any returns: the caller's one_reset zeroes s.h1
+        // next, and a warp that read E = 0 would take the window path alone (a second reader's find)
         __syncthreads();
         return false;
     }
@@ -134,7 +153,7 @@ __device__ __forceinline__ bool uni_window_select(const uint2* u, unsigned nu, u
     for (unsigned base = 0; base < nu; base += ONE_THREADS) {   // block-uniform trip count
         const unsigned j = base + threadIdx.x;
         const uint2 v = j < nu ? u[j] : make_uint2(0u, 0u);
-        const unsigned d = j < nu ? digit(v.x) : 0u;
+        const unsigned d = j < nu ? w.digit(v.x) : 0u;
         const bool member = j < nu && (d > B || (whole && d == B));
         const bool listed = j < nu && !whole && d == B;
         const unsigned mm = __ballot_sync(FULL_MASK, member), lm = __ballot_sync(FULL_MASK, listed);
@@ -181,7 +200,7 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
     __shared__ __align__(16) OneShared s;
     __shared__ unsigned n_union;                       // rank 0's: pairs pushed (may pass UNI_CAP)
     __shared__ unsigned bound;                         // this CTA's bound bin b_r
-    __shared__ unsigned kmax_cta, kmax_row;            // this CTA's largest thread max; (rank 0) the row's
+    __shared__ unsigned kmax_cta, kmax_row;            // this CTA's largest thread max; the row's
     __shared__ __align__(8) unsigned long long loaded; // BULK: the slice's copies complete (phase 0)
     extern __shared__ __align__(16) float4 dyn[];      // the held part, then (rank 0) the union; the fallback's ring
     uint2* u = reinterpret_cast<uint2*>(dyn + HELD_BYTES / 16);
@@ -283,7 +302,7 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
     unsigned b = ~0u;
     if (threadIdx.x < 32u) {
         const unsigned w = threadIdx.x < CS ? ld_rank(&bound, threadIdx.x) : ~0u;
-        const unsigned km = threadIdx.x < CS && r == 0u ? ld_rank(&kmax_cta, threadIdx.x) : 0u;
+        const unsigned km = threadIdx.x < CS ? ld_rank(&kmax_cta, threadIdx.x) : 0u;
         b = __reduce_min_sync(FULL_MASK, w);
         const unsigned kr = __reduce_max_sync(FULL_MASK, km);
         if (threadIdx.x == 0) kmax_row = kr;
@@ -313,6 +332,11 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
         if (lane == 31u && incl != 0u) base = uni_atom_add(uni_mapa(&n_union, 0u), incl);
         unsigned slot = __shfl_sync(FULL_MASK, base, 31) + incl - n;
         const unsigned u0 = uni_mapa(u, 0u);
+        // each pushed key also counted in rank 0's window histogram (s.h1, zeroed by its one_reset
+        // before the first cluster barrier), unless +inf is in the row (rank 0 runs s2_select then)
+        const UniWindow win(b << 20, kmax_row);
+        const bool count = kmax_row != DSA_TOPK_KEY_POSINF;   // cluster-uniform
+        const unsigned h0r = uni_mapa(s.h1, 0u);
         // this lane's hits in increasing j (~1% of its keys): a register key picked by an unrolled
         // select (no register indexed at run time, no reload from global memory), a held one re-read
         // by its float4 slot; only the pushed keys converted
@@ -328,7 +352,9 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
             } else {
                 v = reinterpret_cast<const float*>(held(q))[e];
             }
-            if (slot < UNI_CAP) uni_st_v2(u0 + 8u * slot, topk_key(v), elem(q, e));
+            const unsigned key = topk_key(v);
+            if (slot < UNI_CAP) uni_st_v2(u0 + 8u * slot, key, elem(q, e));
+            if (count) uni_red_add(h0r + 4u * win.digit(key), 1u);
             ++slot;
         }
     }
@@ -343,14 +369,15 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
     // 4: rank 0 selects the row's k best
     const unsigned nu = n_union;
     const S2FinalOut fout{row, C, out + (size_t)m * k};
-    one_reset(s);
-    if (b != 0u && nu <= UNI_CAP) {
-        if (!uni_window_select(u, nu, k, b << 20, kmax_row, fout.orow, s)) {   // block-uniform
-            one_reset(s);
+    // block-uniform: b, nu and kmax_row are the same in every thread
+    const bool windowed = b != 0u && nu <= UNI_CAP && kmax_row != DSA_TOPK_KEY_POSINF &&
+                          uni_window_select(u, nu, k, UniWindow(b << 20, kmax_row), s.h1, fout.orow, s);
+    if (!windowed) {
+        one_reset(s);
+        if (b != 0u && nu <= UNI_CAP)
             s2_select<true, 2>(SmpBufSrc{u, nu}, ShrFinalOut{fout, u, nu, s.buf_idx, &s.n_buf}, k, s);
-        }
-    } else {
-        s2_select<true, 2>(S2Src<false>{row, C, 0u, vec, dyn}, fout, k, s);
+        else
+            s2_select<true, 2>(S2Src<false>{row, C, 0u, vec, dyn}, fout, k, s);
     }
     TK_MARK(TK_FINAL);
     TK_MARK(TK_EXIT);
