@@ -82,6 +82,19 @@ __device__ __forceinline__ void cluster_sync() {
     asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
 
+// cluster_sync's halves, for a barrier split around work that needs no other CTA: arrive (release:
+// this CTA's shared-memory writes before it) ... wait (acquire). Every thread, in order.
+__device__ __forceinline__ void cluster_arrive() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+}
+// arrive with no ordering: only "this CTA has started", which a remote access into it needs first
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() {
+    asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+
 // The word at the same shared-memory offset as `local` in CTA `rank` of this cluster.
 __device__ __forceinline__ unsigned ld_rank(const unsigned* local, unsigned rank) {
     unsigned a, ra, v;

@@ -72,14 +72,6 @@ static_assert(sizeof(ResShared) <= DSA_TOPK_RES_SMEM_BYTES, "DSA_TOPK_RES_SMEM_B
 static_assert(DSA_TOPK_RES_SLICE == 4 * DSA_TOPK_RES_THREADS * (DSA_TOPK_RES_REG_CHUNKS + DSA_TOPK_RES_SMEM_CHUNKS),
               "slice = 4 x threads x chunks");
 
-// Split exclusive cluster barrier: arrive after this CTA's last remote access, wait before exit.
-__device__ __forceinline__ void cluster_arrive() {
-    asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ void cluster_wait() {
-    asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-}
-
 // atomicAdd on the word at `local`'s offset in CTA `rank` of the cluster; returns the old value.
 __device__ __forceinline__ unsigned atomic_add_rank(unsigned* local, unsigned rank, unsigned v) {
     unsigned ra, old;
@@ -348,7 +340,7 @@ __device__ __forceinline__ void resident_body(const float* __restrict__ scores, 
             s.base = 0u;
         }
     }
-    if constexpr (CS > 1) cluster_arrive();            // this CTA's last remote access is above
+    if constexpr (CS > 1) cluster_arrive();            // split barrier: this CTA's last remote access is above; wait before exit
     __syncthreads();
     TK_MARK(TK_COUNTS);
     const unsigned base = s.base, quota = s.quota;
