@@ -1017,22 +1017,21 @@ def _union_caps():
     return topk_variants.union_define("UNI_CAP"), topk_variants.onecta_define("ONE_CAP")
 
 
-@pytest.mark.parametrize("segmented", [False, True], ids=["one-run", "segmented"])
 @pytest.mark.parametrize("union_cap", [16, 16384], ids=["cap16-row", "served"])
 @pytest.mark.parametrize("cs", topk_model.UNION_SIZES)
 @pytest.mark.parametrize("kind", (*KINDS, "one_level"))
-def test_the_union_emulation_gives_the_reference_set(kind, cs, union_cap, segmented):
+def test_the_union_emulation_gives_the_reference_set(kind, cs, union_cap):
     """Every row kind at irregular lengths (C % 4 != 0, slices shorter than a thread's keys, k > C),
-    with the union serving where it can or too small to (the row itself), as one run or a segment
-    a rank: the reference's set exactly, members first, then -1."""
-    rng = np.random.default_rng(zlib.crc32(repr(("union", kind, cs, union_cap, segmented)).encode()))
+    with the union serving where it can or too small to (the row itself): the reference's set
+    exactly, members first, then -1."""
+    rng = np.random.default_rng(zlib.crc32(repr(("union", kind, cs, union_cap)).encode()))
     for C, k in ((1, 1), (7, 3), (2049, 512), (3001, 2048), (5000, 6000), (20000, 64), (30001, 700)):
         if topk_model.split_slices(C, cs)[0][1] > topk_model.UNI_KEYS:
             continue
         row = _rows(kind, C, min(k, C), rng)
-        out, _ = topk_model.select_row_union(row, k, cs, union_cap, 2560, rng, segmented)
+        out, _ = topk_model.select_row_union(row, k, cs, union_cap, 2560, rng)
         res = _strict_ok(out, row, k)
-        assert res.ok, (kind, C, k, cs, union_cap, segmented, res.describe())
+        assert res.ok, (kind, C, k, cs, union_cap, res.describe())
 
 
 def test_the_union_paths_are_exercised():
@@ -1061,14 +1060,6 @@ def test_the_union_paths_are_exercised():
     assert np.array_equal(np.sort(out), np.arange(512))
     out, tr = topk_model.select_row_union(np.full(65536, 0.5, np.float32), 2048, 4, union_cap, cap, rng)
     assert not tr.served and np.array_equal(np.sort(out), np.arange(2048))
-    # the second slice's keys shifted up: 3280 keys >= tlb fit the one run, but ~3000 of them are
-    # rank 1's, past its segment of 2048: the segmented form takes the row
-    row = np.random.default_rng(1).standard_normal(65536).astype(np.float32)
-    row[32768:] += 0.9
-    out, tr = topk_model.select_row_union(row, 512, 2, union_cap, cap, rng)
-    assert tr.served and tr.n_union <= union_cap and tr.final == "window_warp" and _strict_ok(out, row, 512).ok
-    out, tr = topk_model.select_row_union(row, 512, 2, union_cap, cap, rng, segmented=True)
-    assert not tr.served and tr.b != 0 and tr.final == "select" and _strict_ok(out, row, 512).ok
 
 
 def test_the_union_tie_take_on_quantized_rows_is_the_rows():
@@ -1083,9 +1074,6 @@ def test_the_union_tie_take_on_quantized_rows_is_the_rows():
         for row in rows:
             out, tr = topk_model.select_row_union(row, k, 4, *_union_caps(), rng)
             partial += tr.select is not None and tr.select.partial
-            assert tr.served and _strict_ok(out, row, k).ok, trial
-            # the segmented push (radix_union_seg, clusters of 3 at M = 32): the same rows fit its segments
-            out, tr = topk_model.select_row_union(row, k, 3, *_union_caps(), rng, segmented=True)
             assert tr.served and _strict_ok(out, row, k).ok, trial
     assert partial >= 6, partial                   # the union's take ran, not only whole levels
 
@@ -1162,9 +1150,6 @@ def test_the_union_at_the_sweep_points(C, k, M, served):
             assert k <= tr.n_union < 4 * k and tr.T >= tr.b << 20, (C, k, M, cs, tr.n_union)
         else:
             assert tr.n_union > union_cap
-        # the segmented push serves the same rows: each rank's share of the union fits its segment
-        out_seg, tr_seg = topk_model.select_row_union(row, k, cs, union_cap, cap, rng, segmented=True)
-        assert tr_seg.served == tr.served and _strict_ok(out_seg, row, k).ok, (C, k, M, cs, tr.n_union)
 
 
 @pytest.mark.parametrize("M,C,expect", [(32, 65536, 3), (64, 65536, 2), (67, 65536, 2), (8, 65536, 8), (16, 65536, 4),
@@ -1205,7 +1190,7 @@ def test_the_union_launcher_reads_the_kernel_declarations(geometry):
     assert {prefix for prefix, _ in topk_variants.UNION_FORMS.values()} == set(
         re.findall(r"(dsa_topk_union\w*)_c##CS\(", text))
     assert [d(dyn) for _, dyn in topk_variants.UNION_FORMS.values()] == [d("UNI_DYN_BYTES"), d("UNI_BULK_DYN_BYTES"),
-                                                                          d("UNI_DYN_BYTES")]
+                                                                      d("UNI_DYN_BYTES")]
     comp = registry.get("dsa_topk")
     assert comp.variant("radix_union").sources == (topk_variants.UNION_SOURCE,)
     why = comp.variant("radix_union").supports(geometry, _point(M=1, context=1048576, pooling="per_token"))

@@ -808,7 +808,7 @@ def window_select(ukey: np.ndarray, uidx: np.ndarray, k: int, tlb: int, kmax: in
 
 
 def select_row_union(scores: np.ndarray, k: int, cs: int, union_cap: int, cap: int,
-                     rng: np.random.Generator | None = None, segmented: bool = False) -> tuple[np.ndarray, UnionTrace]:
+                     rng: np.random.Generator | None = None) -> tuple[np.ndarray, UnionTrace]:
     """One row as dsa_topk_union's cluster of ``cs``: ``(out [k] int32, trace)``.
 
     Each slice's thread maxes (thread_maxes), their nonzero digit 0 counted, b_r the bin of the
@@ -818,25 +818,19 @@ def select_row_union(scores: np.ndarray, k: int, cs: int, union_cap: int, cap: i
     buffer or, that overflowing, ShrFinalOut's take from the union (the row's index-order take past
     ``cap`` of the union's keys == T). Otherwise _one_select over the row (its tie take from the bin
     buffer, else the row's). Where the union serves, rank 0 tries window_select first (kmax: the
-    largest thread max of the row, exchanged with the bounds). ``segmented`` (dsa_topk_union_seg):
-    each rank pushes into a segment of its own of ``union_cap // cs`` pairs, and the union serves
-    only when every rank's keys >= tlb fit their segment."""
+    largest thread max of the row, exchanged with the bounds)."""
     rng = rng or np.random.default_rng(0)
     key = keys(scores).astype(np.int64)
     C = len(key)
     bounds, kmax = [], 0
-    slices = split_slices(C, cs)
-    for lo, hi in slices:
+    for lo, hi in split_slices(C, cs):
         tm = thread_maxes(key[lo:hi])
         bounds.append(_find_desc(np.bincount(tm[tm != 0] >> 20, minlength=4096), -(-k // cs))[0])
         kmax = max(kmax, int(tm.max()))
     b = min(bounds)
     idx = rng.permutation(np.flatnonzero(key >= b << 20)) if b else np.zeros(0, np.int64)
     ties = _ties_of_row(key, 0, C)
-    if segmented:
-        served = b != 0 and all(int((key[lo:hi] >= b << 20).sum()) <= union_cap // cs for lo, hi in slices)
-    else:
-        served = b != 0 and len(idx) <= union_cap
+    served = b != 0 and len(idx) <= union_cap
     if served:
         assert len(idx) >= k, "the cs ceil(k / cs) thread maxes >= tlb are distinct keys"
 
@@ -857,9 +851,9 @@ def select_row_union(scores: np.ndarray, k: int, cs: int, union_cap: int, cap: i
                                             select=tr)
 
 
-def select_union(scores: np.ndarray, k: int, union_cap: int, cap: int, sms: int, segmented: bool = False) -> np.ndarray:
+def select_union(scores: np.ndarray, k: int, union_cap: int, cap: int, sms: int) -> np.ndarray:
     """Every row of ``scores`` [M, C] float32 -> [M, k] int32 (select_row_union at pick_union's size)."""
     rng = np.random.default_rng(5)
     cs = pick_union(len(scores), scores.shape[1], sms)
     assert cs is not None, f"dsa_topk_union holds at most {UNION_SIZES[-1] * UNI_KEYS} keys a row"
-    return np.stack([select_row_union(row, k, cs, union_cap, cap, rng, segmented)[0] for row in scores])
+    return np.stack([select_row_union(row, k, cs, union_cap, cap, rng)[0] for row in scores])

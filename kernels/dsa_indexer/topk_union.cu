@@ -47,19 +47,16 @@ topk_model.select_row_union's exact arithmetic (a second reader's emulation: 556
 rows); the result cannot: the flush is monotone, so the pushed set is still upward-closed and holds
 every counted thread max's element (>= k of them), hence every key >= T, and the select uses the
 exact keys (topk_key of the raw bits).
-The segmented form (`dsa_topk_union_seg_c<CS>`, radix_union_seg) takes two remote round trips off
-the chain that the H200's timeline at decce19 measured (M = 32: the bound 0.27 us, the push 1.70):
-each rank stores its bound and max into every rank before the first barrier (so the bound is CS
-local loads after it, no DSMEM load and no block barrier), and each rank pushes into its own
-segment of rank 0's union, u[r UNI_CAP / CS, (r + 1) UNI_CAP / CS), with slots from a local counter
-(the count reaches rank 0 by red, which nobody waits for) instead of one atom round trip a warp to
-rank 0's counter. The cost: a rank with more than UNI_CAP / CS keys >= tlb overflows its segment
-where one run would have fitted (select_row_union(segmented=True) counts it), and the fallback over
-the union first compacts the segments into one run (uni_compact). Stores into another rank before
-the first full barrier wait for that rank to have started: a relaxed arrive at entry, the wait just
-before them.
+The pull form (dsa_topk_union_pull_c<CS>, radix_union_pull) changes step 3 only: each rank stores
+its pairs and counts their window bins in its own shared memory (local atomics), telling rank 0 its
+count by one red a warp; after the barrier rank 0 loads the other ranks' pairs after its own (in rank
+order) and adds their bins, every load in flight at once, and the others wait at a split barrier
+(arrive after the pull, wait at the end) so their shared memory outlives the reads. The union holds
+the same keys, so the select and its result are the same (topk_model.select_row_union covers both).
+(a948558 tried a segmented push instead, each rank storing into its own range of rank 0's union from
+a local counter: no faster on the H100, 1.73 us against 1.68, since the remote stores stayed.)
 No workspace and no counter in global memory: a launch leaves nothing behind. Cluster barriers: 2
-(3 phases in the segmented form: the entry arrive's).
+(the pull form: 3, the last split).
 Shared memory: OneShared (45,200 B) + 4 words (+ the bulk form's mbarrier; ptxas: 45,216 B and
 45,232 B static) + UNI_DYN_BYTES dynamic (UNI_BULK_DYN_BYTES for the bulk form: the held part, then
 the union; the fallback's ring over the held part, rank 0's being dead by then); one CTA an SM;
@@ -106,8 +103,16 @@ __device__ __forceinline__ unsigned uni_atom_add(unsigned cluster_addr, unsigned
     return old;
 }
 
-__device__ __forceinline__ void uni_st(unsigned cluster_addr, unsigned a) {
-    asm volatile("st.shared::cluster.u32 [%0], %1;" ::"r"(cluster_addr), "r"(a) : "memory");
+__device__ __forceinline__ uint2 uni_ld_v2(unsigned cluster_addr) {
+    uint2 v;
+    asm volatile("ld.shared::cluster.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(cluster_addr) : "memory");
+    return v;
+}
+
+__device__ __forceinline__ unsigned uni_ld(unsigned cluster_addr) {
+    unsigned v;
+    asm volatile("ld.shared::cluster.u32 %0, [%1];" : "=r"(v) : "r"(cluster_addr) : "memory");
+    return v;
 }
 
 __device__ __forceinline__ void uni_st_v2(unsigned cluster_addr, unsigned a, unsigned b) {
@@ -141,51 +146,6 @@ struct UniWindow {
 };
 static_assert(UNI_WINDOW_BINS == ONE_NB1, "the window's histogram is s.h1");
 
-// Rank 0's union as NS segments: segment c holds n[c] pairs at u + c stride (NS = 1: one run of n[0]
-// pairs; the segmented push's NS = CS: rank c's pairs, stride UNI_CAP / CS, each n[c] at most that)
-template <unsigned NS>
-struct UniSegments {
-    const uint2* u;
-    unsigned stride;
-    unsigned n[NS];
-    __device__ __forceinline__ unsigned total() const {
-        unsigned t = 0u;
-#pragma unroll
-        for (unsigned c = 0; c < NS; ++c) t += n[c];
-        return t;
-    }
-};
-
-// The segments moved to one run u[0, total) (in place: each thread holds its pairs in registers
-// across a barrier), for s2_select's sources, which read one run. Only where the window refuses (tie
-// levels). Block-uniform; 2 block barriers.
-template <unsigned NS>
-__device__ __forceinline__ void uni_compact(uint2* u, const UniSegments<NS>& us) {
-    constexpr unsigned PER = UNI_CAP / ONE_THREADS;    // the segments hold at most UNI_CAP pairs
-    uint2 v[PER];
-    unsigned at[PER];
-#pragma unroll
-    for (unsigned i = 0; i < PER; ++i) {
-        const unsigned j = i * ONE_THREADS + threadIdx.x;   // the pair's place in the run
-        at[i] = ~0u;
-        unsigned before = 0u;
-#pragma unroll
-        for (unsigned c = 0; c < NS; ++c) {
-            if (at[i] == ~0u && j < before + us.n[c]) {
-                v[i] = us.u[c * us.stride + (j - before)];
-                at[i] = j;
-            }
-            before += us.n[c];
-        }
-    }
-    __syncthreads();                                   // every pair read before any is overwritten
-#pragma unroll
-    for (unsigned i = 0; i < PER; ++i)
-        if (at[i] != ~0u) u[at[i]] = v[i];
-    __syncthreads();
-}
-static_assert(UNI_CAP % ONE_THREADS == 0, "uni_compact: whole pairs a thread");
-
 // Rank 0's select over the union u (nu pairs, every row key >= the row's k-th among them) from the
 // window histogram h the push built (every pushed key counted in rank 0's h by red.shared::cluster,
 // so rank 0 makes no pass of its own before the search), topk_model.window_select: s2_find over h
@@ -197,10 +157,8 @@ static_assert(UNI_CAP % ONE_THREADS == 0, "uni_compact: whole pairs a thread");
 // the row never gets here: no histogram is pushed then). Needs s.cnt and s.n_buf zero (one_reset
 // at the kernel's start; nothing else counts on them before). Block-uniform; 2 block barriers (3
 // with the warp's rank or the refusal).
-template <unsigned NS>
-__device__ __forceinline__ bool uni_window_select(const UniSegments<NS>& us, unsigned k, const UniWindow& w,
+__device__ __forceinline__ bool uni_window_select(const uint2* u, unsigned nu, unsigned k, const UniWindow& w,
                                                   const unsigned* h, int* __restrict__ orow, OneShared& s) {
-    const unsigned nu = us.total();
     if (nu < k) return false;
     s2_find<UNI_WINDOW_BINS>(h, k, &s);                // ends with a barrier
     const unsigned B = s.found_bin, A = s.found_above, E = h[B], Q = k - A;
@@ -213,16 +171,12 @@ __device__ __forceinline__ bool uni_window_select(const UniSegments<NS>& us, uns
     TK_MARK(TK_FDIGITS);
     const bool whole = Q == E;
     const unsigned lane = threadIdx.x & 31u, below = (1u << lane) - 1u;
-#pragma unroll
-    for (unsigned c = 0; c < NS; ++c) {
-    const unsigned n = us.n[c];
-    const uint2* seg = us.u + c * us.stride;
-    for (unsigned base = 0; base < n; base += ONE_THREADS) {   // block-uniform trip count
+    for (unsigned base = 0; base < nu; base += ONE_THREADS) {   // block-uniform trip count
         const unsigned j = base + threadIdx.x;
-        const uint2 v = j < n ? seg[j] : make_uint2(0u, 0u);
-        const unsigned d = j < n ? w.digit(v.x) : 0u;
-        const bool member = j < n && (d > B || (whole && d == B));
-        const bool listed = j < n && !whole && d == B;
+        const uint2 v = j < nu ? u[j] : make_uint2(0u, 0u);
+        const unsigned d = j < nu ? w.digit(v.x) : 0u;
+        const bool member = j < nu && (d > B || (whole && d == B));
+        const bool listed = j < nu && !whole && d == B;
         const unsigned mm = __ballot_sync(FULL_MASK, member), lm = __ballot_sync(FULL_MASK, listed);
         unsigned mb = 0u, lb = 0u;
         if (lane == 0u && mm) mb = atomicAdd(&s.cnt, __popc(mm));
@@ -234,7 +188,6 @@ __device__ __forceinline__ bool uni_window_select(const UniSegments<NS>& us, uns
             s.buf_key[lb] = v.x;
             s.buf_idx[lb] = v.y;
         }
-    }
     }
     if (!whole) {                                      // block-uniform
         __syncthreads();
@@ -258,7 +211,46 @@ __device__ __forceinline__ bool uni_window_select(const UniSegments<NS>& us, uns
 // the 4-B cp.async copies into the same slots).
 #define UNI_BULK_CHUNKS 8                // copies of up to 16 KiB: the engine works on several at once
 
-template <unsigned CS, bool BULK, bool SEG>
+// PULL (radix_union_pull): each rank gathers its keys >= tlb into its own shared memory (its own
+// union and window histogram, local stores and atomics); after the barrier rank 0 pulls the other
+// ranks' pairs and histograms with coalesced DSMEM loads, all issued at once (one round trip), while
+// they wait at a split barrier. Rank 0 learns each rank's count (seg_n) by red before the barrier.
+// Why: radix_union's push, ~700 single-lane remote stores and as many remote reds a rank, took 1.70
+// us on the H200 (3200498) and did not shorten when its remote atomic was taken away (a948558's
+// segmented push on the H100: 1.73 against 1.68), so the remote ops' count is what costs.
+template <unsigned PER>
+__device__ __forceinline__ void uni_pull(uint2* u, const unsigned* seg_n, unsigned cs, bool pairs, bool hist,
+                                         unsigned* h) {
+    uint2 v[PER];
+    unsigned at[PER];
+    const unsigned n0 = seg_n[0];
+    unsigned nu = 0u;
+    for (unsigned c = 0; c < cs; ++c) nu += seg_n[c];
+#pragma unroll
+    for (unsigned i = 0; i < PER; ++i) {
+        const unsigned j = n0 + i * ONE_THREADS + threadIdx.x;   // the pair's place in the union
+        at[i] = ~0u;
+        if (!pairs || j >= nu) continue;
+        unsigned before = n0;
+        for (unsigned c = 1; c < cs; ++c) {
+            if (at[i] == ~0u && j < before + seg_n[c]) {
+                v[i] = uni_ld_v2(uni_mapa(u + (j - before), c));
+                at[i] = j;
+            }
+            before += seg_n[c];
+        }
+    }
+    unsigned hsum = 0u;                                // bin threadIdx.x of the other ranks' histograms
+    if (hist)
+        for (unsigned c = 1; c < cs; ++c) hsum += uni_ld(uni_mapa(h + threadIdx.x, c));
+#pragma unroll
+    for (unsigned i = 0; i < PER; ++i)
+        if (at[i] != ~0u) u[at[i]] = v[i];
+    if (hist) h[threadIdx.x] += hsum;
+}
+static_assert(UNI_WINDOW_BINS == ONE_THREADS, "uni_pull: one bin a thread");
+
+template <unsigned CS, bool BULK, bool PULL = false>
 __device__ __forceinline__ void union_body(const float* __restrict__ scores, int* __restrict__ out, int C_, int k_) {
     constexpr unsigned REG = BULK ? 0u : UNI_REG_VECS;   // float4 a thread in registers
     auto is_reg = [](unsigned q) {                     // q < REG, which nvcc warns of as q < 0u when REG is 0
@@ -267,10 +259,8 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
     constexpr unsigned HELD_BYTES = BULK ? UNI_BULK_HELD_BYTES : UNI_HELD_BYTES;
     __shared__ __align__(16) OneShared s;
     __shared__ unsigned n_union;                       // rank 0's: pairs pushed (may pass UNI_CAP)
-    __shared__ unsigned seg_n[CS];                     // SEG, rank 0's: pairs rank r pushed (may pass SEG_CAP)
-    __shared__ unsigned n_mine;                        // SEG: pairs this CTA pushed (its slot counter)
-    __shared__ unsigned bound_of[CS], kmax_of[CS];     // SEG: every rank's bound and largest thread max, stored by it
-    constexpr unsigned SEG_CAP = UNI_CAP / CS;         // SEG: rank r's segment, u[r SEG_CAP, (r + 1) SEG_CAP)
+    __shared__ unsigned seg_n[CS];                     // PULL, rank 0's: rank c's count of keys >= tlb
+    __shared__ unsigned n_mine;                        // PULL: this rank's count (its slot counter)
     __shared__ unsigned bound;                         // this CTA's bound bin b_r
     __shared__ unsigned kmax_cta, kmax_row;            // this CTA's largest thread max; the row's
     __shared__ __align__(8) unsigned long long loaded; // BULK: the slice's copies complete (phase 0)
@@ -279,10 +269,6 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
     if (cluster_nctarank() != CS || gridDim.x != CS) __trap();   // the launch shape the source was compiled for
     const unsigned r = blockIdx.x, m = blockIdx.y, C = (unsigned)C_, k = (unsigned)k_;
     TK_ENTER(r);
-    // SEG stores into other ranks before the first full cluster barrier: a rank may be written only
-    // once it has started (CUDA's rule for distributed shared memory), which this arrive announces
-    // and the wait before those stores learns, microseconds later (the row's read lies between)
-    if constexpr (SEG) cluster_arrive_relaxed();
     const float* row = scores + (size_t)m * C;
     unsigned lo, hi;
     split_slice(C, CS, r, lo, hi);
@@ -343,7 +329,7 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
     if (threadIdx.x == 0) kmax_cta = 0u;              // before one_reset's barrier: every warp's atomicMax after it
     one_reset(s);                                      // under the loads' flight; ends with a barrier
     if (threadIdx.x == 0) n_union = 0u, n_mine = 0u;
-    if (threadIdx.x < CS) seg_n[threadIdx.x] = 0u;     // before the first cluster barrier, as n_union
+    if (PULL && threadIdx.x < CS) seg_n[threadIdx.x] = 0u;   // before the first cluster barrier, as n_union
     // the thread max as a float (fmaxf drops NaN; -0 / +0 share a key): one conversion, not 32
     float xmax = neg_inf();
 #pragma unroll
@@ -373,36 +359,20 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
     TK_MARK(TK_READ);
     s2_find<ONE_NB0>(s.h0, (k + CS - 1u) / CS, &s);    // ends with a barrier
     if (threadIdx.x == 0) bound = s.found_bin;
-    if constexpr (SEG) {
-        // this rank's bound and max stored into every rank before the barrier (whose release
-        // publishes them), so that after it each thread reads all CS locally: no remote load's
-        // round trip and no block barrier after the cluster's (s2_find's barrier made both final)
-        cluster_wait();                                // every rank started (the arrive at entry)
-        if (threadIdx.x < CS) {
-            uni_st(uni_mapa(&bound_of[r], threadIdx.x), s.found_bin);
-            uni_st(uni_mapa(&kmax_of[r], threadIdx.x), kmax_cta);
-        }
-    }
     TK_MARK(TK_DIGIT0);
     cluster_sync();                                    // every rank's bound and max; rank 0's n_union zeroed
     TK_MARK(TK_SYNC0);
-    unsigned b = ~0u, kmax_r = 0u;                     // the same in every rank: the least bound, the row's max
-    if constexpr (SEG) {
-#pragma unroll
-        for (unsigned c = 0; c < CS; ++c) b = min(b, bound_of[c]), kmax_r = max(kmax_r, kmax_of[c]);
-    } else {
-        if (threadIdx.x < 32u) {
-            const unsigned w = threadIdx.x < CS ? ld_rank(&bound, threadIdx.x) : ~0u;
-            const unsigned km = threadIdx.x < CS ? ld_rank(&kmax_cta, threadIdx.x) : 0u;
-            b = __reduce_min_sync(FULL_MASK, w);
-            const unsigned kr = __reduce_max_sync(FULL_MASK, km);
-            if (threadIdx.x == 0) kmax_row = kr;
-        }
-        if (threadIdx.x == 0) s.found_above = b;
-        __syncthreads();
-        b = s.found_above;
-        kmax_r = kmax_row;
+    unsigned b = ~0u;
+    if (threadIdx.x < 32u) {
+        const unsigned w = threadIdx.x < CS ? ld_rank(&bound, threadIdx.x) : ~0u;
+        const unsigned km = threadIdx.x < CS ? ld_rank(&kmax_cta, threadIdx.x) : 0u;
+        b = __reduce_min_sync(FULL_MASK, w);
+        const unsigned kr = __reduce_max_sync(FULL_MASK, km);
+        if (threadIdx.x == 0) kmax_row = kr;
     }
+    if (threadIdx.x == 0) s.found_above = b;
+    __syncthreads();
+    b = s.found_above;                                 // the same in every rank
     TK_MARK(TK_BOUND);
 
     // 3: the keys >= tlb into rank 0's union
@@ -423,22 +393,19 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
         const unsigned incl = topk_warp_inclusive_sum(n);
         unsigned base = 0u;
         if (lane == 31u && incl != 0u) {
-            if constexpr (SEG) {
-                // slots in this rank's own segment from a local counter (no remote round trip); rank 0
-                // learns the count from a red nobody waits for
-                base = atomicAdd(&n_mine, incl);
-                uni_red_add(uni_mapa(&seg_n[r], 0u), incl);
+            if constexpr (PULL) {
+                base = atomicAdd(&n_mine, incl);       // a slot in this rank's own union
+                uni_red_add(uni_mapa(&seg_n[r], 0u), incl);   // rank 0 learns the count; nobody waits
             } else {
                 base = uni_atom_add(uni_mapa(&n_union, 0u), incl);
             }
         }
         unsigned slot = __shfl_sync(FULL_MASK, base, 31) + incl - n;
-        constexpr unsigned CAP = SEG ? SEG_CAP : UNI_CAP;
-        const unsigned u0 = uni_mapa(SEG ? u + r * SEG_CAP : u, 0u);
+        const unsigned u0 = uni_mapa(u, 0u);
         // each pushed key also counted in rank 0's window histogram (s.h1, zeroed by its one_reset
         // before the first cluster barrier), unless +inf is in the row (rank 0 runs s2_select then)
-        const UniWindow win(b << 20, kmax_r);
-        const bool count = kmax_r != DSA_TOPK_KEY_POSINF;     // cluster-uniform
+        const UniWindow win(b << 20, kmax_row);
+        const bool count = kmax_row != DSA_TOPK_KEY_POSINF;   // cluster-uniform
         const unsigned h0r = uni_mapa(s.h1, 0u);
         // this lane's hits in increasing j (~1% of its keys): a register key picked by an unrolled
         // select (no register indexed at run time, no reload from global memory), a held one re-read
@@ -456,57 +423,67 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
                 v = reinterpret_cast<const float*>(held(q))[e];
             }
             const unsigned key = topk_key(v);
-            if (slot < CAP) uni_st_v2(u0 + 8u * slot, key, elem(q, e));
-            if (count) uni_red_add(h0r + 4u * win.digit(key), 1u);
+            if constexpr (PULL) {
+                if (slot < UNI_CAP) u[slot] = make_uint2(key, elem(q, e));
+                if (count) atomicAdd(&s.h1[win.digit(key)], 1u);
+            } else {
+                if (slot < UNI_CAP) uni_st_v2(u0 + 8u * slot, key, elem(q, e));
+                if (count) uni_red_add(h0r + 4u * win.digit(key), 1u);
+            }
             ++slot;
         }
     }
     TK_MARK(TK_WRITE);
-    cluster_sync();                                    // the union complete; no remote access after this
+    cluster_sync();                                    // the union complete; no remote access after this (PULL: but rank 0's pull)
     TK_MARK(TK_PASS2);
     if (r != 0u) {
+        if constexpr (PULL) {                          // this rank's union and histogram stay until rank 0 has them
+            cluster_arrive();
+            cluster_wait();
+        }
         TK_MARK(TK_EXIT);
         return;
     }
 
     // 4: rank 0 selects the row's k best
-    UniSegments<SEG ? CS : 1u> us{u, SEG_CAP, {}};
-    bool fits = true;                                  // every pushed pair stored
-    if constexpr (SEG) {
+    unsigned nu = n_union;
+    if constexpr (PULL) {
+        nu = 0u;
 #pragma unroll
-        for (unsigned c = 0; c < CS; ++c) us.n[c] = seg_n[c], fits = fits && seg_n[c] <= SEG_CAP;
-    } else {
-        us.n[0] = n_union, fits = n_union <= UNI_CAP;
+        for (unsigned c = 0; c < CS; ++c) nu += seg_n[c];
+        // block-uniform; the pairs only where the union serves, the histograms only where the window may
+        const bool pairs = CS > 1u && b != 0u && nu <= UNI_CAP;
+        uni_pull<UNI_CAP / ONE_THREADS>(u, seg_n, CS, pairs, pairs && kmax_row != DSA_TOPK_KEY_POSINF, s.h1);
+        cluster_arrive();                              // the other ranks may leave (their loads have returned)
+        __syncthreads();                               // the pulled pairs and bins before anyone reads them
     }
-    const unsigned nu = us.total();
     const S2FinalOut fout{row, C, out + (size_t)m * k};
-    // block-uniform: b, the counts and kmax_r are the same in every thread
-    const bool windowed = b != 0u && fits && kmax_r != DSA_TOPK_KEY_POSINF &&
-                          uni_window_select(us, k, UniWindow(b << 20, kmax_r), s.h1, fout.orow, s);
+    // block-uniform: b, nu and kmax_row are the same in every thread
+    const bool windowed = b != 0u && nu <= UNI_CAP && kmax_row != DSA_TOPK_KEY_POSINF &&
+                          uni_window_select(u, nu, k, UniWindow(b << 20, kmax_row), s.h1, fout.orow, s);
     if (!windowed) {
         one_reset(s);
-        if (b != 0u && fits) {
-            if constexpr (SEG) uni_compact(u, us);
+        if (b != 0u && nu <= UNI_CAP)
             s2_select<true, 2>(SmpBufSrc{u, nu}, ShrFinalOut{fout, u, nu, s.buf_idx, &s.n_buf}, k, s);
-        } else {
+        else
             s2_select<true, 2>(S2Src<false>{row, C, 0u, vec, dyn}, fout, k, s);
-        }
     }
     TK_MARK(TK_FINAL);
+    if constexpr (PULL) cluster_wait();                // the split barrier's end (the others arrived long ago)
     TK_MARK(TK_EXIT);
 }
 
 #define DSA_TOPK_UNION_KERNEL(CS)                                                                             \
     extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(ONE_THREADS, 1)                   \
         dsa_topk_union_c##CS(const float* __restrict__ scores, int* __restrict__ out, int C, int k) {        \
-        union_body<CS, false, false>(scores, out, C, k);                                                      \
+        union_body<CS, false>(scores, out, C, k);                                                             \
     }                                                                                                         \
     extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(ONE_THREADS, 1)                   \
         dsa_topk_union_bulk_c##CS(const float* __restrict__ scores, int* __restrict__ out, int C, int k) {   \
-        union_body<CS, true, false>(scores, out, C, k);                                                       \
+        union_body<CS, true>(scores, out, C, k);                                                              \
     }                                                                                                         \
     extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(ONE_THREADS, 1)                   \
-        dsa_topk_union_seg_c##CS(const float* __restrict__ scores, int* __restrict__ out, int C, int k) {    \
+        dsa_topk_union_pull_c##CS(const float* __restrict__ scores, int* __restrict__ out, int C, int k) {   \
         union_body<CS, false, true>(scores, out, C, k);                                                       \
     }
 

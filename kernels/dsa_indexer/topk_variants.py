@@ -30,9 +30,9 @@
   of them bounds the row's k-th key from below, every key above it goes to a union in rank 0's
   shared memory, and rank 0 selects from it (s2_select, topk_select.cuh); the row itself where the
   union does not serve. ``radix_union_bulk`` (ours): the same kernel with the whole slice copied into
-  shared memory by the bulk (TMA) engine (``dsa_topk_union_bulk_c<CS>``). ``radix_union_seg``
-  (ours): the same kernel with each rank's pushed pairs in a segment of their own, slots from a
-  local counter, and the bounds stored into every rank (``dsa_topk_union_seg_c<CS>``).
+  shared memory by the bulk (TMA) engine (``dsa_topk_union_bulk_c<CS>``). ``radix_union_pull`` (ours):
+  the same kernel with each rank's keys gathered in its own shared memory and pulled by rank 0
+  (``dsa_topk_union_pull_c<CS>``).
 - ``torch_topk`` (peer): ``torch.topk`` unsorted on our stream, non-finite picks mapped to -1 as a
   caller would.
 - ``flashinfer_topk`` / ``flashinfer_topk_lower`` (peers): ``flashinfer.top_k(x, k)`` as called by
@@ -44,7 +44,7 @@
   (topk_model.select_row_onecta); ``model_split`` (CPU): topk_split.cu's
   (topk_model.select_row_split); ``model_sample`` (CPU): dsa_topk_sample's (topk_model.select_row_sample);
   ``model_share`` (CPU): dsa_topk_share's (topk_model.select_row_share); ``model_union`` (CPU):
-  dsa_topk_union's (topk_model.select_row_union); ``model_union_seg`` (CPU): dsa_topk_union_seg's.
+  dsa_topk_union's (topk_model.select_row_union).
 
 Nothing here imports cupy, torch or flashinfer at import time.
 """
@@ -317,7 +317,7 @@ def _supports_union(geometry, point) -> str | None:
 
 
 def _make_union_build(design: str):
-    """One of radix_union's forms alone: topk_launch's kernel on the scores, the indices poisoned."""
+    """One of UNION_FORMS alone: topk_launch's kernel on the scores, the indices poisoned."""
     return lambda geometry, point, inputs, backend: _union_build(geometry, point, inputs, backend, design)
 
 
@@ -339,11 +339,12 @@ def _union_build(geometry, point, inputs, backend, design: str) -> KernelStep:
 # The top-k designs a multi-kernel step embeds (indexer_select's unfused pairs, the DSA layer) ->
 # their source; topk_launch builds any of them.
 STEP_DESIGNS = {"radix_split2": SPLIT2_SOURCE, "radix_sample": SPLIT2_SOURCE, "radix_share": SPLIT2_SOURCE,
-                "radix_union": UNION_SOURCE, "radix_union_bulk": UNION_SOURCE, "radix_union_seg": UNION_SOURCE}
-# radix_union's forms (the load, the push): its kernel's name prefix and its dynamic shared memory's #define
+                "radix_union": UNION_SOURCE, "radix_union_bulk": UNION_SOURCE,
+                "radix_union_pull": UNION_SOURCE}
+# radix_union's two load forms: its kernel's name prefix and its dynamic shared memory's #define
 UNION_FORMS = {"radix_union": ("dsa_topk_union", "UNI_DYN_BYTES"),
                "radix_union_bulk": ("dsa_topk_union_bulk", "UNI_BULK_DYN_BYTES"),
-               "radix_union_seg": ("dsa_topk_union_seg", "UNI_DYN_BYTES")}
+               "radix_union_pull": ("dsa_topk_union_pull", "UNI_DYN_BYTES")}
 
 
 @dataclasses.dataclass
@@ -568,11 +569,6 @@ def _model_union_rows(scores: np.ndarray, k: int) -> np.ndarray:
     return topk_model.select_union(scores, k, union_define("UNI_CAP"), onecta_define("ONE_CAP"), H200_SMS)
 
 
-def _model_union_seg_rows(scores: np.ndarray, k: int) -> np.ndarray:
-    return topk_model.select_union(scores, k, union_define("UNI_CAP"), onecta_define("ONE_CAP"), H200_SMS,
-                                   segmented=True)
-
-
 def _model_resident_rows(scores: np.ndarray, k: int) -> np.ndarray:
     return topk_model.select_resident(scores, k, pick_resident(scores.shape[1]))
 
@@ -672,12 +668,13 @@ TOPK_VARIANTS = (
                 "cp.async slots: its timelines read ~23 GB/s an SM whether 64 or 128 SMs read, a per-SM rate "
                 "the copy engine, which tracks its own bytes in flight, may not share",
             supports=_supports_union, sources=(UNION_SOURCE,)),
-    Variant("radix_union_seg", "cuda", _make_union_build("radix_union_seg"),
-            why="radix_union with each rank pushing into a segment of its own in rank 0's union, its slots "
-                "from a counter in its own shared memory: no warp waits for a remote atomic's round trip "
-                "(every warp of the cluster's, ~96 at M = 32, added to one word of rank 0 in radix_union's "
-                "push: 1.70 us on the H200 at 3200498), and each rank's bound and max stored into every rank before the "
-                "first barrier (no remote load after it: the bound 0.27 us); rank 0 reads the segments where they lie",
+    Variant("radix_union_pull", "cuda", _make_union_build("radix_union_pull"),
+            why="radix_union with the push made local: each rank gathers its keys >= the row's bound and "
+                "counts their window bins in its own shared memory, and after the barrier rank 0 pulls the "
+                "other ranks' pairs and bins with coalesced DSMEM loads, all in flight at once, while they "
+                "wait at a split barrier; radix_union's push (~700 single-lane remote stores and as many "
+                "remote reds a rank) took 1.70 us on the H200 at 3200498, and taking its remote atomic "
+                "away (a948558, H100) left it at 1.73 against 1.68: the count of remote ops binds",
             supports=_supports_union, sources=(UNION_SOURCE,)),
     Variant("torch_topk", "cuda", lambda g, p, i, b: _TorchTopk(g, p, i, b),
             why="torch.topk(k, sorted=False) on our stream, non-finite picks mapped to -1",
@@ -718,10 +715,6 @@ TOPK_VARIANTS = (
     Variant("model_union", "cpu", lambda g, p, i, b: _HostTopk(_model_union_rows, g, p, i),
             why="dsa_topk_union's logic emulated in NumPy (topk_model.select_row_union) at radix_union's "
                 "cluster pick: the thread maxes, the bound, the union or the row, the select's tie takes",
-            supports=_supports_union, sources=("topk_model.py",)),
-    Variant("model_union_seg", "cpu", lambda g, p, i, b: _HostTopk(_model_union_seg_rows, g, p, i),
-            why="dsa_topk_union_seg's logic emulated in NumPy (topk_model.select_row_union, segmented): "
-                "model_union's, the union serving only where every rank's keys fit its segment",
             supports=_supports_union, sources=("topk_model.py",)),
     Variant("model_resident", "cpu", lambda g, p, i, b: _HostTopk(_model_resident_rows, g, p, i),
             why="topk_resident.cu's logic emulated in NumPy (topk_model.select_row_resident) at resident's "
