@@ -65,7 +65,7 @@ class Budget:
     moe_us_per_step: float | None
     moe_source: str
     curve: ContextCurve | None = None
-
+    device: str | None = None   # the card whose rows price it (device_short); None: any card
     @property
     def strategies(self) -> list[str]:
         seen: list[str] = []
@@ -109,9 +109,25 @@ def load_budget(path: str | pathlib.Path, geometry: Geometry) -> Budget:
         derived = raw.get("derived_crossover") or {}
         curve = ContextCurve(against, int(derived["tokens"]) if derived.get("tokens") else None,
                              str(derived.get("source", "")))
+    device = data.get("device")
+    if device is not None and (not isinstance(device, str) or not device.strip()):
+        raise BudgetError(f"device: {device!r} is not a card's short name (a rows' device_short, e.g. h200), "
+                          "or null for any card")
     return Budget(str(data.get("name", path.stem)), int(data.get("context", 262144)),
                   tuple(int(m) for m in data.get("M", [32])), tuple(terms),
-                  None if moe is None else float(moe), str(data.get("moe_source") or ""), curve)
+                  None if moe is None else float(moe), str(data.get("moe_source") or ""), curve,
+                  device.strip().lower() if device else None)
+
+
+def on_device(rows: pd.DataFrame, device: str | None) -> pd.DataFrame:
+    """``rows`` measured on ``device`` (their device_short) only; all of them when it is None.
+    Why: a step priced from two cards' rows answers for neither (an H100's top-k beside an H200's
+    scan), so a budget names its card and the gathered rows are cut to it."""
+    if device is None or rows.empty:
+        return rows
+    if "device_short" not in rows.columns:
+        return rows.iloc[0:0]
+    return rows[rows["device_short"].astype(str).str.lower() == device]
 
 
 def published_rows(reports: str | pathlib.Path) -> pd.DataFrame:
@@ -399,7 +415,8 @@ def markdown(budget: Budget, costs_by_m: dict[int, list[TermCost]], plot: str | 
     the attention budget, and where every figure came from."""
     lines = [f"## Where the step goes ({budget.name}, context {budget.context:,})", ""]
     lines.append("Per decode step over all layers: each term is the sum of its parts' µs per layer "
-                 "(our fastest verified row at that point, of a variant the code still has, p50) "
+                 "(our fastest verified row at that point, of a variant the code still has"
+                 + (f", measured on the {budget.device}" if budget.device else "") + ", p50) "
                  "times the layers that run it. "
                  "Measured figures name their report; a term with a part not measured at that M "
                  "stays open.")
@@ -508,7 +525,8 @@ def section(budget: Budget, rows: pd.DataFrame, geometry: Geometry, out: pathlib
 
 
 def render(budget: Budget, rows: pd.DataFrame, geometry: Geometry, out: pathlib.Path | None) -> str:
-    text, _ = section(budget, rows, geometry, out)
+    """The budget priced from ``rows`` measured on its device (``on_device``), written to ``out``."""
+    text, _ = section(budget, on_device(rows, budget.device), geometry, out)
     if out is not None:
         store.atomic_write_bytes(out / "README.md", (f"# {budget.name}: where the decode step goes\n\n" + text).encode())
     return text

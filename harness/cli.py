@@ -488,6 +488,8 @@ def _cmd_budget(args: list[str]) -> None:
     ap.add_argument("--root", action="append", default=[], help="results store root(s) to read rows from")
     ap.add_argument("--out", help="write README.md and the plot into this folder (default: print the markdown)")
     ap.add_argument("--moe-us", type=float, help="the non-attention µs per step (a stated input, not measured)")
+    ap.add_argument("--device", help="price from rows of this card only (a device_short, e.g. h100; 'any': every "
+                                     "card's rows); default: the budget file's device")
     ap.add_argument("--fuel", default=str(REPO_ROOT / "fuels/glm-5.3-flash/attention.yaml"))
     ns = ap.parse_args(args)
     try:
@@ -495,6 +497,8 @@ def _cmd_budget(args: list[str]) -> None:
         spec = budget.load_budget(ns.name, geometry)
         if ns.moe_us is not None:
             spec = dataclasses.replace(spec, moe_us_per_step=ns.moe_us, moe_source="given on the command line")
+        if ns.device:
+            spec = dataclasses.replace(spec, device=None if ns.device.lower() == "any" else ns.device.lower())
         rows = budget.priced_rows(ns.reports or ([] if ns.root else [str(REPO_ROOT / "reports")]), ns.root)
         text = budget.render(spec, rows, geometry, pathlib.Path(ns.out) if ns.out else None)
     except (FuelError, budget.BudgetError, OSError) as exc:

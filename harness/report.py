@@ -596,9 +596,10 @@ def _step_budget(metas: list[dict[str, Any]], fuel: Geometry, stage: pathlib.Pat
         intro = ("This sweep's own rows price the step below: every part at every M was measured in "
                  "this run, so every figure and ratio is from one run.\n\n")
     else:
-        rows = published
+        rows = budget.on_device(published, spec.device)
         costs = budget.price(spec, rows, fuel)
-        intro = ("The published H200 reports' rows (`reports/`), not this sweep's, price the step below: "
+        card = f" {spec.device.upper()}" if spec.device else ""
+        intro = (f"The published{card} reports' rows (`reports/`), not this sweep's, price the step below: "
                  "this is what the measurements so far say of the mission's question.\n\n")
     text, plots = budget.section(spec, rows, fuel, stage, prefix="budget-", costs=costs)
     return {"text": text.replace("\n\n", "\n\n" + intro, 1), "plots": plots, "own": own,

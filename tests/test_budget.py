@@ -92,7 +92,7 @@ def test_a_write_up_whose_experiment_names_a_budget_prices_the_step_from_publish
     text = (folder / "README.md").read_text()
     assert "## Where the step goes (decode_step, context 262,144)" in text
     spec = budget.load_budget("decode_step", geometry)
-    costs = budget.price(spec, budget.published_rows(REPO_ROOT / "reports"), geometry)
+    costs = budget.price(spec, budget.on_device(budget.published_rows(REPO_ROOT / "reports"), spec.device), geometry)
     kda = next(c for c in costs[32] if c.term.layers == "n_kda_layers")
     assert f"| {kda.per_step_us:,.1f} |" in text
     assert (folder / "budget-decode_step.png").is_file()
@@ -115,3 +115,31 @@ def test_a_removed_variants_row_never_prices_a_term(geometry):
     assert budget.pick(kept, part, 32, 262144)["variant"] == best["variant"]
     assert (kept["component"] == "not_a_registered_component").sum() == 1
     assert len(budget.drop_removed(both, variants={})) == len(both)
+
+
+def test_a_budget_is_priced_from_its_cards_rows_only(geometry, tmp_path, cli):
+    """decode_step names the H200: a faster row measured on another card (an H100's) never prices a
+    term of it, so the step is one card's; --device any lifts the cut, a bad device key is one line."""
+    spec = budget.load_budget("decode_step", geometry)
+    assert spec.device == "h200"
+    rows = budget.published_rows(REPO_ROOT / "reports")
+    part = budget.Part("kda_decode", {"state_dtype": "bf16"})
+    best = budget.pick(budget.on_device(rows, spec.device), part, 32, 262144)
+    other = rows.iloc[[0]].copy()
+    other[["component", "variant", "M", "state_dtype", "status", "peer", "ms_p50", "device_short", "source"]] = \
+        ["kda_decode", best["variant"], 32, "bf16", "ok", False, best["us"] / 1e3 / 10, "h100", "reports/elsewhere"]
+    both = pd.concat([rows, other])
+    assert budget.pick(both, part, 32, 262144)["device"] == "h100"          # pick alone takes any card
+    on_card = budget.on_device(both, spec.device)
+    assert budget.pick(on_card, part, 32, 262144)["us"] == pytest.approx(best["us"])
+    assert set(on_card["device_short"].astype(str).str.lower()) == {"h200"}
+    text = budget.render(spec, both, geometry, tmp_path)
+    assert "reports/elsewhere" not in text and "measured on the h200" in text
+    assert len(budget.on_device(both, None)) == len(both)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("device: 7\nterms:\n  - {label: x, layers: n_kda_layers, parts: [{component: kda_decode}]}\n")
+    res = cli("budget", str(bad))
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode == 2 and len(lines) == 1 and lines[0].count("device: 7") == 1, res.stderr
+    res = cli("budget", "--device", "any")
+    assert res.returncode == 0 and "measured on the" not in res.stdout, res.stderr
