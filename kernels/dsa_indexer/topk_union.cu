@@ -47,16 +47,12 @@ topk_model.select_row_union's exact arithmetic (a second reader's emulation: 556
 rows); the result cannot: the flush is monotone, so the pushed set is still upward-closed and holds
 every counted thread max's element (>= k of them), hence every key >= T, and the select uses the
 exact keys (topk_key of the raw bits).
-The pull form (dsa_topk_union_pull_c<CS>, radix_union_pull) changes step 3 only: each rank stores
-its pairs and counts their window bins in its own shared memory (local atomics), telling rank 0 its
-count by one red a warp; after the barrier rank 0 loads the other ranks' pairs after its own (in rank
-order) and adds their bins, every load in flight at once, and the others wait at a split barrier
-(arrive after the pull, wait at the end) so their shared memory outlives the reads. The union holds
-the same keys, so the select and its result are the same (topk_model.select_row_union covers both).
-(a948558 tried a segmented push instead, each rank storing into its own range of rank 0's union from
-a local counter: no faster on the H100, 1.73 us against 1.68, since the remote stores stayed.)
-No workspace and no counter in global memory: a launch leaves nothing behind. Cluster barriers: 2
-(the pull form: 3, the last split).
+Tried on the push and removed (TOPK_NOTES.md, Stop 32; H100): a segmented push from a local
+counter (a948558: 1.73 us against 1.68), and each rank gathering locally with rank 0 pulling the
+pairs and bins by coalesced DSMEM loads at a split barrier (a97468e: the push 1.60 against 1.71,
+but the pull and the others' wait ~1 us, 14.14 against 13.34 us event-timed at M = 32). The push
+phase is ~1.7 us with or without remote operations: it is the pass's local work.
+No workspace and no counter in global memory: a launch leaves nothing behind. Cluster barriers: 2.
 Shared memory: OneShared (45,200 B) + 4 words (+ the bulk form's mbarrier; ptxas: 45,216 B and
 45,232 B static) + UNI_DYN_BYTES dynamic (UNI_BULK_DYN_BYTES for the bulk form: the held part, then
 the union; the fallback's ring over the held part, rank 0's being dead by then); one CTA an SM;
@@ -103,20 +99,27 @@ __device__ __forceinline__ unsigned uni_atom_add(unsigned cluster_addr, unsigned
     return old;
 }
 
-__device__ __forceinline__ uint2 uni_ld_v2(unsigned cluster_addr) {
-    uint2 v;
-    asm volatile("ld.shared::cluster.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(cluster_addr) : "memory");
-    return v;
-}
-
-__device__ __forceinline__ unsigned uni_ld(unsigned cluster_addr) {
-    unsigned v;
-    asm volatile("ld.shared::cluster.u32 %0, [%1];" : "=r"(v) : "r"(cluster_addr) : "memory");
-    return v;
-}
-
 __device__ __forceinline__ void uni_st_v2(unsigned cluster_addr, unsigned a, unsigned b) {
     asm volatile("st.shared::cluster.v2.u32 [%0], {%1, %2};" ::"r"(cluster_addr), "r"(a), "r"(b) : "memory");
+}
+
+// The TX form's remote operations, each completing on rank 0's mbarrier (its tx count credited with
+// the bytes once they are written there), so rank 0's wait on that mbarrier is what publishes them:
+// no release fence (radix_union's cluster barrier after the push compiles to MEMBAR.ALL.GPU, and its
+// wait for every remote store took ~22 % of the push phase's warp samples under ncu, H100, a948558)
+__device__ __forceinline__ void uni_st_async_v2(unsigned cluster_addr, unsigned a, unsigned b, unsigned mbar) {
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.u32 [%0], {%1, %2}, [%3];"
+                 ::"r"(cluster_addr), "r"(a), "r"(b), "r"(mbar) : "memory");
+}
+__device__ __forceinline__ void uni_red_async_add(unsigned cluster_addr, unsigned v, unsigned mbar) {
+    asm volatile("red.async.relaxed.cluster.shared::cluster.mbarrier::complete_tx::bytes.add.u32 [%0], %1, [%2];"
+                 ::"r"(cluster_addr), "r"(v), "r"(mbar) : "memory");
+}
+// one warp's arrival on rank 0's mbarrier with the bytes its lanes will complete on it (relaxed: the
+// bytes themselves are published by the tx count, not by this arrive)
+__device__ __forceinline__ void uni_arrive_expect(unsigned cluster_mbar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.relaxed.cluster.shared::cluster.b64 _, [%0], %1;"
+                 ::"r"(cluster_mbar), "r"(bytes) : "memory");
 }
 
 // One bulk copy into this CTA's shared memory completing on the mbarrier bar (shared address)
@@ -211,46 +214,12 @@ __device__ __forceinline__ bool uni_window_select(const uint2* u, unsigned nu, u
 // the 4-B cp.async copies into the same slots).
 #define UNI_BULK_CHUNKS 8                // copies of up to 16 KiB: the engine works on several at once
 
-// PULL (radix_union_pull): each rank gathers its keys >= tlb into its own shared memory (its own
-// union and window histogram, local stores and atomics); after the barrier rank 0 pulls the other
-// ranks' pairs and histograms with coalesced DSMEM loads, all issued at once (one round trip), while
-// they wait at a split barrier. Rank 0 learns each rank's count (seg_n) by red before the barrier.
-// Why: radix_union's push, ~700 single-lane remote stores and as many remote reds a rank, took 1.70
-// us on the H200 (3200498) and did not shorten when its remote atomic was taken away (a948558's
-// segmented push on the H100: 1.73 against 1.68), so the remote ops' count is what costs.
-template <unsigned PER>
-__device__ __forceinline__ void uni_pull(uint2* u, const unsigned* seg_n, unsigned cs, bool pairs, bool hist,
-                                         unsigned* h) {
-    uint2 v[PER];
-    unsigned at[PER];
-    const unsigned n0 = seg_n[0];
-    unsigned nu = 0u;
-    for (unsigned c = 0; c < cs; ++c) nu += seg_n[c];
-#pragma unroll
-    for (unsigned i = 0; i < PER; ++i) {
-        const unsigned j = n0 + i * ONE_THREADS + threadIdx.x;   // the pair's place in the union
-        at[i] = ~0u;
-        if (!pairs || j >= nu) continue;
-        unsigned before = n0;
-        for (unsigned c = 1; c < cs; ++c) {
-            if (at[i] == ~0u && j < before + seg_n[c]) {
-                v[i] = uni_ld_v2(uni_mapa(u + (j - before), c));
-                at[i] = j;
-            }
-            before += seg_n[c];
-        }
-    }
-    unsigned hsum = 0u;                                // bin threadIdx.x of the other ranks' histograms
-    if (hist)
-        for (unsigned c = 1; c < cs; ++c) hsum += uni_ld(uni_mapa(h + threadIdx.x, c));
-#pragma unroll
-    for (unsigned i = 0; i < PER; ++i)
-        if (at[i] != ~0u) u[at[i]] = v[i];
-    if (hist) h[threadIdx.x] += hsum;
-}
-static_assert(UNI_WINDOW_BINS == ONE_THREADS, "uni_pull: one bin a thread");
-
-template <unsigned CS, bool BULK, bool PULL = false>
+// TX (radix_union_tx): the push completes on rank 0's mbarrier `ubar` instead of a cluster barrier
+// with release: every warp of every rank arrives once with the bytes its lanes store (8 a pair) and
+// add (4 a window bin, 4 for the warp's count into n_tx), rank 0 waits on it with acquire, and the
+// other ranks leave at once (a relaxed split barrier, arrived after the bounds are read, keeps every
+// rank's bound readable until all have read it).
+template <unsigned CS, bool BULK, bool TX = false>
 __device__ __forceinline__ void union_body(const float* __restrict__ scores, int* __restrict__ out, int C_, int k_) {
     constexpr unsigned REG = BULK ? 0u : UNI_REG_VECS;   // float4 a thread in registers
     auto is_reg = [](unsigned q) {                     // q < REG, which nvcc warns of as q < 0u when REG is 0
@@ -259,8 +228,8 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
     constexpr unsigned HELD_BYTES = BULK ? UNI_BULK_HELD_BYTES : UNI_HELD_BYTES;
     __shared__ __align__(16) OneShared s;
     __shared__ unsigned n_union;                       // rank 0's: pairs pushed (may pass UNI_CAP)
-    __shared__ unsigned seg_n[CS];                     // PULL, rank 0's: rank c's count of keys >= tlb
-    __shared__ unsigned n_mine;                        // PULL: this rank's count (its slot counter)
+    __shared__ unsigned n_tx;                          // TX, rank 0's: the same count, added by red.async
+    __shared__ __align__(8) unsigned long long ubar;   // TX, rank 0's: the push's mbarrier
     __shared__ unsigned bound;                         // this CTA's bound bin b_r
     __shared__ unsigned kmax_cta, kmax_row;            // this CTA's largest thread max; the row's
     __shared__ __align__(8) unsigned long long loaded; // BULK: the slice's copies complete (phase 0)
@@ -328,8 +297,12 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
     }
     if (threadIdx.x == 0) kmax_cta = 0u;              // before one_reset's barrier: every warp's atomicMax after it
     one_reset(s);                                      // under the loads' flight; ends with a barrier
-    if (threadIdx.x == 0) n_union = 0u, n_mine = 0u;
-    if (PULL && threadIdx.x < CS) seg_n[threadIdx.x] = 0u;   // before the first cluster barrier, as n_union
+    if (threadIdx.x == 0) n_union = 0u, n_tx = 0u;
+    if (TX && threadIdx.x == 0 && r == 0u) {
+        // every warp of the cluster arrives once; the first cluster barrier (release) publishes the init
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(&ubar)), "r"(CS * (ONE_THREADS / 32u)) : "memory");
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
     // the thread max as a float (fmaxf drops NaN; -0 / +0 share a key): one conversion, not 32
     float xmax = neg_inf();
 #pragma unroll
@@ -373,6 +346,7 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
     if (threadIdx.x == 0) s.found_above = b;
     __syncthreads();
     b = s.found_above;                                 // the same in every rank
+    if constexpr (TX) cluster_arrive_relaxed();        // this rank has read every bound (waited for before any exit)
     TK_MARK(TK_BOUND);
 
     // 3: the keys >= tlb into rank 0's union
@@ -392,16 +366,22 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
         const unsigned n = __popc(hits);
         const unsigned incl = topk_warp_inclusive_sum(n);
         unsigned base = 0u;
-        if (lane == 31u && incl != 0u) {
-            if constexpr (PULL) {
-                base = atomicAdd(&n_mine, incl);       // a slot in this rank's own union
-                uni_red_add(uni_mapa(&seg_n[r], 0u), incl);   // rank 0 learns the count; nobody waits
-            } else {
-                base = uni_atom_add(uni_mapa(&n_union, 0u), incl);
-            }
-        }
+        if (lane == 31u && incl != 0u) base = uni_atom_add(uni_mapa(&n_union, 0u), incl);
         unsigned slot = __shfl_sync(FULL_MASK, base, 31) + incl - n;
         const unsigned u0 = uni_mapa(u, 0u);
+        const unsigned ubar0 = TX ? uni_mapa(&ubar, 0u) : 0u;
+        if constexpr (TX) {
+            // the warp's bytes: its pairs below UNI_CAP (8 each, and 4 for the bin each counts), and its
+            // count into n_tx (4). A key past UNI_CAP is neither stored nor counted: rank 0 reads the
+            // histogram only when every key fitted, and the tx count stays far inside its 2^20 - 1 bytes
+            // (an all-equal row of 262144 keys would otherwise expect 1 MiB of bins)
+            const unsigned stored = slot >= UNI_CAP ? 0u : min(n, UNI_CAP - slot);
+            const unsigned bytes = __reduce_add_sync(FULL_MASK, stored * (kmax_row != DSA_TOPK_KEY_POSINF ? 12u : 8u));
+            if (lane == 31u) {
+                uni_arrive_expect(ubar0, bytes + 4u);
+                uni_red_async_add(uni_mapa(&n_tx, 0u), incl, ubar0);
+            }
+        }
         // each pushed key also counted in rank 0's window histogram (s.h1, zeroed by its one_reset
         // before the first cluster barrier), unless +inf is in the row (rank 0 runs s2_select then)
         const UniWindow win(b << 20, kmax_row);
@@ -423,9 +403,11 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
                 v = reinterpret_cast<const float*>(held(q))[e];
             }
             const unsigned key = topk_key(v);
-            if constexpr (PULL) {
-                if (slot < UNI_CAP) u[slot] = make_uint2(key, elem(q, e));
-                if (count) atomicAdd(&s.h1[win.digit(key)], 1u);
+            if constexpr (TX) {
+                if (slot < UNI_CAP) {
+                    uni_st_async_v2(u0 + 8u * slot, key, elem(q, e), ubar0);
+                    if (count) uni_red_async_add(h0r + 4u * win.digit(key), 1u, ubar0);
+                }
             } else {
                 if (slot < UNI_CAP) uni_st_v2(u0 + 8u * slot, key, elem(q, e));
                 if (count) uni_red_add(h0r + 4u * win.digit(key), 1u);
@@ -434,29 +416,31 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
         }
     }
     TK_MARK(TK_WRITE);
-    cluster_sync();                                    // the union complete; no remote access after this (PULL: but rank 0's pull)
-    TK_MARK(TK_PASS2);
-    if (r != 0u) {
-        if constexpr (PULL) {                          // this rank's union and histogram stay until rank 0 has them
-            cluster_arrive();
+    if constexpr (TX) {
+        if (r != 0u) {                                 // its pushes complete on rank 0's mbarrier, not here
             cluster_wait();
+            TK_MARK(TK_PASS2);
+            TK_MARK(TK_EXIT);
+            return;
         }
+        if (b != 0u) {                                 // cluster-uniform: every warp arrived exactly when b != 0
+            unsigned done;
+            do {
+                asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], 0;\n"
+                             "selp.u32 %0, 1, 0, p;\n}\n" : "=r"(done) : "r"(smem_addr(&ubar)) : "memory");
+            } while (!done);
+        }
+    } else {
+        cluster_sync();                                // the union complete; no remote access after this
+    }
+    TK_MARK(TK_PASS2);
+    if (!TX && r != 0u) {
         TK_MARK(TK_EXIT);
         return;
     }
 
     // 4: rank 0 selects the row's k best
-    unsigned nu = n_union;
-    if constexpr (PULL) {
-        nu = 0u;
-#pragma unroll
-        for (unsigned c = 0; c < CS; ++c) nu += seg_n[c];
-        // block-uniform; the pairs only where the union serves, the histograms only where the window may
-        const bool pairs = CS > 1u && b != 0u && nu <= UNI_CAP;
-        uni_pull<UNI_CAP / ONE_THREADS>(u, seg_n, CS, pairs, pairs && kmax_row != DSA_TOPK_KEY_POSINF, s.h1);
-        cluster_arrive();                              // the other ranks may leave (their loads have returned)
-        __syncthreads();                               // the pulled pairs and bins before anyone reads them
-    }
+    const unsigned nu = TX ? n_tx : n_union;
     const S2FinalOut fout{row, C, out + (size_t)m * k};
     // block-uniform: b, nu and kmax_row are the same in every thread
     const bool windowed = b != 0u && nu <= UNI_CAP && kmax_row != DSA_TOPK_KEY_POSINF &&
@@ -469,7 +453,7 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
             s2_select<true, 2>(S2Src<false>{row, C, 0u, vec, dyn}, fout, k, s);
     }
     TK_MARK(TK_FINAL);
-    if constexpr (PULL) cluster_wait();                // the split barrier's end (the others arrived long ago)
+    if constexpr (TX) cluster_wait();                  // the split barrier's end (every rank arrived long ago)
     TK_MARK(TK_EXIT);
 }
 
@@ -483,7 +467,7 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
         union_body<CS, true>(scores, out, C, k);                                                              \
     }                                                                                                         \
     extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(ONE_THREADS, 1)                   \
-        dsa_topk_union_pull_c##CS(const float* __restrict__ scores, int* __restrict__ out, int C, int k) {   \
+        dsa_topk_union_tx_c##CS(const float* __restrict__ scores, int* __restrict__ out, int C, int k) {     \
         union_body<CS, false, true>(scores, out, C, k);                                                       \
     }
 

@@ -30,9 +30,8 @@
   of them bounds the row's k-th key from below, every key above it goes to a union in rank 0's
   shared memory, and rank 0 selects from it (s2_select, topk_select.cuh); the row itself where the
   union does not serve. ``radix_union_bulk`` (ours): the same kernel with the whole slice copied into
-  shared memory by the bulk (TMA) engine (``dsa_topk_union_bulk_c<CS>``). ``radix_union_pull`` (ours):
-  the same kernel with each rank's keys gathered in its own shared memory and pulled by rank 0
-  (``dsa_topk_union_pull_c<CS>``).
+  shared memory by the bulk (TMA) engine (``dsa_topk_union_bulk_c<CS>``). ``radix_union_tx`` (ours):
+  the same kernel with the push completing on rank 0's mbarrier (``dsa_topk_union_tx_c<CS>``).
 - ``torch_topk`` (peer): ``torch.topk`` unsorted on our stream, non-finite picks mapped to -1 as a
   caller would.
 - ``flashinfer_topk`` / ``flashinfer_topk_lower`` (peers): ``flashinfer.top_k(x, k)`` as called by
@@ -340,11 +339,11 @@ def _union_build(geometry, point, inputs, backend, design: str) -> KernelStep:
 # their source; topk_launch builds any of them.
 STEP_DESIGNS = {"radix_split2": SPLIT2_SOURCE, "radix_sample": SPLIT2_SOURCE, "radix_share": SPLIT2_SOURCE,
                 "radix_union": UNION_SOURCE, "radix_union_bulk": UNION_SOURCE,
-                "radix_union_pull": UNION_SOURCE}
+                "radix_union_tx": UNION_SOURCE}
 # radix_union's two load forms: its kernel's name prefix and its dynamic shared memory's #define
 UNION_FORMS = {"radix_union": ("dsa_topk_union", "UNI_DYN_BYTES"),
                "radix_union_bulk": ("dsa_topk_union_bulk", "UNI_BULK_DYN_BYTES"),
-               "radix_union_pull": ("dsa_topk_union_pull", "UNI_DYN_BYTES")}
+               "radix_union_tx": ("dsa_topk_union_tx", "UNI_DYN_BYTES")}
 
 
 @dataclasses.dataclass
@@ -668,13 +667,12 @@ TOPK_VARIANTS = (
                 "cp.async slots: its timelines read ~23 GB/s an SM whether 64 or 128 SMs read, a per-SM rate "
                 "the copy engine, which tracks its own bytes in flight, may not share",
             supports=_supports_union, sources=(UNION_SOURCE,)),
-    Variant("radix_union_pull", "cuda", _make_union_build("radix_union_pull"),
-            why="radix_union with the push made local: each rank gathers its keys >= the row's bound and "
-                "counts their window bins in its own shared memory, and after the barrier rank 0 pulls the "
-                "other ranks' pairs and bins with coalesced DSMEM loads, all in flight at once, while they "
-                "wait at a split barrier; radix_union's push (~700 single-lane remote stores and as many "
-                "remote reds a rank) took 1.70 us on the H200 at 3200498, and taking its remote atomic "
-                "away (a948558, H100) left it at 1.73 against 1.68: the count of remote ops binds",
+    Variant("radix_union_tx", "cuda", _make_union_build("radix_union_tx"),
+            why="radix_union with no cluster barrier after the push: each pair is stored by st.async and each "
+                "window bin added by red.async, both completing on rank 0's mbarrier, which every warp of the "
+                "cluster arrives on once with the bytes its lanes send; rank 0 waits on it, the other ranks "
+                "leave at once. Under ncu (H100, a948558) the barrier's release (MEMBAR.ALL.GPU, then a wait "
+                "for every remote store) took ~22 % of the push's warp samples and its wait another ~14 %",
             supports=_supports_union, sources=(UNION_SOURCE,)),
     Variant("torch_topk", "cuda", lambda g, p, i, b: _TorchTopk(g, p, i, b),
             why="torch.topk(k, sorted=False) on our stream, non-finite picks mapped to -1",
