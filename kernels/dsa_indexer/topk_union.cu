@@ -47,11 +47,15 @@ topk_model.select_row_union's exact arithmetic (a second reader's emulation: 556
 rows); the result cannot: the flush is monotone, so the pushed set is still upward-closed and holds
 every counted thread max's element (>= k of them), hence every key >= T, and the select uses the
 exact keys (topk_key of the raw bits).
-Tried on the push and removed (TOPK_NOTES.md, Stop 32; H100): a segmented push from a local
-counter (a948558: 1.73 us against 1.68), and each rank gathering locally with rank 0 pulling the
-pairs and bins by coalesced DSMEM loads at a split barrier (a97468e: the push 1.60 against 1.71,
-but the pull and the others' wait ~1 us, 14.14 against 13.34 us event-timed at M = 32). The push
-phase is ~1.7 us with or without remote operations: it is the pass's local work.
+Tried on the push and removed (TOPK_NOTES.md, Stop 32; H100, event-timed p50 at M = 32 against
+radix_union in the same call): a segmented push from a local counter (a948558: 13.73 against 13.12
+us; push phase 1.73 against 1.68); each rank gathering its keys locally and rank 0 pulling them with
+coalesced DSMEM loads at a split barrier (a97468e: 14.14 against 13.34; push 1.60 against 1.71, the
+pull and the others' wait ~1 us more); the push by st.async / red.async completing on rank 0's
+mbarrier, no cluster barrier after it (d333829: 13.95 against 13.50; push 1.93 against 1.70, rank 0
+done at the same time). Under ncu (a948558) the barrier after the push stalled on its release
+(MEMBAR.ALL.GPU), but that stall was the remote stores landing: rank 0 receives ~800 pairs and ~800
+bin adds, one lane each, however they are sent or fenced.
 No workspace and no counter in global memory: a launch leaves nothing behind. Cluster barriers: 2.
 Shared memory: OneShared (45,200 B) + 4 words (+ the bulk form's mbarrier; ptxas: 45,216 B and
 45,232 B static) + UNI_DYN_BYTES dynamic (UNI_BULK_DYN_BYTES for the bulk form: the held part, then
@@ -101,25 +105,6 @@ __device__ __forceinline__ unsigned uni_atom_add(unsigned cluster_addr, unsigned
 
 __device__ __forceinline__ void uni_st_v2(unsigned cluster_addr, unsigned a, unsigned b) {
     asm volatile("st.shared::cluster.v2.u32 [%0], {%1, %2};" ::"r"(cluster_addr), "r"(a), "r"(b) : "memory");
-}
-
-// The TX form's remote operations, each completing on rank 0's mbarrier (its tx count credited with
-// the bytes once they are written there), so rank 0's wait on that mbarrier is what publishes them:
-// no release fence (radix_union's cluster barrier after the push compiles to MEMBAR.ALL.GPU, and its
-// wait for every remote store took ~22 % of the push phase's warp samples under ncu, H100, a948558)
-__device__ __forceinline__ void uni_st_async_v2(unsigned cluster_addr, unsigned a, unsigned b, unsigned mbar) {
-    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.u32 [%0], {%1, %2}, [%3];"
-                 ::"r"(cluster_addr), "r"(a), "r"(b), "r"(mbar) : "memory");
-}
-__device__ __forceinline__ void uni_red_async_add(unsigned cluster_addr, unsigned v, unsigned mbar) {
-    asm volatile("red.async.relaxed.cluster.shared::cluster.mbarrier::complete_tx::bytes.add.u32 [%0], %1, [%2];"
-                 ::"r"(cluster_addr), "r"(v), "r"(mbar) : "memory");
-}
-// one warp's arrival on rank 0's mbarrier with the bytes its lanes will complete on it (relaxed: the
-// bytes themselves are published by the tx count, not by this arrive)
-__device__ __forceinline__ void uni_arrive_expect(unsigned cluster_mbar, unsigned bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.relaxed.cluster.shared::cluster.b64 _, [%0], %1;"
-                 ::"r"(cluster_mbar), "r"(bytes) : "memory");
 }
 
 // One bulk copy into this CTA's shared memory completing on the mbarrier bar (shared address)
@@ -214,12 +199,7 @@ __device__ __forceinline__ bool uni_window_select(const uint2* u, unsigned nu, u
 // the 4-B cp.async copies into the same slots).
 #define UNI_BULK_CHUNKS 8                // copies of up to 16 KiB: the engine works on several at once
 
-// TX (radix_union_tx): the push completes on rank 0's mbarrier `ubar` instead of a cluster barrier
-// with release: every warp of every rank arrives once with the bytes its lanes store (8 a pair) and
-// add (4 a window bin, 4 for the warp's count into n_tx), rank 0 waits on it with acquire, and the
-// other ranks leave at once (a relaxed split barrier, arrived after the bounds are read, keeps every
-// rank's bound readable until all have read it).
-template <unsigned CS, bool BULK, bool TX = false>
+template <unsigned CS, bool BULK>
 __device__ __forceinline__ void union_body(const float* __restrict__ scores, int* __restrict__ out, int C_, int k_) {
     constexpr unsigned REG = BULK ? 0u : UNI_REG_VECS;   // float4 a thread in registers
     auto is_reg = [](unsigned q) {                     // q < REG, which nvcc warns of as q < 0u when REG is 0
@@ -228,8 +208,6 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
     constexpr unsigned HELD_BYTES = BULK ? UNI_BULK_HELD_BYTES : UNI_HELD_BYTES;
     __shared__ __align__(16) OneShared s;
     __shared__ unsigned n_union;                       // rank 0's: pairs pushed (may pass UNI_CAP)
-    __shared__ unsigned n_tx;                          // TX, rank 0's: the same count, added by red.async
-    __shared__ __align__(8) unsigned long long ubar;   // TX, rank 0's: the push's mbarrier
     __shared__ unsigned bound;                         // this CTA's bound bin b_r
     __shared__ unsigned kmax_cta, kmax_row;            // this CTA's largest thread max; the row's
     __shared__ __align__(8) unsigned long long loaded; // BULK: the slice's copies complete (phase 0)
@@ -297,12 +275,7 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
     }
     if (threadIdx.x == 0) kmax_cta = 0u;              // before one_reset's barrier: every warp's atomicMax after it
     one_reset(s);                                      // under the loads' flight; ends with a barrier
-    if (threadIdx.x == 0) n_union = 0u, n_tx = 0u;
-    if (TX && threadIdx.x == 0 && r == 0u) {
-        // every warp of the cluster arrives once; the first cluster barrier (release) publishes the init
-        asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(&ubar)), "r"(CS * (ONE_THREADS / 32u)) : "memory");
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
+    if (threadIdx.x == 0) n_union = 0u;
     // the thread max as a float (fmaxf drops NaN; -0 / +0 share a key): one conversion, not 32
     float xmax = neg_inf();
 #pragma unroll
@@ -346,7 +319,6 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
     if (threadIdx.x == 0) s.found_above = b;
     __syncthreads();
     b = s.found_above;                                 // the same in every rank
-    if constexpr (TX) cluster_arrive_relaxed();        // this rank has read every bound (waited for before any exit)
     TK_MARK(TK_BOUND);
 
     // 3: the keys >= tlb into rank 0's union
@@ -369,19 +341,6 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
         if (lane == 31u && incl != 0u) base = uni_atom_add(uni_mapa(&n_union, 0u), incl);
         unsigned slot = __shfl_sync(FULL_MASK, base, 31) + incl - n;
         const unsigned u0 = uni_mapa(u, 0u);
-        const unsigned ubar0 = TX ? uni_mapa(&ubar, 0u) : 0u;
-        if constexpr (TX) {
-            // the warp's bytes: its pairs below UNI_CAP (8 each, and 4 for the bin each counts), and its
-            // count into n_tx (4). A key past UNI_CAP is neither stored nor counted: rank 0 reads the
-            // histogram only when every key fitted, and the tx count stays far inside its 2^20 - 1 bytes
-            // (an all-equal row of 262144 keys would otherwise expect 1 MiB of bins)
-            const unsigned stored = slot >= UNI_CAP ? 0u : min(n, UNI_CAP - slot);
-            const unsigned bytes = __reduce_add_sync(FULL_MASK, stored * (kmax_row != DSA_TOPK_KEY_POSINF ? 12u : 8u));
-            if (lane == 31u) {
-                uni_arrive_expect(ubar0, bytes + 4u);
-                uni_red_async_add(uni_mapa(&n_tx, 0u), incl, ubar0);
-            }
-        }
         // each pushed key also counted in rank 0's window histogram (s.h1, zeroed by its one_reset
         // before the first cluster barrier), unless +inf is in the row (rank 0 runs s2_select then)
         const UniWindow win(b << 20, kmax_row);
@@ -403,44 +362,21 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
                 v = reinterpret_cast<const float*>(held(q))[e];
             }
             const unsigned key = topk_key(v);
-            if constexpr (TX) {
-                if (slot < UNI_CAP) {
-                    uni_st_async_v2(u0 + 8u * slot, key, elem(q, e), ubar0);
-                    if (count) uni_red_async_add(h0r + 4u * win.digit(key), 1u, ubar0);
-                }
-            } else {
-                if (slot < UNI_CAP) uni_st_v2(u0 + 8u * slot, key, elem(q, e));
-                if (count) uni_red_add(h0r + 4u * win.digit(key), 1u);
-            }
+            if (slot < UNI_CAP) uni_st_v2(u0 + 8u * slot, key, elem(q, e));
+            if (count) uni_red_add(h0r + 4u * win.digit(key), 1u);
             ++slot;
         }
     }
     TK_MARK(TK_WRITE);
-    if constexpr (TX) {
-        if (r != 0u) {                                 // its pushes complete on rank 0's mbarrier, not here
-            cluster_wait();
-            TK_MARK(TK_PASS2);
-            TK_MARK(TK_EXIT);
-            return;
-        }
-        if (b != 0u) {                                 // cluster-uniform: every warp arrived exactly when b != 0
-            unsigned done;
-            do {
-                asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], 0;\n"
-                             "selp.u32 %0, 1, 0, p;\n}\n" : "=r"(done) : "r"(smem_addr(&ubar)) : "memory");
-            } while (!done);
-        }
-    } else {
-        cluster_sync();                                // the union complete; no remote access after this
-    }
+    cluster_sync();                                    // the union complete; no remote access after this
     TK_MARK(TK_PASS2);
-    if (!TX && r != 0u) {
+    if (r != 0u) {
         TK_MARK(TK_EXIT);
         return;
     }
 
     // 4: rank 0 selects the row's k best
-    const unsigned nu = TX ? n_tx : n_union;
+    const unsigned nu = n_union;
     const S2FinalOut fout{row, C, out + (size_t)m * k};
     // block-uniform: b, nu and kmax_row are the same in every thread
     const bool windowed = b != 0u && nu <= UNI_CAP && kmax_row != DSA_TOPK_KEY_POSINF &&
@@ -453,7 +389,6 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
             s2_select<true, 2>(S2Src<false>{row, C, 0u, vec, dyn}, fout, k, s);
     }
     TK_MARK(TK_FINAL);
-    if constexpr (TX) cluster_wait();                  // the split barrier's end (every rank arrived long ago)
     TK_MARK(TK_EXIT);
 }
 
@@ -465,10 +400,6 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
     extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(ONE_THREADS, 1)                   \
         dsa_topk_union_bulk_c##CS(const float* __restrict__ scores, int* __restrict__ out, int C, int k) {   \
         union_body<CS, true>(scores, out, C, k);                                                              \
-    }                                                                                                         \
-    extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(ONE_THREADS, 1)                   \
-        dsa_topk_union_tx_c##CS(const float* __restrict__ scores, int* __restrict__ out, int C, int k) {     \
-        union_body<CS, false, true>(scores, out, C, k);                                                       \
     }
 
 DSA_TOPK_UNION_KERNEL(1)

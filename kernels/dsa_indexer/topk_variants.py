@@ -30,8 +30,7 @@
   of them bounds the row's k-th key from below, every key above it goes to a union in rank 0's
   shared memory, and rank 0 selects from it (s2_select, topk_select.cuh); the row itself where the
   union does not serve. ``radix_union_bulk`` (ours): the same kernel with the whole slice copied into
-  shared memory by the bulk (TMA) engine (``dsa_topk_union_bulk_c<CS>``). ``radix_union_tx`` (ours):
-  the same kernel with the push completing on rank 0's mbarrier (``dsa_topk_union_tx_c<CS>``).
+  shared memory by the bulk (TMA) engine (``dsa_topk_union_bulk_c<CS>``).
 - ``torch_topk`` (peer): ``torch.topk`` unsorted on our stream, non-finite picks mapped to -1 as a
   caller would.
 - ``flashinfer_topk`` / ``flashinfer_topk_lower`` (peers): ``flashinfer.top_k(x, k)`` as called by
@@ -316,7 +315,7 @@ def _supports_union(geometry, point) -> str | None:
 
 
 def _make_union_build(design: str):
-    """One of UNION_FORMS alone: topk_launch's kernel on the scores, the indices poisoned."""
+    """radix_union or radix_union_bulk alone: topk_launch's kernel on the scores, the indices poisoned."""
     return lambda geometry, point, inputs, backend: _union_build(geometry, point, inputs, backend, design)
 
 
@@ -338,12 +337,10 @@ def _union_build(geometry, point, inputs, backend, design: str) -> KernelStep:
 # The top-k designs a multi-kernel step embeds (indexer_select's unfused pairs, the DSA layer) ->
 # their source; topk_launch builds any of them.
 STEP_DESIGNS = {"radix_split2": SPLIT2_SOURCE, "radix_sample": SPLIT2_SOURCE, "radix_share": SPLIT2_SOURCE,
-                "radix_union": UNION_SOURCE, "radix_union_bulk": UNION_SOURCE,
-                "radix_union_tx": UNION_SOURCE}
+                "radix_union": UNION_SOURCE, "radix_union_bulk": UNION_SOURCE}
 # radix_union's two load forms: its kernel's name prefix and its dynamic shared memory's #define
 UNION_FORMS = {"radix_union": ("dsa_topk_union", "UNI_DYN_BYTES"),
-               "radix_union_bulk": ("dsa_topk_union_bulk", "UNI_BULK_DYN_BYTES"),
-               "radix_union_tx": ("dsa_topk_union_tx", "UNI_DYN_BYTES")}
+               "radix_union_bulk": ("dsa_topk_union_bulk", "UNI_BULK_DYN_BYTES")}
 
 
 @dataclasses.dataclass
@@ -666,13 +663,6 @@ TOPK_VARIANTS = (
                 "of 16 KiB from one thread on one mbarrier) instead of 8 loads a thread into registers and "
                 "cp.async slots: its timelines read ~23 GB/s an SM whether 64 or 128 SMs read, a per-SM rate "
                 "the copy engine, which tracks its own bytes in flight, may not share",
-            supports=_supports_union, sources=(UNION_SOURCE,)),
-    Variant("radix_union_tx", "cuda", _make_union_build("radix_union_tx"),
-            why="radix_union with no cluster barrier after the push: each pair is stored by st.async and each "
-                "window bin added by red.async, both completing on rank 0's mbarrier, which every warp of the "
-                "cluster arrives on once with the bytes its lanes send; rank 0 waits on it, the other ranks "
-                "leave at once. Under ncu (H100, a948558) the barrier's release (MEMBAR.ALL.GPU, then a wait "
-                "for every remote store) took ~22 % of the push's warp samples and its wait another ~14 %",
             supports=_supports_union, sources=(UNION_SOURCE,)),
     Variant("torch_topk", "cuda", lambda g, p, i, b: _TorchTopk(g, p, i, b),
             why="torch.topk(k, sorted=False) on our stream, non-finite picks mapped to -1",
