@@ -66,6 +66,7 @@ class Budget:
     moe_source: str
     curve: ContextCurve | None = None
     device: str | None = None   # the card whose rows price it (device_short); None: any card
+
     @property
     def strategies(self) -> list[str]:
         seen: list[str] = []
