@@ -767,15 +767,14 @@ def thread_maxes(key: np.ndarray) -> np.ndarray:
 UNI_SUB_BITS = 8                       # topk_union.cu: the bound's sub-bins inside its 12-bit bin (key bits 19..12)
 
 
-def union_bound(tm: np.ndarray, need: int, sub: bool) -> int:
+def union_bound(tm: np.ndarray, need: int) -> int:
     """One CTA's bound key b_r in dsa_topk_union from its thread maxes ``tm`` (int64 keys; 0 counts
-    nothing): the 12-bit bin B of the need-th largest (_find_desc) and its floor B << 20, or with
-    ``sub`` (dsa_topk_union_sub) the floor of the sub-bin (key bits 19..12) of it among the thread
-    maxes in B; 0 when fewer than need are counted."""
+    nothing): the 12-bit bin B of the need-th largest (_find_desc), then the floor of the sub-bin
+    (key bits 19..12) of it among the thread maxes in B; 0 when fewer than need are counted."""
     counted = tm[tm != 0]
     B, above = _find_desc(np.bincount(counted >> 20, minlength=4096), need)
-    if B == 0 or not sub:
-        return B << 20
+    if B == 0:
+        return 0
     shift = 20 - UNI_SUB_BITS
     sub = np.bincount((counted[(counted >> 20) == B] >> shift) & ((1 << UNI_SUB_BITS) - 1),
                       minlength=1 << UNI_SUB_BITS)
@@ -827,13 +826,11 @@ def window_select(ukey: np.ndarray, uidx: np.ndarray, k: int, tlb: int, kmax: in
 
 
 def select_row_union(scores: np.ndarray, k: int, cs: int, union_cap: int, cap: int,
-                     rng: np.random.Generator | None = None, sub: bool = False) -> tuple[np.ndarray, UnionTrace]:
-    """One row as dsa_topk_union's cluster of ``cs`` (``sub``: dsa_topk_union_sub's): ``(out [k]
-    int32, trace)``.
+                     rng: np.random.Generator | None = None) -> tuple[np.ndarray, UnionTrace]:
+    """One row as dsa_topk_union's cluster of ``cs``: ``(out [k] int32, trace)``.
 
-    Each slice's thread maxes (thread_maxes), b_r its union_bound (the floor of the bin, or with
-    ``sub`` of the sub-bin, of the ceil(k / cs)-th largest; 0 when fewer); b the least b_r. b != 0:
-    every key >= tlb = b pushed to the union in a random order (the cluster's atomics give any); served when at most
+    Each slice's thread maxes (thread_maxes), b_r its union_bound (the floor of the sub-bin of the
+    ceil(k / cs)-th largest; 0 when fewer); b the least b_r. b != 0: every key >= tlb = b pushed to the union in a random order (the cluster's atomics give any); served when at most
     ``union_cap`` were pushed: _one_select with drop over the union, a partial tie level from its bin
     buffer or, that overflowing, ShrFinalOut's take from the union (the row's index-order take past
     ``cap`` of the union's keys == T). Otherwise _one_select over the row (its tie take from the bin
@@ -845,7 +842,7 @@ def select_row_union(scores: np.ndarray, k: int, cs: int, union_cap: int, cap: i
     bounds, kmax = [], 0
     for lo, hi in split_slices(C, cs):
         tm = thread_maxes(key[lo:hi])
-        bounds.append(union_bound(tm, -(-k // cs), sub))
+        bounds.append(union_bound(tm, -(-k // cs)))
         kmax = max(kmax, int(tm.max()))
     b = min(bounds)
     idx = rng.permutation(np.flatnonzero(key >= b)) if b else np.zeros(0, np.int64)
@@ -871,9 +868,9 @@ def select_row_union(scores: np.ndarray, k: int, cs: int, union_cap: int, cap: i
                                             select=tr)
 
 
-def select_union(scores: np.ndarray, k: int, union_cap: int, cap: int, sms: int, sub: bool = False) -> np.ndarray:
+def select_union(scores: np.ndarray, k: int, union_cap: int, cap: int, sms: int) -> np.ndarray:
     """Every row of ``scores`` [M, C] float32 -> [M, k] int32 (select_row_union at pick_union's size)."""
     rng = np.random.default_rng(5)
     cs = pick_union(len(scores), scores.shape[1], sms)
     assert cs is not None, f"dsa_topk_union holds at most {UNION_SIZES[-1] * UNI_KEYS} keys a row"
-    return np.stack([select_row_union(row, k, cs, union_cap, cap, rng, sub)[0] for row in scores])
+    return np.stack([select_row_union(row, k, cs, union_cap, cap, rng)[0] for row in scores])

@@ -1,7 +1,6 @@
 /*
 DSA top-k, one thread-block cluster a row with the row held on chip (issue 14; kernels
-`dsa_topk_union_c<CS>`, variant radix_union; `dsa_topk_union_sub_c<CS>`, radix_union_sub, the
-finer bound of step 2). The op, the contract and the tie rule are
+`dsa_topk_union_c<CS>`, variant radix_union). The op, the contract and the tie rule are
 topk_radix.cu's; topk_model.select_row_union emulates every decision below.
 
 What bound the split designs at 512 of 65536, M = 32 (TOPK_NOTES.md, radix_split2's timeline): a
@@ -17,19 +16,17 @@ CTA's select over the P k = 2048 candidates it reads back from L2 (5.8). Here:
   2. Each thread's largest key (its "thread max", taken over the scores by fmaxf and converted once;
      key 0 counts nothing) goes into the CTA's digit-0
      histogram (12 bits, 4096 bins, one shared atomic a thread); s2_find gives the bin B of its
-     ceil(k / CS)-th largest thread max (0 when it has fewer), and the CTA's bound key b_r is B's
-     floor B << 20 (SUB false), or (SUB true) the thread maxes in B are counted again by key bits
-     19..12 (UNI_SUB_BINS sub-bins, one atomic each), one warp finds the sub-bin S holding it and
-     b_r = B << 20 | S << 12 (0 when B is). barrier.cluster;
+     ceil(k / CS)-th largest thread max (0 when it has fewer), the thread maxes in B are counted
+     again by key bits 19..12 (UNI_SUB_BINS sub-bins, one atomic each), and one warp finds the
+     sub-bin S holding it: the CTA's bound key b_r = B << 20 | S << 12 (0 when B is). barrier.cluster;
      every CTA reads the CS bounds (one DSMEM load a lane of warp 0) and takes the least: tlb = b
      is a lower bound on T, the row's k-th key: each rank has ceil(k / CS) thread maxes >= its b_r
-     >= tlb, CS ceil(k / CS) >= k distinct keys in all. (At 512 of 65536, CS = 3, the CPU model lets
-     ~800 keys past the bin's floor and ~600 past the sub-bin's.) (The first H200 run, at 99d880a, summed
+     >= tlb, CS ceil(k / CS) >= k distinct keys in all. (Until f9b5dc3, b_r was B's floor B << 20:
+     ~800 keys >= it at 512 of 65536 against ~600 with the sub-bin.) (The first H200 run, at 99d880a, summed
      the CS histograms through DSMEM instead: 2.25 us for 16 B x CS a thread; and clusters of 4
      at one CTA an SM fit only 30 at once on the H200, so 2 of M = 32's clusters ran in a second
      wave: topk_model.CLUSTER_SLOTS, pick_union.) On N(0, 1) rows the union of the keys >= tlb
-     is ~0.8-1.6 k at 512 of 65536 with the bin's floor, ~1.1-1.3 k with the sub-bin's (the CPU model
-     counts it at every sweep point).
+     is ~1.1-1.3 k at 512 of 65536 (the CPU model counts it at every sweep point).
   3. b = 0 (a rank with fewer than ceil(k / CS) nonzero thread maxes, or its in the lowest bin):
      nothing is pushed. Else every key >= tlb (found by comparing the scores with
      topk_key_floor(tlb); only the hits are converted) goes, as a (key, row index) pair, to the union in
@@ -62,10 +59,10 @@ mbarrier, no cluster barrier after it (d333829: 13.95 against 13.50; push 1.93 a
 done at the same time). Under ncu (a948558) the barrier after the push stalled on its release
 (MEMBAR.ALL.GPU), but that stall was the remote stores landing: rank 0 received ~800 pairs and ~800
 bin adds (the bin-floor bound), one lane each, however they were sent or fenced. Hence the sub-bin
-bound (step 2, SUB): fewer keys to send, measured beside the bin's floor in the same run.
+bound (step 2): fewer keys to send.
 No workspace and no counter in global memory: a launch leaves nothing behind. Cluster barriers: 2.
-Shared memory: OneShared (45,200 B) + 4 words (+ the sub-bins, 1 KiB, in the SUB form; the bulk
-form's mbarrier; ptxas: 45,216 B, 46,240 B and 45,232 B static) + UNI_DYN_BYTES dynamic (UNI_BULK_DYN_BYTES for the bulk form: the held part, then
+Shared memory: OneShared (45,200 B) + 4 words + the sub-bins (1 KiB) (+ the bulk form's mbarrier;
+ptxas: 46,240 B and 46,256 B static) + UNI_DYN_BYTES dynamic (UNI_BULK_DYN_BYTES for the bulk form: the held part, then
 the union; the fallback's ring over the held part, rank 0's being dead by then); one CTA an SM;
 __launch_bounds__(1024, 1). __cluster_dims__ at compile time (a plain launch of grid (CS, M) runs
 it); a launch of another cluster shape traps.
@@ -216,7 +213,7 @@ __device__ __forceinline__ bool uni_window_select(const uint2* u, unsigned nu, u
 // the 4-B cp.async copies into the same slots).
 #define UNI_BULK_CHUNKS 8                // copies of up to 16 KiB: the engine works on several at once
 
-template <unsigned CS, bool BULK, bool SUB>
+template <unsigned CS, bool BULK>
 __device__ __forceinline__ void union_body(const float* __restrict__ scores, int* __restrict__ out, int C_, int k_) {
     constexpr unsigned REG = BULK ? 0u : UNI_REG_VECS;   // float4 a thread in registers
     auto is_reg = [](unsigned q) {                     // q < REG, which nvcc warns of as q < 0u when REG is 0
@@ -226,7 +223,7 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
     __shared__ __align__(16) OneShared s;
     __shared__ unsigned n_union;                       // rank 0's: pairs pushed (may pass UNI_CAP)
     __shared__ unsigned bound;                         // this CTA's bound key b_r (0: none)
-    __shared__ unsigned sub_h[SUB ? UNI_SUB_BINS : 1]; // SUB: the thread maxes of b_r's bin by key bits 19..12
+    __shared__ unsigned sub_h[UNI_SUB_BINS];           // the thread maxes of b_r's bin by key bits 19..12
     __shared__ unsigned kmax_cta, kmax_row;            // this CTA's largest thread max; the row's
     __shared__ __align__(8) unsigned long long loaded; // BULK: the slice's copies complete (phase 0)
     extern __shared__ __align__(16) float4 dyn[];      // the held part, then (rank 0) the union; the fallback's ring
@@ -292,7 +289,7 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
         }
     }
     if (threadIdx.x == 0) kmax_cta = 0u;              // before one_reset's barrier: every warp's atomicMax after it
-    if (SUB && threadIdx.x < UNI_SUB_BINS) sub_h[threadIdx.x] = 0u;
+    if (threadIdx.x < UNI_SUB_BINS) sub_h[threadIdx.x] = 0u;
     one_reset(s);                                      // under the loads' flight; ends with a barrier
     if (threadIdx.x == 0) n_union = 0u;
     // the thread max as a float (fmaxf drops NaN; -0 / +0 share a key): one conversion, not 32
@@ -326,32 +323,28 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
     const unsigned need = (k + CS - 1u) / CS;
     s2_find<ONE_NB0>(s.h0, need, &s);                  // ends with a barrier
     const unsigned B = s.found_bin;                    // block-uniform; 0: fewer than need thread maxes
-    if constexpr (!SUB) {
-        if (threadIdx.x == 0) bound = B << 20;         // the bin's floor
-    } else {
-        if (B != 0u && (tmax >> 20) == B) atomicAdd(&sub_h[(tmax >> UNI_SUB_SHIFT) & (UNI_SUB_BINS - 1u)], 1u);
-        __syncthreads();
-        if (threadIdx.x < 32u) {
-            // warp 0: lane l owns sub-bins UNI_SUB_BINS - PL (l + 1) .. UNI_SUB_BINS - PL l - 1, so lane
-            // order is descending; the need - A-th largest of the bin (A above it, 1 <= need - A <= its count)
-            constexpr unsigned PL = UNI_SUB_BINS / 32u;
-            const unsigned top = UNI_SUB_BINS - PL * threadIdx.x;
-            unsigned c[PL], mine = 0u;
+    if (B != 0u && (tmax >> 20) == B) atomicAdd(&sub_h[(tmax >> UNI_SUB_SHIFT) & (UNI_SUB_BINS - 1u)], 1u);
+    __syncthreads();
+    if (threadIdx.x < 32u) {
+        // warp 0: lane l owns sub-bins UNI_SUB_BINS - PL (l + 1) .. UNI_SUB_BINS - PL l - 1, so lane
+        // order is descending; the need - A-th largest of the bin (A above it, 1 <= need - A <= its count)
+        constexpr unsigned PL = UNI_SUB_BINS / 32u;
+        const unsigned top = UNI_SUB_BINS - PL * threadIdx.x;
+        unsigned c[PL], mine = 0u;
 #pragma unroll
-            for (unsigned i = 0; i < PL; ++i) mine += c[i] = sub_h[top - 1u - i];
-            const unsigned incl = topk_warp_inclusive_sum(mine), kk = need - s.found_above;
-            unsigned before = incl - mine;
-            if (B == 0u) {
-                if (threadIdx.x == 0) bound = 0u;
-            } else if (before < kk && incl >= kk) {        // exactly one lane
+        for (unsigned i = 0; i < PL; ++i) mine += c[i] = sub_h[top - 1u - i];
+        const unsigned incl = topk_warp_inclusive_sum(mine), kk = need - s.found_above;
+        unsigned before = incl - mine;
+        if (B == 0u) {
+            if (threadIdx.x == 0) bound = 0u;
+        } else if (before < kk && incl >= kk) {        // exactly one lane
 #pragma unroll
-                for (unsigned i = 0; i < PL; ++i) {
-                    if (before + c[i] >= kk) {
-                        bound = (B << 20) | ((top - 1u - i) << UNI_SUB_SHIFT);
-                        break;
-                    }
-                    before += c[i];
+            for (unsigned i = 0; i < PL; ++i) {
+                if (before + c[i] >= kk) {
+                    bound = (B << 20) | ((top - 1u - i) << UNI_SUB_SHIFT);
+                    break;
                 }
+                before += c[i];
             }
         }
     }
@@ -445,15 +438,11 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
 #define DSA_TOPK_UNION_KERNEL(CS)                                                                             \
     extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(ONE_THREADS, 1)                   \
         dsa_topk_union_c##CS(const float* __restrict__ scores, int* __restrict__ out, int C, int k) {        \
-        union_body<CS, false, false>(scores, out, C, k);                                                      \
-    }                                                                                                         \
-    extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(ONE_THREADS, 1)                   \
-        dsa_topk_union_sub_c##CS(const float* __restrict__ scores, int* __restrict__ out, int C, int k) {    \
-        union_body<CS, false, true>(scores, out, C, k);                                                       \
+        union_body<CS, false>(scores, out, C, k);                                                             \
     }                                                                                                         \
     extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(ONE_THREADS, 1)                   \
         dsa_topk_union_bulk_c##CS(const float* __restrict__ scores, int* __restrict__ out, int C, int k) {   \
-        union_body<CS, true, false>(scores, out, C, k);                                                       \
+        union_body<CS, true>(scores, out, C, k);                                                              \
     }
 
 DSA_TOPK_UNION_KERNEL(1)

@@ -30,9 +30,7 @@
   of them bounds the row's k-th key from below, every key above it goes to a union in rank 0's
   shared memory, and rank 0 selects from it (s2_select, topk_select.cuh); the row itself where the
   union does not serve. ``radix_union_bulk`` (ours): the same kernel with the whole slice copied into
-  shared memory by the bulk (TMA) engine (``dsa_topk_union_bulk_c<CS>``). ``radix_union_sub`` (ours):
-  the same kernel with each CTA's bound the floor of a sub-bin (key bits 19..12) rather than of its
-  12-bit bin, so fewer keys reach the union (``dsa_topk_union_sub_c<CS>``).
+  shared memory by the bulk (TMA) engine (``dsa_topk_union_bulk_c<CS>``).
 - ``torch_topk`` (peer): ``torch.topk`` unsorted on our stream, non-finite picks mapped to -1 as a
   caller would.
 - ``flashinfer_topk`` / ``flashinfer_topk_lower`` (peers): ``flashinfer.top_k(x, k)`` as called by
@@ -43,8 +41,8 @@
   topk_resident.cu's logic (topk_model.select_row_resident); ``model_onecta`` (CPU): topk_onecta.cu's
   (topk_model.select_row_onecta); ``model_split`` (CPU): topk_split.cu's
   (topk_model.select_row_split); ``model_sample`` (CPU): dsa_topk_sample's (topk_model.select_row_sample);
-  ``model_share`` (CPU): dsa_topk_share's (topk_model.select_row_share); ``model_union`` /
-  ``model_union_sub`` (CPU): dsa_topk_union's and dsa_topk_union_sub's (topk_model.select_row_union).
+  ``model_share`` (CPU): dsa_topk_share's (topk_model.select_row_share); ``model_union`` (CPU):
+  dsa_topk_union's (topk_model.select_row_union).
 
 Nothing here imports cupy, torch or flashinfer at import time.
 """
@@ -317,7 +315,7 @@ def _supports_union(geometry, point) -> str | None:
 
 
 def _make_union_build(design: str):
-    """A form of radix_union (UNION_FORMS) alone: topk_launch's kernel on the scores, the indices poisoned."""
+    """radix_union or radix_union_bulk alone: topk_launch's kernel on the scores, the indices poisoned."""
     return lambda geometry, point, inputs, backend: _union_build(geometry, point, inputs, backend, design)
 
 
@@ -339,11 +337,10 @@ def _union_build(geometry, point, inputs, backend, design: str) -> KernelStep:
 # The top-k designs a multi-kernel step embeds (indexer_select's unfused pairs, the DSA layer) ->
 # their source; topk_launch builds any of them.
 STEP_DESIGNS = {"radix_split2": SPLIT2_SOURCE, "radix_sample": SPLIT2_SOURCE, "radix_share": SPLIT2_SOURCE,
-                "radix_union": UNION_SOURCE, "radix_union_bulk": UNION_SOURCE, "radix_union_sub": UNION_SOURCE}
-# radix_union's forms (the load, the bound): its kernel's name prefix and its dynamic shared memory's #define
+                "radix_union": UNION_SOURCE, "radix_union_bulk": UNION_SOURCE}
+# radix_union's two load forms: its kernel's name prefix and its dynamic shared memory's #define
 UNION_FORMS = {"radix_union": ("dsa_topk_union", "UNI_DYN_BYTES"),
-               "radix_union_bulk": ("dsa_topk_union_bulk", "UNI_BULK_DYN_BYTES"),
-               "radix_union_sub": ("dsa_topk_union_sub", "UNI_DYN_BYTES")}
+               "radix_union_bulk": ("dsa_topk_union_bulk", "UNI_BULK_DYN_BYTES")}
 
 
 @dataclasses.dataclass
@@ -564,8 +561,8 @@ def _model_share_rows(scores: np.ndarray, k: int) -> np.ndarray:
                                    split_define("SMP_DYN_BYTES", "share") // 8)
 
 
-def _model_union_rows(scores: np.ndarray, k: int, sub: bool = False) -> np.ndarray:
-    return topk_model.select_union(scores, k, union_define("UNI_CAP"), onecta_define("ONE_CAP"), H200_SMS, sub)
+def _model_union_rows(scores: np.ndarray, k: int) -> np.ndarray:
+    return topk_model.select_union(scores, k, union_define("UNI_CAP"), onecta_define("ONE_CAP"), H200_SMS)
 
 
 def _model_resident_rows(scores: np.ndarray, k: int) -> np.ndarray:
@@ -657,7 +654,8 @@ TOPK_VARIANTS = (
             why="one cluster a row with no workspace and no hand-off through global memory (radix_split2's "
                 "fixed chain at 512 of 65536): the slice read once and held on chip with every load in "
                 "flight, each CTA's bound (its ceil(k / CS)-th thread max) exchanged through DSMEM, the least "
-                "a lower bound on the row's k-th key (~800 keys above it at 512 of 65536), those keys pushed "
+                "a lower bound on the row's k-th key (~600 keys above it at 512 of 65536: each bound the floor of a "
+                "sub-bin, key bits 19..12, of its 12-bit bin), those keys pushed "
                 "to rank 0's shared memory, rank 0's select over them; the row itself when the union does "
                 "not serve",
             supports=_supports_union, sources=(UNION_SOURCE,)),
@@ -666,12 +664,6 @@ TOPK_VARIANTS = (
                 "of 16 KiB from one thread on one mbarrier) instead of 8 loads a thread into registers and "
                 "cp.async slots: its timelines read ~23 GB/s an SM whether 64 or 128 SMs read, a per-SM rate "
                 "the copy engine, which tracks its own bytes in flight, may not share",
-            supports=_supports_union, sources=(UNION_SOURCE,)),
-    Variant("radix_union_sub", "cuda", _make_union_build("radix_union_sub"),
-            why="radix_union with each CTA's bound the floor of the sub-bin (key bits 19..12) of its ceil(k / CS)-th "
-                "thread max inside its 12-bit bin (one more shared atomic for the thread maxes in that bin, one "
-                "warp's scan): ~600 keys reach rank 0 at 512 of 65536 instead of ~800, and every one is a remote "
-                "store and a remote add rank 0 waits for",
             supports=_supports_union, sources=(UNION_SOURCE,)),
     Variant("torch_topk", "cuda", lambda g, p, i, b: _TorchTopk(g, p, i, b),
             why="torch.topk(k, sorted=False) on our stream, non-finite picks mapped to -1",
@@ -712,10 +704,6 @@ TOPK_VARIANTS = (
     Variant("model_union", "cpu", lambda g, p, i, b: _HostTopk(_model_union_rows, g, p, i),
             why="dsa_topk_union's logic emulated in NumPy (topk_model.select_row_union) at radix_union's "
                 "cluster pick: the thread maxes, the bound, the union or the row, the select's tie takes",
-            supports=_supports_union, sources=("topk_model.py",)),
-    Variant("model_union_sub", "cpu", lambda g, p, i, b: _HostTopk(lambda s, k: _model_union_rows(s, k, True), g, p, i),
-            why="dsa_topk_union_sub's logic emulated in NumPy (topk_model.select_row_union, sub=True): "
-                "model_union with the sub-bin bound",
             supports=_supports_union, sources=("topk_model.py",)),
     Variant("model_resident", "cpu", lambda g, p, i, b: _HostTopk(_model_resident_rows, g, p, i),
             why="topk_resident.cu's logic emulated in NumPy (topk_model.select_row_resident) at resident's "
