@@ -764,32 +764,14 @@ def thread_maxes(key: np.ndarray) -> np.ndarray:
     return padded.reshape(UNI_VECS, UNI_THREADS, 4).max(axis=(0, 2))
 
 
-UNI_SUB_BITS = 8                       # topk_union.cu: the bound's sub-bins inside its 12-bit bin (key bits 19..12)
-
-
-def union_bound(tm: np.ndarray, need: int) -> int:
-    """One CTA's bound key b_r in dsa_topk_union from its thread maxes ``tm`` (int64 keys; 0 counts
-    nothing): the 12-bit bin B of the need-th largest (_find_desc), then the floor of the sub-bin
-    (key bits 19..12) of it among the thread maxes in B; 0 when fewer than need are counted."""
-    counted = tm[tm != 0]
-    B, above = _find_desc(np.bincount(counted >> 20, minlength=4096), need)
-    if B == 0:
-        return 0
-    shift = 20 - UNI_SUB_BITS
-    sub = np.bincount((counted[(counted >> 20) == B] >> shift) & ((1 << UNI_SUB_BITS) - 1),
-                      minlength=1 << UNI_SUB_BITS)
-    j, _ = _crossing(sub[::-1], need - above)
-    return (B << 20) | (((1 << UNI_SUB_BITS) - 1 - j) << shift)
-
-
 UNI_WARP_BIN = 32                      # topk_union.cu: the most keys of the k-th key's window bin one warp ranks
 UNI_WINDOW_BINS = 1024                 # topk_union.cu: the window digit's bins (rank 0's s.h1, filled by the push)
 
 
 @dataclasses.dataclass
 class UnionTrace:
-    """One row in dsa_topk_union: the row's bound key b = tlb (union_bound's least over the CTAs; 0:
-    none), the keys >= b over the row (pushed only when b != 0), whether the union served (else the row itself), how rank 0
+    """One row in dsa_topk_union: the bound's digit-0 bin b (0: none), the keys >= b << 20 over the
+    row (pushed only when b != 0), whether the union served (else the row itself), how rank 0
     finished (``final``: "window" took the k-th key's window bin whole, "window_warp" ranked it in
     one warp, "select" ran s2_select, whose trace is ``select``, else None) and T, the k-th key."""
 
@@ -829,8 +811,9 @@ def select_row_union(scores: np.ndarray, k: int, cs: int, union_cap: int, cap: i
                      rng: np.random.Generator | None = None) -> tuple[np.ndarray, UnionTrace]:
     """One row as dsa_topk_union's cluster of ``cs``: ``(out [k] int32, trace)``.
 
-    Each slice's thread maxes (thread_maxes), b_r its union_bound (the floor of the sub-bin of the
-    ceil(k / cs)-th largest; 0 when fewer); b the least b_r. b != 0: every key >= tlb = b pushed to the union in a random order (the cluster's atomics give any); served when at most
+    Each slice's thread maxes (thread_maxes), their nonzero digit 0 counted, b_r the bin of the
+    ceil(k / cs)-th largest (_find_desc; 0 when fewer); b the least b_r. b != 0: every key >= tlb = b << 20
+    pushed to the union in a random order (the cluster's atomics give any); served when at most
     ``union_cap`` were pushed: _one_select with drop over the union, a partial tie level from its bin
     buffer or, that overflowing, ShrFinalOut's take from the union (the row's index-order take past
     ``cap`` of the union's keys == T). Otherwise _one_select over the row (its tie take from the bin
@@ -842,16 +825,16 @@ def select_row_union(scores: np.ndarray, k: int, cs: int, union_cap: int, cap: i
     bounds, kmax = [], 0
     for lo, hi in split_slices(C, cs):
         tm = thread_maxes(key[lo:hi])
-        bounds.append(union_bound(tm, -(-k // cs)))
+        bounds.append(_find_desc(np.bincount(tm[tm != 0] >> 20, minlength=4096), -(-k // cs))[0])
         kmax = max(kmax, int(tm.max()))
     b = min(bounds)
-    idx = rng.permutation(np.flatnonzero(key >= b)) if b else np.zeros(0, np.int64)
+    idx = rng.permutation(np.flatnonzero(key >= b << 20)) if b else np.zeros(0, np.int64)
     ties = _ties_of_row(key, 0, C)
     served = b != 0 and len(idx) <= union_cap
     if served:
         assert len(idx) >= k, "the cs ceil(k / cs) thread maxes >= tlb are distinct keys"
 
-        win = window_select(key[idx], idx, k, b, kmax)
+        win = window_select(key[idx], idx, k, b << 20, kmax)
         if win is not None:
             members, final, T = win
             return (rng.permutation(members).astype(np.int32),
@@ -861,7 +844,7 @@ def select_row_union(scores: np.ndarray, k: int, cs: int, union_cap: int, cap: i
             tied = np.sort(idx[key[idx] == T])
             return tied[:Q] if len(tied) <= cap else ties(T, Q)
         out, tr = _one_select(key[idx], k, cap, rng, True, lambda p: idx[p], union_ties, True)
-        assert tr.T >= b, "T >= tlb: the union holds every key of the row >= T"
+        assert tr.T >= b << 20, "T >= tlb: the union holds every key of the row >= T"
     else:
         out, tr = _one_select(key, k, cap, rng, True, lambda p: p, ties, True)
     return out.astype(np.int32), UnionTrace(b=int(b), n_union=len(idx), served=served, final="select", T=tr.T,

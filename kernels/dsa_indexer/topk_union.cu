@@ -15,18 +15,15 @@ CTA's select over the P k = 2048 candidates it reads back from L2 (5.8). Here:
      else 4-B loads of the same elements); past the slice, key 0.
   2. Each thread's largest key (its "thread max", taken over the scores by fmaxf and converted once;
      key 0 counts nothing) goes into the CTA's digit-0
-     histogram (12 bits, 4096 bins, one shared atomic a thread); s2_find gives the bin B of its
-     ceil(k / CS)-th largest thread max (0 when it has fewer), the thread maxes in B are counted
-     again by key bits 19..12 (UNI_SUB_BINS sub-bins, one atomic each), and one warp finds the
-     sub-bin S holding it: the CTA's bound key b_r = B << 20 | S << 12 (0 when B is). barrier.cluster;
-     every CTA reads the CS bounds (one DSMEM load a lane of warp 0) and takes the least: tlb = b
+     histogram (12 bits, 4096 bins, one shared atomic a thread); the CTA's bound b_r is the bin of
+     its ceil(k / CS)-th largest thread max (s2_find, 0 when it has fewer). barrier.cluster; every
+     CTA reads the CS bounds (one DSMEM load a lane of warp 0) and takes the least, b. tlb = b << 20
      is a lower bound on T, the row's k-th key: each rank has ceil(k / CS) thread maxes >= its b_r
-     >= tlb, CS ceil(k / CS) >= k distinct keys in all. (Until f9b5dc3, b_r was B's floor B << 20:
-     ~800 keys >= it at 512 of 65536 against ~600 with the sub-bin.) (The first H200 run, at 99d880a, summed
+     >= tlb, CS ceil(k / CS) >= k distinct keys in all. (The first H200 run, at 99d880a, summed
      the CS histograms through DSMEM instead: 2.25 us for 16 B x CS a thread; and clusters of 4
      at one CTA an SM fit only 30 at once on the H200, so 2 of M = 32's clusters ran in a second
      wave: topk_model.CLUSTER_SLOTS, pick_union.) On N(0, 1) rows the union of the keys >= tlb
-     is ~1.1-1.3 k at 512 of 65536 (the CPU model counts it at every sweep point).
+     is ~0.8-1.6 k at 512 of 65536 (the CPU model counts it at every sweep point).
   3. b = 0 (a rank with fewer than ceil(k / CS) nonzero thread maxes, or its in the lowest bin):
      nothing is pushed. Else every key >= tlb (found by comparing the scores with
      topk_key_floor(tlb); only the hits are converted) goes, as a (key, row index) pair, to the union in
@@ -57,12 +54,11 @@ coalesced DSMEM loads at a split barrier (a97468e: 14.14 against 13.34; push 1.6
 pull and the others' wait ~1 us more); the push by st.async / red.async completing on rank 0's
 mbarrier, no cluster barrier after it (d333829: 13.95 against 13.50; push 1.93 against 1.70, rank 0
 done at the same time). Under ncu (a948558) the barrier after the push stalled on its release
-(MEMBAR.ALL.GPU), but that stall was the remote stores landing: rank 0 received ~800 pairs and ~800
-bin adds (the bin-floor bound), one lane each, however they were sent or fenced. Hence the sub-bin
-bound (step 2): fewer keys to send.
+(MEMBAR.ALL.GPU), but that stall was the remote stores landing: rank 0 receives ~800 pairs and ~800
+bin adds, one lane each, however they are sent or fenced.
 No workspace and no counter in global memory: a launch leaves nothing behind. Cluster barriers: 2.
-Shared memory: OneShared (45,200 B) + 4 words + the sub-bins (1 KiB) (+ the bulk form's mbarrier;
-ptxas: 46,240 B and 46,256 B static) + UNI_DYN_BYTES dynamic (UNI_BULK_DYN_BYTES for the bulk form: the held part, then
+Shared memory: OneShared (45,200 B) + 4 words (+ the bulk form's mbarrier; ptxas: 45,216 B and
+45,232 B static) + UNI_DYN_BYTES dynamic (UNI_BULK_DYN_BYTES for the bulk form: the held part, then
 the union; the fallback's ring over the held part, rank 0's being dead by then); one CTA an SM;
 __launch_bounds__(1024, 1). __cluster_dims__ at compile time (a plain launch of grid (CS, M) runs
 it); a launch of another cluster shape traps.
@@ -116,16 +112,6 @@ __device__ __forceinline__ void uni_bulk_copy(unsigned dst, const void* src, uns
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
                  ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
 }
-
-// The CTA's bound refined inside its 12-bit bin: the thread maxes in that bin counted by key bits
-// 19..12 (UNI_SUB_BINS sub-bins), the bound the floor of the sub-bin holding the ceil(k / CS)-th
-// largest. Why: the bin's floor let ~800 keys into the union at 512 of 65536 (a bin is 1/8 of an
-// octave), the sub-bin's ~600 (topk_model, random rows), and every pushed key is a remote store and
-// a remote add that rank 0 waits for (the push and its barrier ~2.5 us on the H100; three ways of
-// sending the same keys measured no faster, TOPK_NOTES.md Stop 32).
-#define UNI_SUB_BITS 8
-#define UNI_SUB_SHIFT (20 - UNI_SUB_BITS)
-#define UNI_SUB_BINS (1 << UNI_SUB_BITS)
 
 #define UNI_WARP_BIN 32                  // the most keys of the k-th key's window bin one warp ranks
 
@@ -222,8 +208,7 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
     constexpr unsigned HELD_BYTES = BULK ? UNI_BULK_HELD_BYTES : UNI_HELD_BYTES;
     __shared__ __align__(16) OneShared s;
     __shared__ unsigned n_union;                       // rank 0's: pairs pushed (may pass UNI_CAP)
-    __shared__ unsigned bound;                         // this CTA's bound key b_r (0: none)
-    __shared__ unsigned sub_h[UNI_SUB_BINS];           // the thread maxes of b_r's bin by key bits 19..12
+    __shared__ unsigned bound;                         // this CTA's bound bin b_r
     __shared__ unsigned kmax_cta, kmax_row;            // this CTA's largest thread max; the row's
     __shared__ __align__(8) unsigned long long loaded; // BULK: the slice's copies complete (phase 0)
     extern __shared__ __align__(16) float4 dyn[];      // the held part, then (rank 0) the union; the fallback's ring
@@ -289,7 +274,6 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
         }
     }
     if (threadIdx.x == 0) kmax_cta = 0u;              // before one_reset's barrier: every warp's atomicMax after it
-    if (threadIdx.x < UNI_SUB_BINS) sub_h[threadIdx.x] = 0u;
     one_reset(s);                                      // under the loads' flight; ends with a barrier
     if (threadIdx.x == 0) n_union = 0u;
     // the thread max as a float (fmaxf drops NaN; -0 / +0 share a key): one conversion, not 32
@@ -313,41 +297,14 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
     }
     const unsigned tmax = topk_key(xmax);
 
-    // 2: this CTA's bound b_r (the floor of the sub-bin of its ceil(k / CS)-th largest thread max), the
-    // row's the least
+    // 2: this CTA's bound b_r (the bin of its ceil(k / CS)-th largest thread max), the row's the least
     if (tmax != 0u) atomicAdd(&s.h0[tmax >> 20], 1u);
     const unsigned wmax = __reduce_max_sync(FULL_MASK, tmax);
     if ((threadIdx.x & 31u) == 0u) atomicMax(&kmax_cta, wmax);
     __syncthreads();
     TK_MARK(TK_READ);
-    const unsigned need = (k + CS - 1u) / CS;
-    s2_find<ONE_NB0>(s.h0, need, &s);                  // ends with a barrier
-    const unsigned B = s.found_bin;                    // block-uniform; 0: fewer than need thread maxes
-    if (B != 0u && (tmax >> 20) == B) atomicAdd(&sub_h[(tmax >> UNI_SUB_SHIFT) & (UNI_SUB_BINS - 1u)], 1u);
-    __syncthreads();
-    if (threadIdx.x < 32u) {
-        // warp 0: lane l owns sub-bins UNI_SUB_BINS - PL (l + 1) .. UNI_SUB_BINS - PL l - 1, so lane
-        // order is descending; the need - A-th largest of the bin (A above it, 1 <= need - A <= its count)
-        constexpr unsigned PL = UNI_SUB_BINS / 32u;
-        const unsigned top = UNI_SUB_BINS - PL * threadIdx.x;
-        unsigned c[PL], mine = 0u;
-#pragma unroll
-        for (unsigned i = 0; i < PL; ++i) mine += c[i] = sub_h[top - 1u - i];
-        const unsigned incl = topk_warp_inclusive_sum(mine), kk = need - s.found_above;
-        unsigned before = incl - mine;
-        if (B == 0u) {
-            if (threadIdx.x == 0) bound = 0u;
-        } else if (before < kk && incl >= kk) {        // exactly one lane
-#pragma unroll
-            for (unsigned i = 0; i < PL; ++i) {
-                if (before + c[i] >= kk) {
-                    bound = (B << 20) | ((top - 1u - i) << UNI_SUB_SHIFT);
-                    break;
-                }
-                before += c[i];
-            }
-        }
-    }
+    s2_find<ONE_NB0>(s.h0, (k + CS - 1u) / CS, &s);    // ends with a barrier
+    if (threadIdx.x == 0) bound = s.found_bin;
     TK_MARK(TK_DIGIT0);
     cluster_sync();                                    // every rank's bound and max; rank 0's n_union zeroed
     TK_MARK(TK_SYNC0);
@@ -366,7 +323,7 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
 
     // 3: the keys >= tlb into rank 0's union
     if (b != 0u) {                                     // cluster-uniform
-        const float tf = topk_key_floor(b);            // x >= tf exactly when topk_key(x) >= tlb = b
+        const float tf = topk_key_floor(b << 20);      // x >= tf exactly when topk_key(x) >= tlb
         const unsigned lane = threadIdx.x & 31u;
         unsigned hits = 0u;
 #pragma unroll
@@ -386,7 +343,7 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
         const unsigned u0 = uni_mapa(u, 0u);
         // each pushed key also counted in rank 0's window histogram (s.h1, zeroed by its one_reset
         // before the first cluster barrier), unless +inf is in the row (rank 0 runs s2_select then)
-        const UniWindow win(b, kmax_row);
+        const UniWindow win(b << 20, kmax_row);
         const bool count = kmax_row != DSA_TOPK_KEY_POSINF;   // cluster-uniform
         const unsigned h0r = uni_mapa(s.h1, 0u);
         // this lane's hits in increasing j (~1% of its keys): a register key picked by an unrolled
@@ -423,7 +380,7 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
     const S2FinalOut fout{row, C, out + (size_t)m * k};
     // block-uniform: b, nu and kmax_row are the same in every thread
     const bool windowed = b != 0u && nu <= UNI_CAP && kmax_row != DSA_TOPK_KEY_POSINF &&
-                          uni_window_select(u, nu, k, UniWindow(b, kmax_row), s.h1, fout.orow, s);
+                          uni_window_select(u, nu, k, UniWindow(b << 20, kmax_row), s.h1, fout.orow, s);
     if (!windowed) {
         one_reset(s);
         if (b != 0u && nu <= UNI_CAP)

@@ -654,8 +654,7 @@ TOPK_VARIANTS = (
             why="one cluster a row with no workspace and no hand-off through global memory (radix_split2's "
                 "fixed chain at 512 of 65536): the slice read once and held on chip with every load in "
                 "flight, each CTA's bound (its ceil(k / CS)-th thread max) exchanged through DSMEM, the least "
-                "a lower bound on the row's k-th key (~600 keys above it at 512 of 65536: each bound the floor of a "
-                "sub-bin, key bits 19..12, of its 12-bit bin), those keys pushed "
+                "a lower bound on the row's k-th key (~800 keys above it at 512 of 65536), those keys pushed "
                 "to rank 0's shared memory, rank 0's select over them; the row itself when the union does "
                 "not serve",
             supports=_supports_union, sources=(UNION_SOURCE,)),
