@@ -147,3 +147,25 @@ def test_split_runs_in_waves_and_leaves_its_counters_zero(backend, M, context, p
             assert res.ok, f"launch {attempt}, {launch.note}: {res.describe()}"
         count = backend.to_host(launch.dev["count"])
         assert not count.any(), f"launch {attempt}: row counters left {count[count != 0][:8]}"
+
+
+@pytest.mark.parametrize("M", [8, 32, 64], ids=lambda m: f"M{m}")   # clusters of 8, 3 and 2 at 65536
+@pytest.mark.parametrize("variant", ["radix_union", "radix_union_own"])
+def test_union_rows_whose_cluster_bounds_differ(backend, variant, M):
+    """Rows whose slices differ in level (the second half shifted up by 0.3, so the ranks' bounds
+    fall in different bins; the own form's second round and rank 0's recount), beside random rows
+    and a row whose first half is -inf (a rank with no bound): the reference's set, members first."""
+    point = _p(M, 262144, "pooled", 2048, "random")
+    inputs, _ = runner._case(COMP, GEOMETRY, point, 43, None, backend)
+    C = inputs["scores"].shape[1]
+    for m in range(0, M, 2):
+        inputs["scores"][m, C // 2:] += np.float32(0.3)
+    inputs["scores"][1, :C // 2] = -np.inf
+    ref = COMP.reference(GEOMETRY, point, inputs)
+    launch = COMP.variant(variant).build(GEOMETRY, point, inputs, backend)
+    launch.poison()
+    launch()
+    out = launch.outputs()["indices"]
+    for check in (*COMP.checks(point).values(), STRICT):
+        res = compare("indices", out, ref, check)
+        assert res.ok, f"{variant} ({launch.note}): {res.describe()}"

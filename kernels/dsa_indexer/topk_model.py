@@ -836,8 +836,8 @@ def select_row_union(scores: np.ndarray, k: int, cs: int, union_cap: int, cap: i
     b_r << 20 with the window digit over [b_r << 20, own_window_top] and stores b_r in every rank.
     Where every b_r is the same bin (``agree``) the union is the one above and the window select
     runs on it; otherwise the ranks above the least b_r push their keys in [b << 20, b_r << 20) in a
-    second round, so the union is again every key >= tlb, and rank 0 runs s2_select on it (the
-    window digits disagreed)."""
+    second round, so the union is again every key >= tlb, and rank 0 counts it into the least
+    bound's window itself (the ranks' digits disagreed) before the same select."""
     rng = rng or np.random.default_rng(0)
     key = keys(scores).astype(np.int64)
     C = len(key)
@@ -854,8 +854,7 @@ def select_row_union(scores: np.ndarray, k: int, cs: int, union_cap: int, cap: i
     if served:
         assert len(idx) >= k, "the cs ceil(k / cs) thread maxes >= tlb are distinct keys"
 
-        win = (window_select(key[idx], idx, k, b << 20, kmax, own_window_top(b << 20) if own else None)
-               if agree or not own else None)
+        win = window_select(key[idx], idx, k, b << 20, kmax, own_window_top(b << 20) if own else None)
         if win is not None:
             members, final, T = win
             return (rng.permutation(members).astype(np.int32),

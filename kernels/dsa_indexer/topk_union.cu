@@ -65,8 +65,9 @@ uni_own_top] (fixed by the bound, so the ranks' digits agree wherever their boun
 and its largest thread max in every rank. After the cluster barrier that ends the push every rank
 reads the CS bounds: where they differ (and the least, bmin, is nonzero) the ranks above bmin push
 their keys in [bmin << 20, b_r << 20) in a second round and a third barrier follows, so the union is
-again every key >= bmin << 20 and rank 0 runs s2_select on it (the window digits disagreed); where
-they agree the window select runs as above. The float4 slots past a short slice (6 and 7 at
+again every key >= bmin << 20; rank 0 then counts it into bmin's window itself (one pass over the
+union: the ranks' digits disagreed) before the window select; where they agree the select starts at
+the search as above. The float4 slots past a short slice (6 and 7 at
 clusters of 3 on 65536 keys: a quarter of each thread's compares) are neither stored nor compared.
 No workspace and no counter in global memory: a launch leaves nothing behind. Cluster barriers: 2
 (the own form: 2, 3 where the bounds differ).
@@ -339,7 +340,7 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
     __syncthreads();
     TK_MARK(TK_READ);
     s2_find<ONE_NB0>(s.h0, (k + CS - 1u) / CS, &s);    // ends with a barrier
-    if (threadIdx.x == 0) bound = s.found_bin;
+    if (!OWN && threadIdx.x == 0) bound = s.found_bin;
     TK_MARK(TK_DIGIT0);
     unsigned b = ~0u;
     if (OWN) {
@@ -423,14 +424,15 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
         push(b << 20, false, 0u, kmax_row != DSA_TOPK_KEY_POSINF, UniWindow(b << 20, kmax_row));
     }
     TK_MARK(TK_WRITE);
-    cluster_sync();                                    // the union complete; no remote access after this
+    cluster_sync();                                    // the union complete (the own form: its first round)
     TK_MARK(TK_PASS2);
     bool agree = true;                                 // OWN: every rank's bound the same bin
     unsigned own_kr = 0u;                              // OWN: the row's largest thread max (only +inf is read)
     if (OWN) {
         // every rank reads the CS bounds stored in it (the same in every rank): where they differ the
         // ranks above the least push their keys in [bmin << 20, b_r << 20) so that the union is every
-        // key >= bmin << 20, as the exchanged form's (whose window digits these are not: s2_select)
+        // key >= bmin << 20, as the exchanged form's; no remote access after the barrier below. Its
+        // window digits disagree then, so rank 0 counts the union into bmin's window itself.
         unsigned bmin = ~0u, bmax = 0u, kr = 0u;
 #pragma unroll
         for (unsigned i = 0; i < CS; ++i) {
@@ -441,7 +443,7 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
         agree = bmin == bmax;
         if (!agree && bmin != 0u) {                    // cluster-uniform
             if (b != bmin) push(bmin << 20, true, b << 20, false, UniWindow(bmin << 20, b << 20));
-            cluster_sync();                            // the second round landed
+            cluster_sync();                            // the second round landed; no remote access after this
         }
         b = bmin;
         own_kr = kr;
@@ -456,9 +458,14 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
     const S2FinalOut fout{row, C, out + (size_t)m * k};
     // block-uniform: b, nu and kmax_row are the same in every thread
     const unsigned kmax = OWN ? own_kr : kmax_row;
-    const bool windowed = b != 0u && nu <= UNI_CAP && kmax != DSA_TOPK_KEY_POSINF && agree &&
-                          uni_window_select(u, nu, k, UniWindow(b << 20, OWN ? uni_own_top(b << 20) : kmax),
-                                            s.h1, fout.orow, s);
+    const bool window = b != 0u && nu <= UNI_CAP && kmax != DSA_TOPK_KEY_POSINF;
+    const UniWindow win(b << 20, OWN ? uni_own_top(b << 20) : kmax);
+    if (OWN && window && !agree) {                     // block-uniform: the ranks' digits disagreed, recount
+        one_reset(s);                                  // s.h1, s.cnt, s.n_buf zero; ends with a barrier
+        for (unsigned j = threadIdx.x; j < nu; j += ONE_THREADS) atomicAdd(&s.h1[win.digit(u[j].x)], 1u);
+        __syncthreads();
+    }
+    const bool windowed = window && uni_window_select(u, nu, k, win, s.h1, fout.orow, s);
     if (!windowed) {
         one_reset(s);
         if (b != 0u && nu <= UNI_CAP)
