@@ -183,7 +183,7 @@ def test_reference_samples_streams_only_for_large_rows(geometry):
 
 
 @pytest.mark.parametrize("variant", ["ref_topk", "model_radix", "model_bound", "model_resident", "model_onecta",
-                                     "model_split", "model_union"])
+                                     "model_split", "model_union", "model_union_own"])
 @pytest.mark.parametrize("kind", spec.SCORE_ROW_KINDS)
 def test_cpu_variants_pass_through_the_runner(geometry, variant, kind):
     comp = registry.get("dsa_topk")
@@ -1017,24 +1017,29 @@ def _union_caps():
     return topk_variants.union_define("UNI_CAP"), topk_variants.onecta_define("ONE_CAP")
 
 
+OWN = pytest.mark.parametrize("own", [False, True], ids=["exchanged", "own"])
+
+
+@OWN
 @pytest.mark.parametrize("union_cap", [16, 16384], ids=["cap16-row", "served"])
 @pytest.mark.parametrize("cs", topk_model.UNION_SIZES)
 @pytest.mark.parametrize("kind", (*KINDS, "one_level"))
-def test_the_union_emulation_gives_the_reference_set(kind, cs, union_cap):
+def test_the_union_emulation_gives_the_reference_set(kind, cs, union_cap, own):
     """Every row kind at irregular lengths (C % 4 != 0, slices shorter than a thread's keys, k > C),
     with the union serving where it can or too small to (the row itself): the reference's set
     exactly, members first, then -1."""
-    rng = np.random.default_rng(zlib.crc32(repr(("union", kind, cs, union_cap)).encode()))
+    rng = np.random.default_rng(zlib.crc32(repr(("union", kind, cs, union_cap, own)).encode()))
     for C, k in ((1, 1), (7, 3), (2049, 512), (3001, 2048), (5000, 6000), (20000, 64), (30001, 700)):
         if topk_model.split_slices(C, cs)[0][1] > topk_model.UNI_KEYS:
             continue
         row = _rows(kind, C, min(k, C), rng)
-        out, _ = topk_model.select_row_union(row, k, cs, union_cap, 2560, rng)
+        out, _ = topk_model.select_row_union(row, k, cs, union_cap, 2560, rng, own)
         res = _strict_ok(out, row, k)
-        assert res.ok, (kind, C, k, cs, union_cap, res.describe())
+        assert res.ok, (kind, C, k, cs, union_cap, own, res.describe())
 
 
-def test_the_union_paths_are_exercised():
+@OWN
+def test_the_union_paths_are_exercised(own):
     """Each path on a row built for it: random (the union serves, its bound below the k-th key);
     ascending (the top keys all in the last slice: the first slice's bound, the least, is far below
     them and the union passes its cap: the row); every key -inf but a few (fewer than k thread maxes: no bound, the row);
@@ -1043,26 +1048,55 @@ def test_the_union_paths_are_exercised():
     rng = np.random.default_rng(53)
     union_cap, cap = _union_caps()
     row = rng.standard_normal(65536).astype(np.float32)
-    out, tr = topk_model.select_row_union(row, 512, 4, union_cap, cap, rng)
+    out, tr = topk_model.select_row_union(row, 512, 4, union_cap, cap, rng, own)
     assert tr.served and 512 <= tr.n_union < 2048 and _strict_ok(out, row, 512).ok
     assert tr.final in ("window", "window_warp") and tr.select is None
     srt = np.sort(row)
-    out, tr = topk_model.select_row_union(srt, 512, 4, union_cap, cap, rng)
+    out, tr = topk_model.select_row_union(srt, 512, 4, union_cap, cap, rng, own)
     assert not tr.served and tr.b != 0 and tr.n_union > union_cap and _strict_ok(out, srt, 512).ok
     row = np.full(8192, -np.inf, np.float32)
     row[[3, 2500, 6000, 8191]] = [1.0, np.inf, -2.0, 0.0]
-    out, tr = topk_model.select_row_union(row, 64, 2, union_cap, cap, rng)
+    out, tr = topk_model.select_row_union(row, 64, 2, union_cap, cap, rng, own)
     assert tr.b == 0 and not tr.served and tr.n_union == 0
     assert sorted(out[:3].tolist()) == [3, 6000, 8191] and (out[3:] == -1).all()
     row = np.full(3000, 0.5, np.float32)
-    out, tr = topk_model.select_row_union(row, 512, 1, union_cap, cap, rng)
+    out, tr = topk_model.select_row_union(row, 512, 1, union_cap, cap, rng, own)
     assert tr.served and tr.final == "select" and tr.n_union == 3000 and tr.select.partial and tr.select.overflow
     assert np.array_equal(np.sort(out), np.arange(512))
-    out, tr = topk_model.select_row_union(np.full(65536, 0.5, np.float32), 2048, 4, union_cap, cap, rng)
+    out, tr = topk_model.select_row_union(np.full(65536, 0.5, np.float32), 2048, 4, union_cap, cap, rng, own)
     assert not tr.served and np.array_equal(np.sort(out), np.arange(2048))
 
 
-def test_the_union_tie_take_on_quantized_rows_is_the_rows():
+def test_the_own_union_serves_rows_whose_bounds_disagree_by_a_second_round():
+    """The own form where the ranks' bounds differ (the second slice shifted up by 0.3: its bound
+    bin is higher): the second round completes the union to every key >= the least bound, so it
+    serves, as large as the exchanged form's, and the window select (rank 0's own count of the union)
+    gives the reference's set. Where they agree (random rows) the window serves too."""
+    rng = np.random.default_rng(67)
+    union_cap, cap = _union_caps()
+    for trial in range(4):
+        row = rng.standard_normal(65536).astype(np.float32)
+        row[32768:] += np.float32(0.3)
+        out, tr = topk_model.select_row_union(row, 512, 2, union_cap, cap, rng, own=True)
+        _, ex = topk_model.select_row_union(row, 512, 2, union_cap, cap, rng, own=False)
+        assert not tr.agree and tr.served and tr.final in ("window", "window_warp") and tr.n_union == ex.n_union, trial
+        assert _strict_ok(out, row, 512).ok, trial
+        row = rng.standard_normal(65536).astype(np.float32)
+        out, tr = topk_model.select_row_union(row, 512, 3, union_cap, cap, rng, own=True)
+        assert tr.agree and tr.final in ("window", "window_warp") and _strict_ok(out, row, 512).ok, trial
+
+
+def test_the_own_window_top_is_one_octave_above_the_bound_saturating():
+    """own_window_top: tlb + 2^23 - 1 (the window digit's shift 13 over 1024 bins), at most the
+    largest key."""
+    assert topk_model.own_window_top(0xC0100000) - 0xC0100000 == (1 << 23) - 1
+    assert topk_model.own_window_top(0xFFF00000) == 0xFFFFFFFF
+    R = topk_model.own_window_top(0xC0100000) - 0xC0100000
+    assert max(0, R.bit_length() - 10) == 13
+
+
+@OWN
+def test_the_union_tie_take_on_quantized_rows_is_the_rows(own):
     """The DSA layer's quantized scores (a level cut at the k-th in most rows) and 50-level rows (the
     union's bin buffer overflows: ShrFinalOut's take from the union): the union serves and its
     partial tie level gives the reference's set."""
@@ -1072,7 +1106,7 @@ def test_the_union_tie_take_on_quantized_rows_is_the_rows():
         C, k = 65536, 512
         rows = _quantized_rows(C, rng)
         for row in rows:
-            out, tr = topk_model.select_row_union(row, k, 4, *_union_caps(), rng)
+            out, tr = topk_model.select_row_union(row, k, 4, *_union_caps(), rng, own)
             partial += tr.select is not None and tr.select.partial
             assert tr.served and _strict_ok(out, row, k).ok, trial
     assert partial >= 6, partial                   # the union's take ran, not only whole levels
@@ -1132,7 +1166,8 @@ def test_the_union_window_select_is_exact_on_every_path():
 @pytest.mark.parametrize("C,k,M,served", [(65536, 512, 32, True), (65536, 512, 64, True), (65536, 512, 8, True),
                                           (65536, 2048, 8, True), (16384, 512, 32, True), (131072, 2048, 1, True),
                                           (262144, 2048, 1, True), (65536, 2048, 64, False), (65536, 2048, 32, None)])
-def test_the_union_at_the_sweep_points(C, k, M, served):
+@OWN
+def test_the_union_at_the_sweep_points(C, k, M, served, own):
     """On N(0, 1) rows at radix_union's cluster pick: where the union serves it holds under 4k
     keys (each rank's bound bin is 1/8 of an octave wide), so rank 0 selects from far fewer pairs
     than the row, and the bound is at most the k-th key (the select's T). At 2048 of 65536 in
@@ -1144,7 +1179,7 @@ def test_the_union_at_the_sweep_points(C, k, M, served):
     rng = np.random.default_rng(C + k + M + 7)
     for _ in range(3):
         row = rng.standard_normal(C).astype(np.float32)
-        out, tr = topk_model.select_row_union(row, k, cs, union_cap, cap, rng)
+        out, tr = topk_model.select_row_union(row, k, cs, union_cap, cap, rng, own)
         assert served in (None, tr.served) and _strict_ok(out, row, k).ok, (C, k, M, cs, tr.n_union)
         if tr.served:
             assert k <= tr.n_union < 4 * k and tr.T >= tr.b << 20, (C, k, M, cs, tr.n_union)
@@ -1180,7 +1215,7 @@ def test_the_union_launcher_reads_the_kernel_declarations(geometry):
     assert d("UNI_KEYS") == topk_model.UNI_KEYS and d("UNI_VECS") == topk_model.UNI_VECS
     assert d("UNI_HELD_BYTES") + d("UNI_CAP") * 8 == d("UNI_DYN_BYTES") == topk_variants.split_define("S2_RING_BYTES", "split2")
     assert d("UNI_HELD_BYTES") == (d("UNI_VECS") - d("UNI_REG_VECS")) * 1024 * 16
-    assert d("UNI_DYN_BYTES") + 45216 <= 232448                         # one CTA an SM (ptxas: 45216 B static)
+    assert d("UNI_DYN_BYTES") + 45280 <= 232448                         # one CTA an SM (ptxas: 45216 B static, own c8 45280)
     # the bulk form: the whole slice, then the union; the fallback's ring over the slice
     assert d("UNI_BULK_HELD_BYTES") == 4 * d("UNI_KEYS") and d("UNI_BULK_HELD_BYTES") + d("UNI_CAP") * 8 == d("UNI_BULK_DYN_BYTES")
     assert d("UNI_BULK_DYN_BYTES") + 45216 <= 232448
@@ -1189,7 +1224,8 @@ def test_the_union_launcher_reads_the_kernel_declarations(geometry):
     # each form's kernels are the macro's, and its shared memory a #define the launcher reads
     assert {prefix for prefix, _ in topk_variants.UNION_FORMS.values()} == set(
         re.findall(r"(dsa_topk_union\w*)_c##CS\(", text))
-    assert [d(dyn) for _, dyn in topk_variants.UNION_FORMS.values()] == [d("UNI_DYN_BYTES"), d("UNI_BULK_DYN_BYTES")]
+    assert [d(dyn) for _, dyn in topk_variants.UNION_FORMS.values()] == [d("UNI_DYN_BYTES"), d("UNI_BULK_DYN_BYTES"),
+                                                                       d("UNI_DYN_BYTES")]
     comp = registry.get("dsa_topk")
     assert comp.variant("radix_union").sources == (topk_variants.UNION_SOURCE,)
     why = comp.variant("radix_union").supports(geometry, _point(M=1, context=1048576, pooling="per_token"))

@@ -159,11 +159,11 @@ def test_split_runs_in_waves_and_leaves_its_counters_zero(backend, M, context, p
 
 
 @pytest.mark.parametrize("M", [8, 32, 64], ids=lambda m: f"M{m}")   # clusters of 8, 3 and 2 at 65536
-@pytest.mark.parametrize("variant", ["radix_union"])
+@pytest.mark.parametrize("variant", ["radix_union", "radix_union_own"])
 def test_union_rows_whose_cluster_bounds_differ(backend, variant, M):
     """Rows whose slices differ in level (the second half shifted up by 0.3, so the ranks' bounds
-    fall in different bins: the least bounds the union), beside random rows and a row whose first
-    half is -inf (a rank with no bound): the reference's set, members first."""
+    fall in different bins; the own form's second round and rank 0's recount), beside random rows
+    and a row whose first half is -inf (a rank with no bound): the reference's set, members first."""
     point = _p(M, 262144, "pooled", 2048, "random")
     inputs, _ = runner._case(COMP, GEOMETRY, point, 43, None, backend)
     C = inputs["scores"].shape[1]

@@ -766,6 +766,14 @@ def thread_maxes(key: np.ndarray) -> np.ndarray:
 
 UNI_WARP_BIN = 32                      # topk_union.cu: the most keys of the k-th key's window bin one warp ranks
 UNI_WINDOW_BINS = 1024                 # topk_union.cu: the window digit's bins (rank 0's s.h1, filled by the push)
+UNI_OWN_SPAN = (1 << 23) - 1           # topk_union.cu: the own form's window, [tlb, tlb + span] (one octave of keys)
+
+
+def own_window_top(tlb: int) -> int:
+    """The own form's window top (topk_union.cu uni_own_top): tlb + UNI_OWN_SPAN, saturating at the
+    largest key. Every rank derives it from the bound alone, so the window digits the ranks push agree
+    wherever their bounds do, with no exchange."""
+    return min(tlb + UNI_OWN_SPAN, 0xFFFFFFFF)
 
 
 @dataclasses.dataclass
@@ -773,7 +781,8 @@ class UnionTrace:
     """One row in dsa_topk_union: the bound's digit-0 bin b (0: none), the keys >= b << 20 over the
     row (pushed only when b != 0), whether the union served (else the row itself), how rank 0
     finished (``final``: "window" took the k-th key's window bin whole, "window_warp" ranked it in
-    one warp, "select" ran s2_select, whose trace is ``select``, else None) and T, the k-th key."""
+    one warp, "select" ran s2_select, whose trace is ``select``, else None) and T, the k-th key;
+    ``agree``: every rank's bound bin was the same (the own form serves only then)."""
 
     b: int
     n_union: int
@@ -781,19 +790,22 @@ class UnionTrace:
     final: str
     T: int
     select: OneTrace | None
+    agree: bool = True
 
 
-def window_select(ukey: np.ndarray, uidx: np.ndarray, k: int, tlb: int, kmax: int) -> tuple[np.ndarray, str, int] | None:
+def window_select(ukey: np.ndarray, uidx: np.ndarray, k: int, tlb: int, kmax: int,
+                  top: int | None = None) -> tuple[np.ndarray, str, int] | None:
     """topk_union.cu's uni_window_select over a union of (key, row index) pairs holding every row
     key >= its k-th: ``(members [k] int64, final, T)``, or None where it hands on to s2_select (+inf
     in the row, fewer than k pairs, or more than UNI_WARP_BIN keys in the k-th key's bin with only
     part of them taken). The digit is (key - tlb) >> sh, sh the fewest bits that bring kmax - tlb
     under UNI_WINDOW_BINS bins, clamped to the last bin and to 0 below tlb (under --use_fast_math kmax may fall
     short of a denormal key, and a flushed compare may push a key below tlb: the clamps keep the
-    digit monotone, and so the select exact)."""
+    digit monotone, and so the select exact). ``top`` (the own form: own_window_top) replaces kmax
+    as the window's top; kmax still says whether +inf is in the row."""
     if kmax == KEY_POSINF or len(ukey) < k:
         return None
-    R = kmax - tlb
+    R = (kmax if top is None else top) - tlb
     sh = max(0, R.bit_length() - (UNI_WINDOW_BINS.bit_length() - 1))
     d = np.minimum(np.maximum(ukey - tlb, 0) >> sh, UNI_WINDOW_BINS - 1)
     B, A = _find_desc(np.bincount(d, minlength=UNI_WINDOW_BINS), k)
@@ -808,7 +820,7 @@ def window_select(ukey: np.ndarray, uidx: np.ndarray, k: int, tlb: int, kmax: in
 
 
 def select_row_union(scores: np.ndarray, k: int, cs: int, union_cap: int, cap: int,
-                     rng: np.random.Generator | None = None) -> tuple[np.ndarray, UnionTrace]:
+                     rng: np.random.Generator | None = None, own: bool = False) -> tuple[np.ndarray, UnionTrace]:
     """One row as dsa_topk_union's cluster of ``cs``: ``(out [k] int32, trace)``.
 
     Each slice's thread maxes (thread_maxes), their nonzero digit 0 counted, b_r the bin of the
@@ -818,7 +830,14 @@ def select_row_union(scores: np.ndarray, k: int, cs: int, union_cap: int, cap: i
     buffer or, that overflowing, ShrFinalOut's take from the union (the row's index-order take past
     ``cap`` of the union's keys == T). Otherwise _one_select over the row (its tie take from the bin
     buffer, else the row's). Where the union serves, rank 0 tries window_select first (kmax: the
-    largest thread max of the row, exchanged with the bounds)."""
+    largest thread max of the row, exchanged with the bounds).
+
+    ``own`` (dsa_topk_union_own): no exchange before the push; each rank pushes its keys >= its own
+    b_r << 20 with the window digit over [b_r << 20, own_window_top] and stores b_r in every rank.
+    Where every b_r is the same bin (``agree``) the union is the one above and the window select
+    runs on it; otherwise the ranks above the least b_r push their keys in [b << 20, b_r << 20) in a
+    second round, so the union is again every key >= tlb, and rank 0 counts it into the least
+    bound's window itself (the ranks' digits disagreed) before the same select."""
     rng = rng or np.random.default_rng(0)
     key = keys(scores).astype(np.int64)
     C = len(key)
@@ -827,6 +846,7 @@ def select_row_union(scores: np.ndarray, k: int, cs: int, union_cap: int, cap: i
         tm = thread_maxes(key[lo:hi])
         bounds.append(_find_desc(np.bincount(tm[tm != 0] >> 20, minlength=4096), -(-k // cs))[0])
         kmax = max(kmax, int(tm.max()))
+    agree = all(b_r == bounds[0] for b_r in bounds)
     b = min(bounds)
     idx = rng.permutation(np.flatnonzero(key >= b << 20)) if b else np.zeros(0, np.int64)
     ties = _ties_of_row(key, 0, C)
@@ -834,11 +854,12 @@ def select_row_union(scores: np.ndarray, k: int, cs: int, union_cap: int, cap: i
     if served:
         assert len(idx) >= k, "the cs ceil(k / cs) thread maxes >= tlb are distinct keys"
 
-        win = window_select(key[idx], idx, k, b << 20, kmax)
+        win = window_select(key[idx], idx, k, b << 20, kmax, own_window_top(b << 20) if own else None)
         if win is not None:
             members, final, T = win
             return (rng.permutation(members).astype(np.int32),
-                    UnionTrace(b=int(b), n_union=len(idx), served=True, final=final, T=T, select=None))
+                    UnionTrace(b=int(b), n_union=len(idx), served=True, final=final, T=T, select=None,
+                               agree=agree))
 
         def union_ties(T, Q):
             tied = np.sort(idx[key[idx] == T])
@@ -848,12 +869,12 @@ def select_row_union(scores: np.ndarray, k: int, cs: int, union_cap: int, cap: i
     else:
         out, tr = _one_select(key, k, cap, rng, True, lambda p: p, ties, True)
     return out.astype(np.int32), UnionTrace(b=int(b), n_union=len(idx), served=served, final="select", T=tr.T,
-                                            select=tr)
+                                            select=tr, agree=agree)
 
 
-def select_union(scores: np.ndarray, k: int, union_cap: int, cap: int, sms: int) -> np.ndarray:
+def select_union(scores: np.ndarray, k: int, union_cap: int, cap: int, sms: int, own: bool = False) -> np.ndarray:
     """Every row of ``scores`` [M, C] float32 -> [M, k] int32 (select_row_union at pick_union's size)."""
     rng = np.random.default_rng(5)
     cs = pick_union(len(scores), scores.shape[1], sms)
     assert cs is not None, f"dsa_topk_union holds at most {UNION_SIZES[-1] * UNI_KEYS} keys a row"
-    return np.stack([select_row_union(row, k, cs, union_cap, cap, rng)[0] for row in scores])
+    return np.stack([select_row_union(row, k, cs, union_cap, cap, rng, own)[0] for row in scores])

@@ -56,7 +56,21 @@ mbarrier, no cluster barrier after it (d333829: 13.95 against 13.50; push 1.93 a
 done at the same time). Under ncu (a948558) the barrier after the push stalled on its release
 (MEMBAR.ALL.GPU), but that stall was the remote stores landing: rank 0 receives ~800 pairs and ~800
 bin adds, one lane each, however they are sent or fenced.
-No workspace and no counter in global memory: a launch leaves nothing behind. Cluster barriers: 2.
+The own form (dsa_topk_union_own_c<CS>, union_body's OWN; topk_model.select_row_union(own=True)):
+the first cluster barrier and the bounds' exchange (0.51 + 0.27 us of the H200 timeline at M = 32,
+3200498) go. Each CTA arrives on the cluster barrier right after one_reset (rank 0's n_union and
+s.h1 zeroed) and waits for it only before its push, by which time every rank has long arrived; it
+pushes its keys >= its own b_r << 20, counting each in rank 0's window over [b_r << 20,
+uni_own_top] (fixed by the bound, so the ranks' digits agree wherever their bounds do), and stores b_r
+and its largest thread max in every rank. After the cluster barrier that ends the push every rank
+reads the CS bounds: where they differ (and the least, bmin, is nonzero) the ranks above bmin push
+their keys in [bmin << 20, b_r << 20) in a second round and a third barrier follows, so the union is
+again every key >= bmin << 20; rank 0 then counts it into bmin's window itself (one pass over the
+union: the ranks' digits disagreed) before the window select; where they agree the select starts at
+the search as above. The float4 slots past a short slice (6 and 7 at
+clusters of 3 on 65536 keys: a quarter of each thread's compares) are neither stored nor compared.
+No workspace and no counter in global memory: a launch leaves nothing behind. Cluster barriers: 2
+(the own form: 2, 3 where the bounds differ).
 Shared memory: OneShared (45,200 B) + 4 words (+ the bulk form's mbarrier; ptxas: 45,216 B and
 45,232 B static) + UNI_DYN_BYTES dynamic (UNI_BULK_DYN_BYTES for the bulk form: the held part, then
 the union; the fallback's ring over the held part, rank 0's being dead by then); one CTA an SM;
@@ -103,6 +117,10 @@ __device__ __forceinline__ unsigned uni_atom_add(unsigned cluster_addr, unsigned
     return old;
 }
 
+__device__ __forceinline__ void uni_st(unsigned cluster_addr, unsigned v) {
+    asm volatile("st.shared::cluster.u32 [%0], %1;" ::"r"(cluster_addr), "r"(v) : "memory");
+}
+
 __device__ __forceinline__ void uni_st_v2(unsigned cluster_addr, unsigned a, unsigned b) {
     asm volatile("st.shared::cluster.v2.u32 [%0], {%1, %2};" ::"r"(cluster_addr), "r"(a), "r"(b) : "memory");
 }
@@ -133,6 +151,15 @@ struct UniWindow {
     }
 };
 static_assert(UNI_WINDOW_BINS == ONE_NB1, "the window's histogram is s.h1");
+
+// The own form's window, [tlb, uni_own_top(tlb)]: one octave of keys above the bound (the digit's
+// shift 13), saturating at the largest key. Every rank derives it from its bound alone, so the digits
+// the ranks push agree wherever their bounds do (topk_model.own_window_top). Keys above it share the
+// last bin, which the select takes whole or ranks by the keys themselves: exact either way.
+#define UNI_OWN_SPAN 0x7FFFFFu
+__device__ __forceinline__ unsigned uni_own_top(unsigned tlb) {
+    return tlb > 0xFFFFFFFFu - UNI_OWN_SPAN ? 0xFFFFFFFFu : tlb + UNI_OWN_SPAN;
+}
 
 // Rank 0's select over the union u (nu pairs, every row key >= the row's k-th among them) from the
 // window histogram h the push built (every pushed key counted in rank 0's h by red.shared::cluster,
@@ -199,7 +226,7 @@ __device__ __forceinline__ bool uni_window_select(const uint2* u, unsigned nu, u
 // the 4-B cp.async copies into the same slots).
 #define UNI_BULK_CHUNKS 8                // copies of up to 16 KiB: the engine works on several at once
 
-template <unsigned CS, bool BULK>
+template <unsigned CS, bool BULK, bool OWN>
 __device__ __forceinline__ void union_body(const float* __restrict__ scores, int* __restrict__ out, int C_, int k_) {
     constexpr unsigned REG = BULK ? 0u : UNI_REG_VECS;   // float4 a thread in registers
     auto is_reg = [](unsigned q) {                     // q < REG, which nvcc warns of as q < 0u when REG is 0
@@ -211,6 +238,7 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
     __shared__ unsigned bound;                         // this CTA's bound bin b_r
     __shared__ unsigned kmax_cta, kmax_row;            // this CTA's largest thread max; the row's
     __shared__ __align__(8) unsigned long long loaded; // BULK: the slice's copies complete (phase 0)
+    __shared__ unsigned own_bound[CS], own_kmax[CS];   // OWN: every rank's b_r and largest thread max, stored by it
     extern __shared__ __align__(16) float4 dyn[];      // the held part, then (rank 0) the union; the fallback's ring
     uint2* u = reinterpret_cast<uint2*>(dyn + HELD_BYTES / 16);
     if (cluster_nctarank() != CS || gridDim.x != CS) __trap();   // the launch shape the source was compiled for
@@ -221,6 +249,9 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
     split_slice(C, CS, r, lo, hi);
     if (hi - lo > UNI_KEYS) __trap();                  // a slice this CTA cannot hold (pick_union refuses the row)
     const bool vec = (C & 3u) == 0u;                   // row and slice starts 16-B aligned
+    // OWN: the float4 slots q < nq hold slice keys in some thread; past them every slot is padding
+    // (q 6, 7 at clusters of 3 on 65536: a quarter of the compares), never loaded, stored or compared
+    const unsigned nq = OWN ? (hi - lo + 4u * ONE_THREADS - 1u) / (4u * ONE_THREADS) : UNI_VECS;
     // element of float4 q, lane e of this thread; float4 q >= REG is held at dyn[(q - REG) 1024 + t]
     auto elem = [&](unsigned q, unsigned e) { return lo + 4u * (q * ONE_THREADS + threadIdx.x) + e; };
     auto held = [&](unsigned q) { return dyn + (q - REG) * ONE_THREADS + threadIdx.x; };
@@ -246,6 +277,7 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
     } else {
 #pragma unroll
         for (unsigned q = REG; q < UNI_VECS; ++q) {
+            if (q >= nq) break;                        // OWN: padding slots stay unwritten (nothing reads them)
             float4* dst = held(q);
             const unsigned e0 = elem(q, 0u);
             if (vec && e0 < hi) {
@@ -276,6 +308,9 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
     if (threadIdx.x == 0) kmax_cta = 0u;              // before one_reset's barrier: every warp's atomicMax after it
     one_reset(s);                                      // under the loads' flight; ends with a barrier
     if (threadIdx.x == 0) n_union = 0u;
+    // OWN: rank 0's n_union and s.h1 zeroed before any rank's push, and every CTA started before any
+    // DSMEM access: arrived here, waited for before the push, long after every rank arrived
+    if (OWN) cluster_arrive();
     // the thread max as a float (fmaxf drops NaN; -0 / +0 share a key): one conversion, not 32
     float xmax = neg_inf();
 #pragma unroll
@@ -292,6 +327,7 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
     }
 #pragma unroll
     for (unsigned q = REG; q < UNI_VECS; ++q) {
+        if (q >= nq) break;
         const float4 v = *held(q);
         xmax = fmaxf(xmax, fmaxf(fmaxf(v.x, v.y), fmaxf(v.z, v.w)));
     }
@@ -304,36 +340,51 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
     __syncthreads();
     TK_MARK(TK_READ);
     s2_find<ONE_NB0>(s.h0, (k + CS - 1u) / CS, &s);    // ends with a barrier
-    if (threadIdx.x == 0) bound = s.found_bin;
+    if (!OWN && threadIdx.x == 0) bound = s.found_bin;
     TK_MARK(TK_DIGIT0);
-    cluster_sync();                                    // every rank's bound and max; rank 0's n_union zeroed
-    TK_MARK(TK_SYNC0);
     unsigned b = ~0u;
-    if (threadIdx.x < 32u) {
-        const unsigned w = threadIdx.x < CS ? ld_rank(&bound, threadIdx.x) : ~0u;
-        const unsigned km = threadIdx.x < CS ? ld_rank(&kmax_cta, threadIdx.x) : 0u;
-        b = __reduce_min_sync(FULL_MASK, w);
-        const unsigned kr = __reduce_max_sync(FULL_MASK, km);
-        if (threadIdx.x == 0) kmax_row = kr;
+    if (OWN) {
+        b = s.found_bin;                               // this rank's bound, block-uniform (s2_find's barrier)
+        cluster_wait();                                // the arrive after one_reset: every rank arrived long ago
+        TK_MARK(TK_SYNC0);
+        if (threadIdx.x < CS) {                        // b_r and this rank's largest thread max, into every rank
+            uni_st(uni_mapa(own_bound + r, threadIdx.x), b);
+            uni_st(uni_mapa(own_kmax + r, threadIdx.x), kmax_cta);
+        }
+    } else {
+        cluster_sync();                                // every rank's bound and max; rank 0's n_union zeroed
+        TK_MARK(TK_SYNC0);
+        if (threadIdx.x < 32u) {
+            const unsigned w = threadIdx.x < CS ? ld_rank(&bound, threadIdx.x) : ~0u;
+            const unsigned km = threadIdx.x < CS ? ld_rank(&kmax_cta, threadIdx.x) : 0u;
+            b = __reduce_min_sync(FULL_MASK, w);
+            const unsigned kr = __reduce_max_sync(FULL_MASK, km);
+            if (threadIdx.x == 0) kmax_row = kr;
+        }
+        if (threadIdx.x == 0) s.found_above = b;
+        __syncthreads();
+        b = s.found_above;                             // the same in every rank
     }
-    if (threadIdx.x == 0) s.found_above = b;
-    __syncthreads();
-    b = s.found_above;                                 // the same in every rank
     TK_MARK(TK_BOUND);
 
-    // 3: the keys >= tlb into rank 0's union
-    if (b != 0u) {                                     // cluster-uniform
-        const float tf = topk_key_floor(b << 20);      // x >= tf exactly when topk_key(x) >= tlb
+    // 3: the keys >= lo_key (and, with `upper`, < hi_key) into rank 0's union, each counted in rank
+    // 0's window histogram when `count`. Scores are compared with topk_key_floor of the keys (x >=
+    // tf exactly when topk_key(x) >= t, both under the same flush): the two rounds of the own form
+    // push disjoint sets whose union is every key >= lo_key of the first.
+    auto push = [&](unsigned lo_key, bool upper, unsigned hi_key, bool count, const UniWindow& win) {
+        const float tf = topk_key_floor(lo_key), th = upper ? topk_key_floor(hi_key) : 0.0f;
+        auto hit = [&](float v) { return v >= tf && !(upper && v >= th); };
         const unsigned lane = threadIdx.x & 31u;
         unsigned hits = 0u;
 #pragma unroll
-        for (unsigned j = 0; is_reg(j / 4u); ++j) hits |= (x[j] >= tf ? 1u : 0u) << j;
+        for (unsigned j = 0; is_reg(j / 4u); ++j) hits |= (hit(x[j]) ? 1u : 0u) << j;
 #pragma unroll
         for (unsigned q = REG; q < UNI_VECS; ++q) {
+            if (q >= nq) break;
             const float4 v = *held(q);
             const float w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-            for (unsigned e = 0; e < 4; ++e) hits |= (w[e] >= tf ? 1u : 0u) << (4u * q + e);
+            for (unsigned e = 0; e < 4; ++e) hits |= (hit(w[e]) ? 1u : 0u) << (4u * q + e);
         }
         const unsigned n = __popc(hits);
         const unsigned incl = topk_warp_inclusive_sum(n);
@@ -341,10 +392,6 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
         if (lane == 31u && incl != 0u) base = uni_atom_add(uni_mapa(&n_union, 0u), incl);
         unsigned slot = __shfl_sync(FULL_MASK, base, 31) + incl - n;
         const unsigned u0 = uni_mapa(u, 0u);
-        // each pushed key also counted in rank 0's window histogram (s.h1, zeroed by its one_reset
-        // before the first cluster barrier), unless +inf is in the row (rank 0 runs s2_select then)
-        const UniWindow win(b << 20, kmax_row);
-        const bool count = kmax_row != DSA_TOPK_KEY_POSINF;   // cluster-uniform
         const unsigned h0r = uni_mapa(s.h1, 0u);
         // this lane's hits in increasing j (~1% of its keys): a register key picked by an unrolled
         // select (no register indexed at run time, no reload from global memory), a held one re-read
@@ -366,10 +413,41 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
             if (count) uni_red_add(h0r + 4u * win.digit(key), 1u);
             ++slot;
         }
+    };
+    if (OWN) {
+        // each pushed key counted in rank 0's window over [b << 20, uni_own_top]: consistent wherever
+        // the ranks' bounds agree, and rank 0 uses it only then (+inf in the row: rank 0 ignores it)
+        if (b != 0u) push(b << 20, false, 0u, true, UniWindow(b << 20, uni_own_top(b << 20)));
+    } else if (b != 0u) {                              // cluster-uniform
+        // each pushed key also counted in rank 0's window histogram (s.h1, zeroed by its one_reset
+        // before the first cluster barrier), unless +inf is in the row (rank 0 runs s2_select then)
+        push(b << 20, false, 0u, kmax_row != DSA_TOPK_KEY_POSINF, UniWindow(b << 20, kmax_row));
     }
     TK_MARK(TK_WRITE);
-    cluster_sync();                                    // the union complete; no remote access after this
+    cluster_sync();                                    // the union complete (the own form: its first round)
     TK_MARK(TK_PASS2);
+    bool agree = true;                                 // OWN: every rank's bound the same bin
+    unsigned own_kr = 0u;                              // OWN: the row's largest thread max (only +inf is read)
+    if (OWN) {
+        // every rank reads the CS bounds stored in it (the same in every rank): where they differ the
+        // ranks above the least push their keys in [bmin << 20, b_r << 20) so that the union is every
+        // key >= bmin << 20, as the exchanged form's; no remote access after the barrier below. Its
+        // window digits disagree then, so rank 0 counts the union into bmin's window itself.
+        unsigned bmin = ~0u, bmax = 0u, kr = 0u;
+#pragma unroll
+        for (unsigned i = 0; i < CS; ++i) {
+            bmin = min(bmin, own_bound[i]);
+            bmax = max(bmax, own_bound[i]);
+            kr = max(kr, own_kmax[i]);
+        }
+        agree = bmin == bmax;
+        if (!agree && bmin != 0u) {                    // cluster-uniform
+            if (b != bmin) push(bmin << 20, true, b << 20, false, UniWindow(bmin << 20, b << 20));
+            cluster_sync();                            // the second round landed; no remote access after this
+        }
+        b = bmin;
+        own_kr = kr;
+    }
     if (r != 0u) {
         TK_MARK(TK_EXIT);
         return;
@@ -379,8 +457,15 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
     const unsigned nu = n_union;
     const S2FinalOut fout{row, C, out + (size_t)m * k};
     // block-uniform: b, nu and kmax_row are the same in every thread
-    const bool windowed = b != 0u && nu <= UNI_CAP && kmax_row != DSA_TOPK_KEY_POSINF &&
-                          uni_window_select(u, nu, k, UniWindow(b << 20, kmax_row), s.h1, fout.orow, s);
+    const unsigned kmax = OWN ? own_kr : kmax_row;
+    const bool window = b != 0u && nu <= UNI_CAP && kmax != DSA_TOPK_KEY_POSINF;
+    const UniWindow win(b << 20, OWN ? uni_own_top(b << 20) : kmax);
+    if (OWN && window && !agree) {                     // block-uniform: the ranks' digits disagreed, recount
+        one_reset(s);                                  // s.h1, s.cnt, s.n_buf zero; ends with a barrier
+        for (unsigned j = threadIdx.x; j < nu; j += ONE_THREADS) atomicAdd(&s.h1[win.digit(u[j].x)], 1u);
+        __syncthreads();
+    }
+    const bool windowed = window && uni_window_select(u, nu, k, win, s.h1, fout.orow, s);
     if (!windowed) {
         one_reset(s);
         if (b != 0u && nu <= UNI_CAP)
@@ -395,11 +480,15 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
 #define DSA_TOPK_UNION_KERNEL(CS)                                                                             \
     extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(ONE_THREADS, 1)                   \
         dsa_topk_union_c##CS(const float* __restrict__ scores, int* __restrict__ out, int C, int k) {        \
-        union_body<CS, false>(scores, out, C, k);                                                             \
+        union_body<CS, false, false>(scores, out, C, k);                                                      \
     }                                                                                                         \
     extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(ONE_THREADS, 1)                   \
         dsa_topk_union_bulk_c##CS(const float* __restrict__ scores, int* __restrict__ out, int C, int k) {   \
-        union_body<CS, true>(scores, out, C, k);                                                              \
+        union_body<CS, true, false>(scores, out, C, k);                                                       \
+    }                                                                                                         \
+    extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(ONE_THREADS, 1)                   \
+        dsa_topk_union_own_c##CS(const float* __restrict__ scores, int* __restrict__ out, int C, int k) {    \
+        union_body<CS, false, true>(scores, out, C, k);                                                       \
     }
 
 DSA_TOPK_UNION_KERNEL(1)

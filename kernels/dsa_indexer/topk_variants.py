@@ -30,7 +30,10 @@
   of them bounds the row's k-th key from below, every key above it goes to a union in rank 0's
   shared memory, and rank 0 selects from it (s2_select, topk_select.cuh); the row itself where the
   union does not serve. ``radix_union_bulk`` (ours): the same kernel with the whole slice copied into
-  shared memory by the bulk (TMA) engine (``dsa_topk_union_bulk_c<CS>``).
+  shared memory by the bulk (TMA) engine (``dsa_topk_union_bulk_c<CS>``). ``radix_union_own`` (ours):
+  no bound exchange before the push (``dsa_topk_union_own_c<CS>``): each CTA pushes against its own
+  bound and a window fixed by it, rank 0 checks that the bounds agreed, and the padding slots past
+  the slice are neither stored nor compared.
 - ``torch_topk`` (peer): ``torch.topk`` unsorted on our stream, non-finite picks mapped to -1 as a
   caller would.
 - ``flashinfer_topk`` / ``flashinfer_topk_lower`` (peers): ``flashinfer.top_k(x, k)`` as called by
@@ -41,8 +44,8 @@
   topk_resident.cu's logic (topk_model.select_row_resident); ``model_onecta`` (CPU): topk_onecta.cu's
   (topk_model.select_row_onecta); ``model_split`` (CPU): topk_split.cu's
   (topk_model.select_row_split); ``model_sample`` (CPU): dsa_topk_sample's (topk_model.select_row_sample);
-  ``model_share`` (CPU): dsa_topk_share's (topk_model.select_row_share); ``model_union`` (CPU):
-  dsa_topk_union's (topk_model.select_row_union).
+  ``model_share`` (CPU): dsa_topk_share's (topk_model.select_row_share); ``model_union`` /
+  ``model_union_own`` (CPU): dsa_topk_union's and dsa_topk_union_own's (topk_model.select_row_union).
 
 Nothing here imports cupy, torch or flashinfer at import time.
 """
@@ -315,7 +318,7 @@ def _supports_union(geometry, point) -> str | None:
 
 
 def _make_union_build(design: str):
-    """radix_union or radix_union_bulk alone: topk_launch's kernel on the scores, the indices poisoned."""
+    """A form of radix_union (UNION_FORMS) alone: topk_launch's kernel on the scores, the indices poisoned."""
     return lambda geometry, point, inputs, backend: _union_build(geometry, point, inputs, backend, design)
 
 
@@ -337,10 +340,11 @@ def _union_build(geometry, point, inputs, backend, design: str) -> KernelStep:
 # The top-k designs a multi-kernel step embeds (indexer_select's unfused pairs, the DSA layer) ->
 # their source; topk_launch builds any of them.
 STEP_DESIGNS = {"radix_split2": SPLIT2_SOURCE, "radix_sample": SPLIT2_SOURCE, "radix_share": SPLIT2_SOURCE,
-                "radix_union": UNION_SOURCE, "radix_union_bulk": UNION_SOURCE}
-# radix_union's two load forms: its kernel's name prefix and its dynamic shared memory's #define
+                "radix_union": UNION_SOURCE, "radix_union_bulk": UNION_SOURCE, "radix_union_own": UNION_SOURCE}
+# radix_union's forms (the load, the bound): its kernel's name prefix and its dynamic shared memory's #define
 UNION_FORMS = {"radix_union": ("dsa_topk_union", "UNI_DYN_BYTES"),
-               "radix_union_bulk": ("dsa_topk_union_bulk", "UNI_BULK_DYN_BYTES")}
+               "radix_union_bulk": ("dsa_topk_union_bulk", "UNI_BULK_DYN_BYTES"),
+               "radix_union_own": ("dsa_topk_union_own", "UNI_DYN_BYTES")}
 
 
 @dataclasses.dataclass
@@ -561,8 +565,8 @@ def _model_share_rows(scores: np.ndarray, k: int) -> np.ndarray:
                                    split_define("SMP_DYN_BYTES", "share") // 8)
 
 
-def _model_union_rows(scores: np.ndarray, k: int) -> np.ndarray:
-    return topk_model.select_union(scores, k, union_define("UNI_CAP"), onecta_define("ONE_CAP"), H200_SMS)
+def _model_union_rows(scores: np.ndarray, k: int, own: bool = False) -> np.ndarray:
+    return topk_model.select_union(scores, k, union_define("UNI_CAP"), onecta_define("ONE_CAP"), H200_SMS, own)
 
 
 def _model_resident_rows(scores: np.ndarray, k: int) -> np.ndarray:
@@ -664,6 +668,14 @@ TOPK_VARIANTS = (
                 "cp.async slots: its timelines read ~23 GB/s an SM whether 64 or 128 SMs read, a per-SM rate "
                 "the copy engine, which tracks its own bytes in flight, may not share",
             supports=_supports_union, sources=(UNION_SOURCE,)),
+    Variant("radix_union_own", "cuda", _make_union_build("radix_union_own"),
+            why="radix_union with no cluster barrier and no exchange between the local bound and the push "
+                "(0.51 + 0.27 us of its H200 timeline at M = 32): each CTA pushes its keys above its own bound "
+                "and counts them in a window fixed by that bound, then stores the bound in every rank; where "
+                "the bounds differ the ranks above the least push the rest in a second round and rank 0 runs "
+                "s2_select. The padding slots past a short slice (a quarter of a thread's keys at clusters "
+                "of 3) are no longer stored, read or compared",
+            supports=_supports_union, sources=(UNION_SOURCE,)),
     Variant("torch_topk", "cuda", lambda g, p, i, b: _TorchTopk(g, p, i, b),
             why="torch.topk(k, sorted=False) on our stream, non-finite picks mapped to -1",
             supports=lambda g, p: _torch_ready(), peer=True),
@@ -703,6 +715,10 @@ TOPK_VARIANTS = (
     Variant("model_union", "cpu", lambda g, p, i, b: _HostTopk(_model_union_rows, g, p, i),
             why="dsa_topk_union's logic emulated in NumPy (topk_model.select_row_union) at radix_union's "
                 "cluster pick: the thread maxes, the bound, the union or the row, the select's tie takes",
+            supports=_supports_union, sources=("topk_model.py",)),
+    Variant("model_union_own", "cpu", lambda g, p, i, b: _HostTopk(lambda s, k: _model_union_rows(s, k, True), g, p, i),
+            why="dsa_topk_union_own's logic emulated in NumPy (topk_model.select_row_union, own=True): "
+                "model_union with each rank's own bound and window, the agreement test and the second round",
             supports=_supports_union, sources=("topk_model.py",)),
     Variant("model_resident", "cpu", lambda g, p, i, b: _HostTopk(_model_resident_rows, g, p, i),
             why="topk_resident.cu's logic emulated in NumPy (topk_model.select_row_resident) at resident's "
