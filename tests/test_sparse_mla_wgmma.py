@@ -625,6 +625,20 @@ def ws_consumer_parity(it: int, stages: int) -> int:
 PRODUCER_WARPS = 4                        # the producer warpgroup; a warp's 32 threads move together here
 
 
+def interleave(agents: list, live: list, rng: np.random.Generator, bound: int) -> None:
+    """Step the generators ``agents[k]`` for k in ``live`` one at a time in a random order until all
+    have finished (an agent may append new ones to both lists); more than ``bound`` steps: deadlock."""
+    steps = 0
+    while live:
+        k = live[int(rng.integers(len(live)))]
+        try:
+            next(agents[k])
+        except StopIteration:
+            live.remove(k)
+        steps += 1
+        assert steps < bound, "deadlock"
+
+
 def ring_model(ntiles: int, stages: int, rng: np.random.Generator, producer_parity=ws_producer_parity,
                producer_waits: bool = True, async_arrive: bool = False, full_count: int | None = None) -> None:
     """One random interleaving of the producer's warps and the two consumer warpgroups over the ring
@@ -689,15 +703,7 @@ def ring_model(ntiles: int, stages: int, rng: np.random.Generator, producer_pari
 
     agents += [producer_warp(w) for w in range(PRODUCER_WARPS)] + [consumer(0), consumer(1)]
     live = list(range(len(agents)))
-    steps = 0
-    while live:
-        k = live[int(rng.integers(len(live)))]
-        try:
-            next(agents[k])
-        except StopIteration:
-            live.remove(k)
-        steps += 1
-        assert steps < 400 * (ntiles + 1) * stages + 4000, "deadlock"
+    interleave(agents, live, rng, 400 * (ntiles + 1) * stages + 4000)
     assert len(released) == 2 * ntiles
     assert not async_arrive or landed == [ntiles] * PRODUCER_WARPS, "copies in flight at exit"
 
@@ -709,7 +715,9 @@ def test_the_ring_model_constants_are_the_kernels():
     assert "mbar_init(base + WS_BAR_AT + 8 * st, ASYNC ? 129 : 128);" in text   # ring_model's full counts
     assert "mbar_init(base + WS_BAR_AT + 16 + 8 * st, 256);" in text
     # the waiting producer's one arrive a thread, the async one's thread-0 arrive beside its copy arrivals
-    assert text.count("mbar_arrive(bar + 8 * s);") == 2 and "if (p == 0) mbar_arrive(bar + 8 * s);" in text
+    # (the async form's full barrier is `full`: bar + 8 s here, a half's in the alternate-tile form)
+    assert text.count("mbar_arrive(bar + 8 * s);") == 1 and "if (p == 0) mbar_arrive(full);" in text
+    assert "const unsigned full = ALT ? bar + 16 * s + half8 : bar + 8 * s;" in text
     assert text.count("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];") == 1
     assert text.count("mbar_arrive(bar + 16 + 8 * s);") == 1
     # ring_model's producer exit: the async form commits no group, so only wait_all waits for its copies
@@ -939,3 +947,291 @@ def test_a_cooperative_design_skips_an_m_the_device_cannot_hold_at_once(geometry
     assert reason and "\n" not in reason and reason.startswith(f"{name}:") and "200" in reason and "132" in reason
     monkeypatch.setattr(variants, "current_device_sms", lambda: None)
     assert v.supports(geometry, {**point, "M": 200}) is None
+
+
+# ---- split_wgmma_ws_alt: alternate whole tiles per warpgroup, O split along the latent -------------
+
+def alt_split_model(q: np.ndarray, c: np.ndarray, valid: np.ndarray, scale: float, start: int, end: int):
+    """sparse_mla_split_wgmma_ws_alt's CTA in float32 (split_wgmma_ws.cu, "the alternate-tile form"):
+    pair i's tile a = 2 i is warpgroup 0's, tile b = 2 i + 1 warpgroup 1's; warpgroup cw keeps O's
+    latent half cw, its own running max and sum. -> (acc [64, 512], m [64], l [64]) as split_model."""
+    H, D = q.shape
+    tiles = range(start, end, TILE)
+    m = [np.full(H, -np.inf, np.float32), np.full(H, -np.inf, np.float32)]
+    l = [np.zeros(H, np.float32), np.zeros(H, np.float32)]
+    o = [np.zeros((H, D // 2), np.float32), np.zeros((H, D // 2), np.float32)]
+
+    def tile_rows(j0):
+        j = np.arange(j0, j0 + TILE)
+        ok = (j < end) & valid[np.minimum(j, len(valid) - 1)]
+        return ok, np.where(ok[:, None], c[np.minimum(j, len(c) - 1)], 0).astype(np.float32)
+
+    def softmax(cw, ok, rows, other):   # alt_softmax: the new max over m, other and the tile's
+        s = np.where(ok[None, :], scale * (q @ rows.T), -np.inf) if rows is not None else np.full((H, TILE), -np.inf)
+        mn = np.maximum(np.maximum(m[cw], other), s.max(axis=1))
+        none = mn == -np.inf
+        with np.errstate(invalid="ignore"):
+            alpha = np.where(none, 1.0, np.exp(m[cw] - mn)).astype(np.float32)
+            p = bf16(np.where(none[:, None], 0.0, np.exp(s - mn[:, None])))
+        l[cw] = l[cw] * alpha + p.sum(axis=1)
+        m[cw] = mn.astype(np.float32)
+        o[cw] *= alpha[:, None]
+        return p
+
+    for i in range(0, len(tiles), 2):
+        ok_a, rows_a = tile_rows(tiles[i])
+        has_b = i + 1 < len(tiles)
+        ok_b, rows_b = tile_rows(tiles[i + 1]) if has_b else (None, None)
+        p_a = softmax(0, ok_a, rows_a, np.full(H, -np.inf))              # wg 0; publishes new0 (A)
+        o[0] += p_a @ rows_a[:, :D // 2]                                  # PV(a, left, RS)
+        p_b = softmax(1, ok_b, rows_b, m[0])                              # wg 1 against new0; new1 (B)
+        if has_b:
+            o[1] += p_b @ rows_b[:, D // 2:]                              # PV(b, right, RS)
+        with np.errstate(invalid="ignore"):                               # wg 0: sf = exp(new0 - new1)
+            sf = np.where(m[1] == m[0], 1.0, np.exp(m[0] - m[1])).astype(np.float32)
+        m[0] = m[1].copy()
+        o[1] += bf16(p_a * sf[:, None]) @ rows_a[:, D // 2:]              # PV(a, right, SS sP0)
+        l[0] *= sf
+        o[0] *= sf[:, None]
+        if has_b:
+            o[0] += p_b @ rows_b[:, :D // 2]                              # PV(b, left, SS sP1)
+    assert np.array_equal(m[0], m[1]), "both warpgroups end on the same max"
+    return np.concatenate(o, axis=1), m[0], l[0] + l[1]
+
+
+@pytest.mark.parametrize("W,splits,empty", [(576, 4, False), (576, 3, False), (448, 2, False), (576, 5, True)])
+def test_the_alternate_tile_algorithm_matches_the_reference(W, splits, empty):
+    """Chunks of 1-5 tiles (odd counts leave warpgroup 1 a pair without its tile), a ragged last
+    tile, a split with no valid slot and a stream with none: the combine of alt_split_model's
+    partials is the attention within the component's rules, and each partial is split_model's."""
+    q, c, valid, scale, parts = split_case(splits + 10 * W, W, splits, empty, TILE)
+    alt = [alt_split_model(q, c, valid, scale, s * W // splits, (s + 1) * W // splits) for s in range(splits)]
+    for (acc, m, l), (acc_ref, m_ref, l_ref) in zip(alt, parts):
+        assert np.array_equal(m, m_ref)   # the same exact maxima, reached by another path
+        assert np.allclose(l, l_ref, rtol=2e-2, atol=0) and np.allclose(acc, acc_ref, rtol=2e-2, atol=2e-2 * np.abs(acc_ref).max() + 1e-30)
+    out, lse = combine(alt)
+    if empty:
+        assert not out.any() and np.isneginf(lse).all()
+        return
+    want_out, want_lse = spec.attend(q.astype(np.float64), c[valid].astype(np.float64), scale)
+    for name, got, want in (("out", out, want_out), ("lse", lse, want_lse)):
+        rule = spec.checks({})[name]
+        err = np.linalg.norm(got - want) / np.linalg.norm(want)
+        assert err <= rule.tolerance and np.abs(got - want).max() <= rule.tolerance * np.abs(want).max(), (name, err)
+
+
+class NamedBarrier:
+    """A named barrier of 256 threads used one-sided (128 bar.arrive, 128 bar.sync): the hardware
+    only counts, so a side that arrives twice in one phase completes it without its partner."""
+
+    def __init__(self):
+        self.arrived, self.completed = set(), 0
+
+    def arrive(self, side: int) -> int:
+        assert side not in self.arrived, "one side arrived twice in one phase: the barrier pairs the wrong phases"
+        self.arrived.add(side)
+        phase = self.completed
+        if len(self.arrived) == 2:
+            self.arrived, self.completed = set(), self.completed + 1
+        return phase
+
+
+def alt_ring_model(ntiles: int, rng: np.random.Generator, early_free: bool = False, one_half_wait: bool = False) -> None:
+    """One random interleaving of the alternate-tile form (split_wgmma_ws.cu): the 4 producer warps
+    (warps 0 and 2 copy latent half 0, 1 and 3 half 1; async arrivals that land later, in order per
+    warp), the two consumer warpgroups on the named barriers A-E and the half-tile ring. Asserts: no
+    half of a stage written while a read of its previous tile is in flight or still to come, no read
+    of a half before both its warps' copies landed, the validity words of the tile read, every
+    exchange buffer (sM0, sM1, sP0, sP1, sL) read at the version written for it and rewritten only
+    after that read, every mbarrier arrival in its phase, barrier phases paired, no deadlock, no copy
+    in flight at exit. ``early_free`` / ``one_half_wait``: wrong protocols the model must catch."""
+    full = {(s, h): Mbarrier(65 if h == 0 else 64) for s in (0, 1) for h in (0, 1)}
+    empty = {(s, h): Mbarrier(128) for s in (0, 1) for h in (0, 1)}
+    holds = {(s, h): [None, None] for s in (0, 1) for h in (0, 1)}   # the tile each of its two warps copied
+    reads = {(s, h): {} for s in (0, 1) for h in (0, 1)}              # tile -> reads left (S and one PV)
+    active = {(s, h): 0 for s in (0, 1) for h in (0, 1)}
+    mask = [None, None]
+    bufs = {name: [None, 0] for name in ("sM0", "sM1", "sP0", "sP1", "sL")}   # version, reads pending
+    bars = {name: NamedBarrier() for name in "ABCDE"}
+    landed = [0] * PRODUCER_WARPS
+    agents = []
+
+    def write(name, version):
+        assert bufs[name][1] == 0, f"{name} rewritten before its last version was read"
+        bufs[name] = [version, 1]
+
+    def read(name, version):
+        assert bufs[name] == [version, 1], f"{name} read at {bufs[name]}, wanted version {version}"
+        bufs[name][1] = 0
+
+    def start_read(s, h, t):
+        assert holds[(s, h)] == [t, t], f"tile {t} half {h} read from a stage holding {holds[(s, h)]}"
+        active[(s, h)] += 1
+
+    def end_read(s, h, t):
+        assert holds[(s, h)] == [t, t], f"tile {t} half {h} overwritten while read"
+        active[(s, h)] -= 1
+        reads[(s, h)][t] -= 1
+
+    def sync(name, side):
+        phase = bars[name].arrive(side)
+        while bars[name].completed <= phase:
+            yield
+
+    def wait_full(s, h, t):
+        while not full[(s, h)].try_wait((t // 2) & 1, t // 2):
+            yield
+
+    def landing(w, s, h, t):
+        while landed[w] < t:
+            yield
+        yield
+        holds[(s, h)][w >> 1] = t
+        landed[w] = t + 1
+        full[(s, h)].arrive(32, t // 2)
+
+    def producer_warp(w):
+        h = w & 1                                     # chunk p % 64 < 32: warps 0 and 2 copy dims 0-255
+        for t in range(ntiles):
+            s = t % 2
+            if t >= 2:
+                while not empty[(s, h)].try_wait((t // 2 - 1) & 1, t // 2 - 1):
+                    yield
+                assert active[(s, h)] == 0 and reads[(s, h)].get(t - 2, 0) == 0, f"tile {t} over a half still read"
+            if w == 0:
+                mask[s] = t                           # the validity words, then thread 0's release arrive
+            holds[(s, h)][w >> 1] = None
+            reads[(s, h)][t] = 2
+            yield
+            if w == 0:
+                full[(s, 0)].arrive(1, t // 2)
+            agents.append(landing(w, s, h, t))
+            live.append(len(agents) - 1)
+            yield
+        while landed[w] < ntiles:                     # cp.async.wait_all
+            yield
+
+    def free(s, h, t):
+        empty[(s, h)].arrive(128, t // 2)
+
+    def wg0():
+        if ntiles > 0:                                # S of tile 0: left half, then right
+            yield from wait_full(0, 0, 0)
+            start_read(0, 0, 0)
+            yield from wait_full(0, 1, 0)
+            start_read(0, 1, 0)
+            yield
+            end_read(0, 0, 0), end_read(0, 1, 0)
+        for i in range((ntiles + 1) // 2):
+            a, b, has_b = 2 * i, 2 * i + 1, 2 * i + 1 < ntiles
+            assert mask[0] == a, "warpgroup 0 read another tile's validity words"
+            write("sM0", i)
+            bars["A"].arrive(0)
+            start_read(0, 0, a)                       # PV(a, left, RS)
+            if early_free:
+                free(0, 0, a)
+            yield
+            end_read(0, 0, a)
+            if not early_free:
+                free(0, 0, a)
+            yield from sync("B", 0)
+            read("sM1", i)
+            write("sP0", i)
+            bars["C"].arrive(0)
+            yield from sync("D", 0)
+            if has_b:                                 # PV(b, left, SS sP1)
+                start_read(1, 0, b)
+            yield
+            if a + 2 < ntiles:                        # S of tile a + 2 under it
+                yield from wait_full(0, 0, a + 2)
+                start_read(0, 0, a + 2)
+                yield                                 # wgmma.wait_group 1: the PV on b retired
+            if has_b:
+                end_read(1, 0, b)
+                read("sP1", i)
+                free(1, 0, b)
+            if a + 2 < ntiles:
+                yield from wait_full(0, 1, a + 2)
+                start_read(0, 1, a + 2)
+                yield
+                end_read(0, 0, a + 2), end_read(0, 1, a + 2)
+        yield from sync("E", 0)
+        read("sL", 0)
+
+    def wg1():
+        for i in range((ntiles + 1) // 2):
+            a, b, has_b = 2 * i, 2 * i + 1, 2 * i + 1 < ntiles
+            if has_b:                                 # S of tile b: right half first
+                yield from wait_full(1, 1, b)
+                start_read(1, 1, b)
+                if not one_half_wait:
+                    yield from wait_full(1, 0, b)
+                start_read(1, 0, b)
+                yield
+                end_read(1, 1, b), end_read(1, 0, b)
+                assert mask[1] == b, "warpgroup 1 read another tile's validity words"
+            yield from sync("A", 1)
+            read("sM0", i)
+            write("sM1", i)
+            bars["B"].arrive(1)
+            if has_b:                                 # PV(b, right, RS); P_b into sP1
+                start_read(1, 1, b)
+                write("sP1", i)
+            bars["D"].arrive(1)
+            yield from sync("C", 1)
+            start_read(0, 1, a)                       # PV(a, right, SS sP0)
+            yield
+            if has_b:                                 # wait_group 1
+                end_read(1, 1, b)
+                free(1, 1, b)
+            yield
+            end_read(0, 1, a)
+            read("sP0", i)
+            free(0, 1, a)
+        write("sL", 0)
+        bars["E"].arrive(1)
+
+    agents += [producer_warp(w) for w in range(PRODUCER_WARPS)] + [wg0(), wg1()]
+    live = list(range(len(agents)))
+    interleave(agents, live, rng, 600 * (ntiles + 1) + 4000)
+    assert landed == [ntiles] * PRODUCER_WARPS, "copies in flight at exit"
+    assert all(left == 0 for r in reads.values() for left in r.values()), "a half's read never happened"
+
+
+def test_the_alternate_tile_model_constants_are_the_kernels():
+    text = (variants.HERE / WS_SOURCE).read_text()
+    # the half-tile ring's barriers (alt_ring_model: full[s][0] 65 = 64 copy arrivals + thread 0's)
+    assert "mbar_init(base + ALT_BAR_AT + 8 * k, (k & 1) ? 64 : 65);" in text
+    assert "mbar_init(base + ALT_BAR_AT + 32 + 8 * k, 128);" in text
+    assert "const unsigned half8 = ALT ? 8u * (unsigned)((p >> 5) & 1) : 0u;" in text
+    assert "mbar_wait(ALT ? bar + 32 + 16 * s + half8 : bar + 16 + 8 * s, (unsigned)((t / WS_STAGES - 1) & 1));" in text
+    assert "const unsigned full = ALT ? bar + 16 * s + half8 : bar + 8 * s;" in text
+    # warpgroup 0 waits stage 0's halves (left first), warpgroup 1 stage 1's (right first)
+    assert "mbar_wait(bar, par);" in text and "mbar_wait(bar + 8, par);" in text
+    assert text.index("mbar_wait(bar + 16 + 8, par);") < text.index("mbar_wait(bar + 16, par);")
+    # the frees: a-left, b-left (wg 0), b-right, a-right (wg 1)
+    for line in ("mbar_arrive(bar + 32);  // a-left free", "mbar_arrive(bar + 32 + 16);  // b-left free",
+                 "mbar_arrive(bar + 32 + 16 + 8);  // b-right free", "mbar_arrive(bar + 32 + 8);  // a-right free"):
+        assert line in text, line
+    # the named barriers' sides as alt_ring_model runs them
+    for side in ("named_arrive<1, 256>();  // A", "named_sync<2, 256>();   // B", "named_arrive<3, 256>();      // C",
+                 "named_sync<4, 256>();        // D", "named_sync<1, 256>();  // A", "named_arrive<2, 256>();  // B",
+                 "named_arrive<4, 256>();  // D", "named_sync<3, 256>();    // C"):
+        assert side in text, side
+    used = int(re.search(r"#define\s+ALT_USED\s+(\d+)", text).group(1))
+    assert variants.source_define(WS_SOURCE, "SPARSE_MLA_SPLIT_WGMMA_WS_ALT_SMEM_BYTES") == used + 1024 <= 227 * 1024
+
+
+@pytest.mark.parametrize("ntiles", range(8))
+def test_the_alternate_tile_protocol_never_overwrites_or_reads_early(ntiles):
+    rng = np.random.default_rng(77 + ntiles)
+    for _ in range(40):
+        alt_ring_model(ntiles, rng)
+
+
+@pytest.mark.parametrize("wrong", ["early_free", "one_half_wait"])
+def test_the_alternate_tile_model_tells_a_wrong_protocol(wrong):
+    rng = np.random.default_rng(11)
+    with pytest.raises(AssertionError):
+        for _ in range(200):
+            alt_ring_model(6, rng, **{wrong: True})

@@ -138,6 +138,23 @@ static_assert(128 * WS_PRODUCER_REGS + 256 * WS_CONSUMER_REGS <= 384 * WS_LAUNCH
                   384 * WS_LAUNCH_REGS <= 65536 && WS_LAUNCH_REGS % 8 == 0 && 384 * (WS_LAUNCH_REGS + 8) > 65536,
               "setmaxnreg moves registers within the CTA's launch allocation: 128 producer + 256 consumer threads");
 
+// The alternate-tile form (sparse_mla_split_wgmma_ws_alt, the section "The alternate-tile form"
+// below): q, the two 64-slot stages, P of each consumer warpgroup's tile (bf16 [64][64], 128-byte
+// swizzled K-major: the A operand of the partner's PV), the two warpgroups' row maxima and the row
+// sums' exchange, the validity words, full[2][2] and empty[2][2].
+#define SPARSE_MLA_SPLIT_WGMMA_WS_ALT_SMEM_BYTES 214864  // 213840 used + 1024 alignment slack
+#define ALT_P_AT 196608     // WS_RING_AT + 2 stages; sP[wg] at ALT_P_AT + 8192 wg
+#define ALT_M_AT 212992     // ALT_P_AT + 2 * 8192; sM[wg][64] f32
+#define ALT_L_AT 213504     // ALT_M_AT + 2 * 64 * 4; sL[64] f32
+#define ALT_MASK_AT 213760  // ALT_L_AT + 64 * 4; [2 stages][2] u32
+#define ALT_BAR_AT 213776   // ALT_MASK_AT + 16; full[s][h] at + 8 (2 s + h), empty[s][h] at + 32 + 8 (2 s + h)
+#define ALT_USED 213840     // ALT_BAR_AT + 8 * 8
+static_assert(ALT_P_AT == WS_RING_AT + WS_STAGES * WS_STAGE_BYTES && ALT_M_AT == ALT_P_AT + 2 * 8192 &&
+                  ALT_L_AT == ALT_M_AT + 2 * 64 * 4 && ALT_MASK_AT == ALT_L_AT + 64 * 4 &&
+                  ALT_BAR_AT == ALT_MASK_AT + 16 && ALT_BAR_AT % 8 == 0 && ALT_USED == ALT_BAR_AT + 64 &&
+                  ALT_USED + 1024 == SPARSE_MLA_SPLIT_WGMMA_WS_ALT_SMEM_BYTES && ALT_P_AT % 1024 == 0,
+              "alternate-tile smem layout");
+
 #ifdef SPARSE_MLA_WGMMA_ENABLED
 
 // mbar_init / mbar_arrive / mbar_wait: sparse_mla_common.cuh (the TMA gather uses them too).
@@ -184,15 +201,19 @@ __device__ __forceinline__ void ws_prefetch_tile(const unsigned char* abytes, co
 // ---- the producer warpgroup -------------------------------------------------------------------
 // Tile t's slot 32 h + lane: lane's arena row (-1 invalid); the rows of this thread's warp for
 // tile t are rw[h] in every lane (each producer warp resolves the same rows: no exchange needed).
-template <bool FP8, bool L2, bool ASYNC = false>
+template <bool FP8, bool L2, bool ASYNC = false, bool ALT = false>
 __device__ __forceinline__ void ws_producer(unsigned char* smem, unsigned base, const bf16* __restrict__ q,
                                             const void* __restrict__ arena, const float* __restrict__ row_scale,
                                             const int* __restrict__ sel_m, const int* __restrict__ pt_m, int m,
                                             int start, int end, int ntiles, int page_size) {
     constexpr int PF = WS_PREFETCH;
     const int p = threadIdx.x, lane = p & 31, pw = p >> 5;  // producer thread 0..127, its warp 0..3
-    const unsigned bar = base + WS_BAR_AT;                 // full[s] at bar + 8 s, empty[s] at bar + 16 + 8 s
-    unsigned* mask = reinterpret_cast<unsigned*>(smem + WS_MASK_AT);
+    static_assert(!ALT || (ASYNC && !FP8 && !L2), "the alternate-tile form's ring: the async BF16 producer without look-ahead");
+    // full[s] at bar + 8 s, empty[s] at bar + 16 + 8 s; ALT (the half-tile ring, below): full[s][h] at
+    // bar + 8 (2 s + h), empty[s][h] at bar + 32 + 8 (2 s + h), h = the latent half this thread copies
+    const unsigned bar = base + (ALT ? ALT_BAR_AT : WS_BAR_AT);
+    unsigned* mask = reinterpret_cast<unsigned*>(smem + (ALT ? ALT_MASK_AT : WS_MASK_AT));
+    const unsigned half8 = ALT ? 8u * (unsigned)((p >> 5) & 1) : 0u;  // chunk p % 64 < 32: dims 0-255
     float* sscale = reinterpret_cast<float*>(smem + WS_SCALE_AT);
     const unsigned char* abytes = static_cast<const unsigned char*>(arena);
     constexpr int ROW_BYTES = FP8 ? SMLA_CODE_ROW_BYTES : SMLA_DIM * 2;
@@ -287,7 +308,8 @@ __device__ __forceinline__ void ws_producer(unsigned char* smem, unsigned base, 
 
         if constexpr (!FP8) {
             // 3. the stage free (tile t - 2's consumers done), then tile t by cp.async
-            if (t >= WS_STAGES) mbar_wait(bar + 16 + 8 * s, (unsigned)((t / WS_STAGES - 1) & 1));
+            if (t >= WS_STAGES)
+                mbar_wait(ALT ? bar + 32 + 16 * s + half8 : bar + 16 + 8 * s, (unsigned)((t / WS_STAGES - 1) & 1));
             if (p == 0) {
                 mask[2 * s] = vm0;
                 mask[2 * s + 1] = vm1;
@@ -314,8 +336,9 @@ __device__ __forceinline__ void ws_producer(unsigned char* smem, unsigned base, 
                 // full[s] completes once every producer thread's copies so far (tile t; at t = 0 q too)
                 // have landed (the noinc arrive is one of its 129 counts) and thread 0's release arrive
                 // after the validity words; the consumers fence the proxies (header)
-                asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar + 8 * s) : "memory");
-                if (p == 0) mbar_arrive(bar + 8 * s);
+                const unsigned full = ALT ? bar + 16 * s + half8 : bar + 8 * s;
+                asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(full) : "memory");
+                if (p == 0) mbar_arrive(full);
             } else {
                 cp_async_commit();
                 cp_async_wait<0>();  // this thread's copies of tile t (and at t = 0 of q) landed
@@ -547,10 +570,318 @@ __device__ __forceinline__ void ws_consumer(unsigned char* smem, unsigned base, 
                                 reinterpret_cast<float*>(smem + WS_RING_AT));
 }
 
+// ---- the alternate-tile form (sparse_mla_split_wgmma_ws_alt) ------------------------------------
+// Why: split_wgmma_ws_async's consumers split every tile by latent dims and walk it in lockstep
+// (S halves, the S exchange, softmax, PV), so the tensor cores idle during both warpgroups' softmax
+// and a stage is freed only when both PVs retire; the copy of tile t + 2 then has one tile's math
+// to land in (NOTES.md, "the half-tile ring read against our work split"). Here (FlashMLA's sm90
+// sparse split, read for technique, kernels/sparse_mla/NOTES.md 2026-12-06):
+//   * consumer warpgroup cw computes S (all 512 dims) and the softmax of every other 64-slot tile:
+//     pair i's tile a = 2 i (stage 0) is warpgroup 0's, tile b = 2 i + 1 (stage 1) warpgroup 1's;
+//   * O is split along the latent: warpgroup cw owns dims [256 cw, 256 cw + 256) and multiplies both
+//     tiles' P into it, its own P from registers (RS), the partner's from shared memory (SS);
+//   * only the row maxima cross before the PVs: warpgroup 0 publishes new0 = max(m, max_a), warpgroup 1
+//     takes new1 = max(new0, max_b) (the pair's max) and publishes it; warpgroup 0 then scales its P
+//     by exp(new0 - new1) for the partner and its O and l before the second PV. The row sums stay per
+//     warpgroup (each scaled by the same factors) and are added once at the end;
+//   * the ring is the half-tile ring: each stage's two latent halves have their own full and empty
+//     mbarriers (producer warps 0 and 2 copy dims 0-255, warps 1 and 3 dims 256-511: the chunk map
+//     p % 64 of ws_producer), freed by the warpgroup whose PV reads them last, in the order
+//     a-left (warpgroup 0's own PV), b-right (warpgroup 1's own PV), a-right and b-left (the partner
+//     PVs), so a half's refill starts while the other half is still read.
+// Schedule of pair i (A-D: named barriers 1-4 over the 256 consumer threads, arrive on one side,
+// sync on the other; E = 5 once at the end):
+//   wg 0: [S_a issued at the end of pair i - 1] softmax_a; sM0; arrive A | PV(a, left, RS); wait;
+//         free a-left | sync B; sf = exp(new0 - new1); sP0 = bf16(P_a sf); arrive C | sync D; O, l *= sf;
+//         PV(b, left, SS sP1) | S_(a + 2) left half; wait_group 1: free b-left; right half; wait.
+//   wg 1: S_b (right half first: b-right lands first) | sync A; softmax_b against new0; sM1; arrive B |
+//         PV(b, right, RS); sP1 = P_b; arrive D | sync C; PV(a, right, SS sP0) | wait_group 1: free
+//         b-right; wait: free a-right.
+// Each barrier's next arrive follows the previous phase's sync (A: wg 0 arrives A(i + 1) after
+// sync B(i), which wg 1 arrives after sync A(i); B, C, D alike), and each exchange buffer's rewrite
+// follows the partner's last read by such a chain (tests/test_sparse_mla_wgmma.py, alt_model).
+// A pair without tile b (ntiles odd): warpgroup 1 skips S_b and its own PV, its max is new0, and
+// warpgroup 0 skips the PV on b; the barriers run as in any pair.
+
+// Each warpgroup reads one fixed stage, so every descriptor and P address below is loop-invariant:
+// ptxas hoisted all of them (32 + 32 S descriptors, 16 P addresses) out of the pair loop and
+// spilled ~1.1 KB. `opaque` hides the base from it where it is used, so each is rebuilt there (one
+// add a wgmma, as split_wgmma_lean's descriptors).
+template <typename T>
+__device__ __forceinline__ T opaque(T v) {
+    if constexpr (sizeof(T) == 8)
+        asm volatile("" : "+l"(v));
+    else
+        asm volatile("" : "+r"(v));
+    return v;
+}
+
+// S of the tile at `stage` over latent half h's 16 k-steps (k-step kk = 16 h + k: dims 16 kk ..).
+template <int H>
+__device__ __forceinline__ void alt_s_half(float (&sc)[32], unsigned long long dq0, unsigned long long dt0, bool first) {
+    dq0 = opaque(dq0);
+    dt0 = opaque(dt0);
+    fence_regs(sc);
+    wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < 16; ++k) {
+        const int kk = 16 * H + k;
+        const unsigned step = (unsigned)(((kk >> 2) * 1024 + (kk & 3) * 32) / 16);
+        wgmma_m64n64k16_ss(sc, dq0 + step, dt0 + step, (first && k == 0) ? 0 : 1);
+    }
+    wgmma_commit();
+}
+
+// The softmax of this warpgroup's own tile: scores scaled and masked, the new running max taken over
+// m_run, `other` (the partner's published max; -inf for warpgroup 0) and the tile's; O and l
+// scaled to it; P = exp(s - max) kept in sc (f32) and packed as the RS A fragments pa; l adds the
+// bf16-rounded weights (this thread's slots only: the quad's four are added at the end).
+__device__ __forceinline__ void alt_softmax(float (&sc)[32], const unsigned (&vm)[2], float scale, int t4,
+                                            const float (&other)[2], float (&m_run)[2], float (&l_run)[2],
+                                            float (&o)[128], unsigned (&pa)[4][4]) {
+    float mt[2] = {neg_inf(), neg_inf()};
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int bit = 8 * (j & 3) + 2 * t4 + (e & 1);  // slot 8 j + 2 t4 + (e & 1), mod 32
+            const float v = ((vm[j >> 2] >> bit) & 1u) ? scale * sc[4 * j + e] : neg_inf();
+            sc[4 * j + e] = v;
+            mt[e >> 1] = fmaxf(mt[e >> 1], v);
+        }
+    float mn[2], alpha[2];
+    bool none[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        mt[r] = fmaxf(mt[r], __shfl_xor_sync(FULL_MASK, mt[r], 1));
+        mt[r] = fmaxf(mt[r], __shfl_xor_sync(FULL_MASK, mt[r], 2));
+        mn[r] = fmaxf(fmaxf(m_run[r], other[r]), mt[r]);
+        none[r] = mn[r] == neg_inf();
+        alpha[r] = none[r] ? 1.f : __expf(m_run[r] - mn[r]);  // m_run = -inf -> 0 (o and l are 0)
+    }
+#pragma unroll
+    for (int i = 0; i < 32; ++i) sc[i] = none[(i >> 1) & 1] ? 0.f : __expf(sc[i] - mn[(i >> 1) & 1]);
+    float ls[2] = {0.f, 0.f};
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            pa[ks][i] = pack_bf16x2(sc[8 * ks + 2 * i], sc[8 * ks + 2 * i + 1]);
+            ls[i & 1] += bf_lo(pa[ks][i]) + bf_hi(pa[ks][i]);
+        }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        l_run[r] = l_run[r] * alpha[r] + ls[r];
+        m_run[r] = mn[r];
+    }
+#pragma unroll
+    for (int i = 0; i < 128; ++i) o[i] *= alpha[(i >> 1) & 1];
+}
+
+// P (pa's words: pa[ks][i] = (row 16 w + g + 8 (i & 1), slots 8 (2 ks + i / 2) + 2 t4, + 1)) into
+// sP [64][64] bf16, 128-byte swizzled K-major: row r at (r / 8) 1024 + (r % 8) 128, 16-byte chunk j
+// at (j ^ r % 8) 16 (a warp's 32 stores of one (ks, i) hit 32 distinct banks).
+__device__ __forceinline__ void alt_store_p(unsigned sp, int w, int g, int t4, const unsigned (&pa)[4][4]) {
+    sp = opaque(sp);
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int j = 2 * ks + (i >> 1);
+            const unsigned a = sp + (unsigned)((2 * w + (i & 1)) * 1024 + g * 128 + ((j ^ g) << 4) + 4 * t4);
+            asm volatile("st.shared.b32 [%0], %1;" ::"r"(a), "r"(pa[ks][i]) : "memory");
+        }
+}
+
+// O_cw += P . C[:, half cw] over the tile at `stage`: P from registers (pa) or from sP (sp).
+__device__ __forceinline__ void alt_pv_rs(float (&o)[128], unsigned (&pa)[4][4], unsigned stage, int cw) {
+    fence_regs(o);
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) fence_regs(pa[ks]);
+    wgmma_fence();
+    const unsigned long long db = opaque(wg_desc(stage + (unsigned)(cw * 4 * 1024), 1024, 8192));
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) wgmma_m64n256k16_rs(o, pa[ks], db + (unsigned)(ks * 1024));
+    wgmma_commit();
+}
+__device__ __forceinline__ void alt_pv_ss(float (&o)[128], unsigned sp, unsigned stage, int cw) {
+    fence_regs(o);
+    wgmma_fence();
+    const unsigned long long da = opaque(wg_desc(sp, 16, 1024));
+    const unsigned long long db = opaque(wg_desc(stage + (unsigned)(cw * 4 * 1024), 1024, 8192));
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) wgmma_m64n256k16_ss(o, da + (unsigned)(2 * ks), db + (unsigned)(ks * 1024));
+    wgmma_commit();
+}
+
+// Consumer warpgroup cw of the alternate-tile form (the schedule above). CTA-uniform branches only.
+__device__ __forceinline__ void alt_consumer(unsigned char* smem, unsigned base, float* __restrict__ part_acc,
+                                             float* __restrict__ part_ml, int m, int s_split, int splits, int ntiles,
+                                             float scale) {
+    const int ct = threadIdx.x - 128;
+    const int cw = ct >> 7, tl = ct & 127;
+    const int lane = tl & 31, w = tl >> 5, g = lane >> 2, t4 = lane & 3;
+    const int row0 = 16 * w + g;  // and row0 + 8
+    const unsigned bar = base + ALT_BAR_AT;  // full[s][h] at bar + 16 s + 8 h, empty[s][h] at bar + 32 + ...
+    const unsigned* mask = reinterpret_cast<const unsigned*>(smem + ALT_MASK_AT);
+    float* sm = reinterpret_cast<float*>(smem + ALT_M_AT);  // sM[wg][64]
+    float* sl = reinterpret_cast<float*>(smem + ALT_L_AT);
+    const unsigned stage0 = base + WS_RING_AT, stage1 = stage0 + WS_STAGE_BYTES;
+    const unsigned sp0 = base + ALT_P_AT, sp1 = sp0 + 8192;
+    const unsigned long long dq0 = wg_desc(base + WS_Q_AT, 16, 8192);
+    const int npairs = (ntiles + 1) / 2;
+
+    float m_run[2] = {neg_inf(), neg_inf()};
+    float l_run[2] = {0.f, 0.f};
+    float o[128];
+#pragma unroll
+    for (int i = 0; i < 128; ++i) o[i] = 0.f;
+    float sc[32];
+#pragma unroll
+    for (int i = 0; i < 32; ++i) sc[i] = 0.f;
+    unsigned pa[4][4];
+    if (cw == 0) {
+        const unsigned long long dt0 = wg_desc(stage0, 16, 8192);
+        if (ntiles > 0) {  // S of tile 0
+            mbar_wait(bar, 0u);
+            fence_proxy_async_shared();
+            alt_s_half<0>(sc, dq0, dt0, true);
+            mbar_wait(bar + 8, 0u);
+            fence_proxy_async_shared();
+            alt_s_half<1>(sc, dq0, dt0, false);
+            wgmma_wait0();
+            fence_regs(sc);
+        }
+#pragma unroll 1
+        for (int i = 0; i < npairs; ++i) {
+            const bool has_b = 2 * i + 1 < ntiles;
+            const unsigned vm[2] = {mask[0], mask[1]};
+            const float none2[2] = {neg_inf(), neg_inf()};
+            alt_softmax(sc, vm, scale, t4, none2, m_run, l_run, o, pa);
+            if (t4 == 0) {
+                sm[row0] = m_run[0];
+                sm[row0 + 8] = m_run[1];
+            }
+            named_arrive<1, 256>();  // A: new0 published
+            alt_pv_rs(o, pa, stage0, 0);
+            wgmma_wait0();
+            fence_regs(o);
+            mbar_arrive(bar + 32);  // a-left free
+            named_sync<2, 256>();   // B: new1 published
+            float sf[2];
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const float n1 = sm[64 + row0 + 8 * r];
+                sf[r] = n1 == m_run[r] ? 1.f : __expf(m_run[r] - n1);  // new0 <= new1; -inf == -inf -> 1
+                m_run[r] = n1;
+            }
+#pragma unroll
+            for (int ks = 0; ks < 4; ++ks)
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
+                    pa[ks][e] = pack_bf16x2(bf_lo(pa[ks][e]) * sf[e & 1], bf_hi(pa[ks][e]) * sf[e & 1]);
+            alt_store_p(sp0, w, g, t4, pa);
+            fence_proxy_async_shared();  // sP0 seen by the partner's wgmma operand reads
+            named_arrive<3, 256>();      // C: sP0 written
+            named_sync<4, 256>();        // D: sP1 written (or tile b absent)
+#pragma unroll
+            for (int r = 0; r < 2; ++r) l_run[r] *= sf[r];
+#pragma unroll
+            for (int k = 0; k < 128; ++k) o[k] *= sf[(k >> 1) & 1];
+            if (has_b) alt_pv_ss(o, sp1, stage1, 0);
+            if (2 * i + 2 < ntiles) {  // S of tile a + 2 under the PV on b
+                const unsigned par = (unsigned)((i + 1) & 1);
+                mbar_wait(bar, par);
+                fence_proxy_async_shared();
+                alt_s_half<0>(sc, dq0, dt0, true);
+                wgmma_wait<1>();
+                if (has_b) mbar_arrive(bar + 32 + 16);  // b-left free
+                mbar_wait(bar + 8, par);
+                fence_proxy_async_shared();
+                alt_s_half<1>(sc, dq0, dt0, false);
+                wgmma_wait0();
+                fence_regs(sc);
+                fence_regs(o);
+            } else {
+                wgmma_wait0();
+                fence_regs(o);
+                if (has_b) mbar_arrive(bar + 32 + 16);  // b-left free
+            }
+        }
+        // the row sums: the quad's four slots, then warpgroup 1's (E)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            l_run[r] += __shfl_xor_sync(FULL_MASK, l_run[r], 1);
+            l_run[r] += __shfl_xor_sync(FULL_MASK, l_run[r], 2);
+        }
+        named_sync<5, 256>();
+        l_run[0] += sl[row0];
+        l_run[1] += sl[row0 + 8];
+    } else {
+        const unsigned long long dt1 = wg_desc(stage1, 16, 8192);
+#pragma unroll 1
+        for (int i = 0; i < npairs; ++i) {
+            const bool has_b = 2 * i + 1 < ntiles;
+            unsigned vm[2] = {0u, 0u};
+            if (has_b) {  // S of tile b, right half first (freed and refilled first)
+                const unsigned par = (unsigned)(i & 1);
+                mbar_wait(bar + 16 + 8, par);
+                fence_proxy_async_shared();
+                alt_s_half<1>(sc, dq0, dt1, true);
+                mbar_wait(bar + 16, par);
+                fence_proxy_async_shared();
+                alt_s_half<0>(sc, dq0, dt1, false);
+                wgmma_wait0();
+                fence_regs(sc);
+                vm[0] = mask[2];
+                vm[1] = mask[3];
+            }
+            named_sync<1, 256>();  // A: new0
+            const float n0[2] = {sm[row0], sm[row0 + 8]};
+            alt_softmax(sc, vm, scale, t4, n0, m_run, l_run, o, pa);  // no valid slot without b: max new0
+            if (t4 == 0) {
+                sm[64 + row0] = m_run[0];
+                sm[64 + row0 + 8] = m_run[1];
+            }
+            named_arrive<2, 256>();  // B: new1 published
+            if (has_b) {
+                alt_pv_rs(o, pa, stage1, 1);
+                alt_store_p(sp1, w, g, t4, pa);
+                fence_proxy_async_shared();
+            }
+            named_arrive<4, 256>();  // D: sP1 written
+            named_sync<3, 256>();    // C: sP0 written
+            alt_pv_ss(o, sp0, stage0, 1);
+            if (has_b) {
+                wgmma_wait<1>();
+                mbar_arrive(bar + 32 + 16 + 8);  // b-right free
+            }
+            wgmma_wait0();
+            fence_regs(o);
+            mbar_arrive(bar + 32 + 8);  // a-right free
+        }
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            l_run[r] += __shfl_xor_sync(FULL_MASK, l_run[r], 1);
+            l_run[r] += __shfl_xor_sync(FULL_MASK, l_run[r], 2);
+        }
+        if (t4 == 0) {
+            sl[row0] = l_run[0];
+            sl[row0 + 8] = l_run[1];
+        }
+        named_arrive<5, 256>();
+    }
+    // both warpgroups end on the same max (warpgroup 1's last, which warpgroup 0 took); part_ml is
+    // warpgroup 0's (the total sum); each warpgroup writes its 256 columns of O
+    wg_store_partials(part_acc, part_ml, (size_t)m * (size_t)splits + (size_t)s_split, row0, cw, t4, m_run, l_run, o,
+                      1.f);
+}
+
 // CTA (s, m) (header). arena: bf16 rows (FP8 = false) or e4m3 codes with row_scale (FP8 = true);
 // L2 = false: the same kernel without the L2 look-ahead (sparse_mla_split_wgmma_ws_nol2); ASYNC: the
-// producer's arrives by cp.async.mbarrier.arrive.noinc (sparse_mla_split_wgmma_ws_async, header).
-template <bool FP8, bool L2 = true, bool ASYNC = false, bool COOP = false>
+// producer's arrives by cp.async.mbarrier.arrive.noinc (sparse_mla_split_wgmma_ws_async, header);
+// ALT: the alternate-tile form (the section above: its consumers, the half-tile ring's barriers).
+template <bool FP8, bool L2 = true, bool ASYNC = false, bool COOP = false, bool ALT = false>
 __device__ __forceinline__ void ws_split(unsigned char* smem_raw, const bf16* __restrict__ q, const void* __restrict__ arena,
                                          const float* __restrict__ row_scale, const int* __restrict__ page_table,
                                          const int* __restrict__ selection, float* __restrict__ part_acc,
@@ -558,7 +889,8 @@ __device__ __forceinline__ void ws_split(unsigned char* smem_raw, const bf16* __
                                          int splits, float scale, bf16* __restrict__ out = nullptr,
                                          float* __restrict__ lse = nullptr, unsigned long long* __restrict__ row_count = nullptr) {
     static_assert(!(FP8 && ASYNC), "the FP8 producer stores its widened codes itself: nothing for a copy to arrive on");
-    if (dynamic_smem_bytes() < WS_USED + 1024) __trap();
+    static_assert(!ALT || (ASYNC && !COOP), "the alternate-tile form: the async producer, the two-kernel contract");
+    if (dynamic_smem_bytes() < (ALT ? ALT_USED : WS_USED) + 1024) __trap();
     const unsigned raw_addr = smem_addr(smem_raw);
     const unsigned pad = wg_align_pad(raw_addr);
     unsigned char* smem = smem_raw + pad;
@@ -571,21 +903,33 @@ __device__ __forceinline__ void ws_split(unsigned char* smem_raw, const bf16* __
     const int ntiles = (end - start + WS_TILE - 1) / WS_TILE;
 
     if (threadIdx.x == 0) {
+        if constexpr (ALT) {
 #pragma unroll
-        for (int st = 0; st < WS_STAGES; ++st) {
-            mbar_init(base + WS_BAR_AT + 8 * st, ASYNC ? 129 : 128);  // full: every producer thread (ASYNC: + thread 0's)
-            mbar_init(base + WS_BAR_AT + 16 + 8 * st, 256);  // empty: every consumer thread
+            for (int k = 0; k < 4; ++k) {  // k = 2 stage + half
+                // full: the 64 copying threads' noinc arrives (+ thread 0's release arrive on half 0)
+                mbar_init(base + ALT_BAR_AT + 8 * k, (k & 1) ? 64 : 65);
+                mbar_init(base + ALT_BAR_AT + 32 + 8 * k, 128);  // empty: the warpgroup whose PV reads the half last
+            }
+        } else {
+#pragma unroll
+            for (int st = 0; st < WS_STAGES; ++st) {
+                mbar_init(base + WS_BAR_AT + 8 * st, ASYNC ? 129 : 128);  // full: every producer thread (ASYNC: + thread 0's)
+                mbar_init(base + WS_BAR_AT + 16 + 8 * st, 256);  // empty: every consumer thread
+            }
         }
     }
     __syncthreads();  // the barriers initialised before anyone arrives or waits (the only CTA barrier)
 
     if (threadIdx.x < 128) {
         regs_dec<FP8 ? WS_PRODUCER_REGS_FP8 : WS_PRODUCER_REGS>();
-        ws_producer<FP8, L2, ASYNC>(smem, base, q, arena, row_scale, selection + (size_t)m * (size_t)W,
+        ws_producer<FP8, L2, ASYNC, ALT>(smem, base, q, arena, row_scale, selection + (size_t)m * (size_t)W,
                          page_table + (size_t)m * (size_t)pages_per_stream, m, start, end, ntiles, page_size);
     } else {
         regs_inc<FP8 ? WS_CONSUMER_REGS_FP8 : WS_CONSUMER_REGS>();
-        ws_consumer<FP8, ASYNC, COOP>(smem, base, part_acc, part_ml, m, s, splits, ntiles, scale, out, lse, row_count);
+        if constexpr (ALT)
+            alt_consumer(smem, base, part_acc, part_ml, m, s, splits, ntiles, scale);
+        else
+            ws_consumer<FP8, ASYNC, COOP>(smem, base, part_acc, part_ml, m, s, splits, ntiles, scale, out, lse, row_count);
     }
 }
 #endif  // SPARSE_MLA_WGMMA_ENABLED
@@ -662,6 +1006,22 @@ sparse_mla_split_wgmma_ws_async_coop(const bf16* __restrict__ q, const bf16* __r
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     ws_split<false, false, true, true>(smem_raw, q, arena, nullptr, page_table, selection, part_acc, part_ml, M, W,
                                        pages_per_stream, page_size, splits, scale, out, lse, row_count);
+#else
+    __trap();  // compiled without sm_90a: no wgmma (the launcher passes -arch=sm_90a)
+#endif
+}
+
+// The alternate-tile form (its section above ws_split): grid (splits, M), split_wgmma's
+// partials and the shared combine, SPARSE_MLA_SPLIT_WGMMA_WS_ALT_SMEM_BYTES of shared memory.
+extern "C" __global__ void __launch_bounds__(SPARSE_MLA_SPLIT_WGMMA_WS_THREADS, 1)
+sparse_mla_split_wgmma_ws_alt(const bf16* __restrict__ q, const bf16* __restrict__ arena,
+                              const int* __restrict__ page_table, const int* __restrict__ selection,
+                              float* __restrict__ part_acc, float* __restrict__ part_ml, int M, int W,
+                              int pages_per_stream, int page_size, int splits, float scale) {
+#ifdef SPARSE_MLA_WGMMA_ENABLED
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    ws_split<false, false, true, false, true>(smem_raw, q, arena, nullptr, page_table, selection, part_acc, part_ml, M,
+                                              W, pages_per_stream, page_size, splits, scale);
 #else
     __trap();  // compiled without sm_90a: no wgmma (the launcher passes -arch=sm_90a)
 #endif

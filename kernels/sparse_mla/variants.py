@@ -175,6 +175,8 @@ SPLIT_DESIGNS = {
                             "SPARSE_MLA_SPLIT_WGMMA_WS_THREADS", "bf16"),
     "split_wgmma_ws_async": ("split_wgmma_ws.cu", "sparse_mla_split_wgmma_ws_async", "SPARSE_MLA_SPLIT_WGMMA_WS_SMEM_BYTES",
                              "SPARSE_MLA_SPLIT_WGMMA_WS_THREADS", "bf16"),
+    "split_wgmma_ws_alt": ("split_wgmma_ws.cu", "sparse_mla_split_wgmma_ws_alt", "SPARSE_MLA_SPLIT_WGMMA_WS_ALT_SMEM_BYTES",
+                           "SPARSE_MLA_SPLIT_WGMMA_WS_THREADS", "bf16"),
     "split_wgmma_lean": ("split_wgmma.cu", "sparse_mla_split_wgmma_lean", "SPARSE_MLA_SPLIT_WGMMA_SMEM_BYTES",
                          "SPARSE_MLA_SPLIT_WGMMA_THREADS", "bf16"),
     "split_wgmma_resident": ("split_wgmma.cu", "sparse_mla_split_wgmma_resident", "SPARSE_MLA_SPLIT_WGMMA_SMEM_BYTES",
@@ -763,6 +765,16 @@ MLA_VARIANTS = (
     _coop_variant("split_wgmma_ws_async_coop_1wave", "split_wgmma_ws_async",
                   why="split_wgmma_ws_async_1wave with split_wgmma_coop_1wave's combine in the kernel (cooperative "
                       "launch; the 256 consumer threads of each CTA merge a share of its row)"),
+    # Issue 13: FlashMLA's split of the tile work (read for technique), on split_wgmma_ws_async's producer.
+    Variant("split_wgmma_ws_alt", "cuda", _make_split_build("split_wgmma_ws_alt"),
+            why="split_wgmma_ws_async's producer and ring with the consumers on alternate whole 64-slot tiles: "
+                "each warpgroup computes S over all 512 dims and the softmax of every other tile, O is split "
+                "along the latent (its own P from registers, the partner's from shared memory), only the row "
+                "maxima cross before the PVs, and each stage's latent halves have their own full and empty "
+                "mbarriers, freed by the PV that reads them last, so one warpgroup's softmax runs under the "
+                "other's wgmmas and a half's refill starts while the other half is read",
+            supports=_supports_split("split_wgmma_ws_alt"), sources=("split_wgmma_ws.cu",)),
+    _one_wave_variant("split_wgmma_ws_alt"),
     Variant("split_wgmma_ws_fp8", "cuda", _make_split_build("split_wgmma_ws_fp8"),
             why="split_wgmma_ws over the FP8 latent (same template): the producer (setmaxnreg 72 / 216) "
                 "reads the e4m3 codes by 16-B loads, widens them exactly to f16 and stores them in the "
