@@ -1174,9 +1174,9 @@ def alt_ring_model(ntiles: int, rng: np.random.Generator, early_free: bool = Fal
             read("sM0", i)
             write("sM1", i)
             bars["B"].arrive(1)
-            if has_b:                                 # PV(b, right, RS); P_b into sP1
-                start_read(1, 1, b)
+            if has_b:                                 # P_b into sP1; PV(b, right, RS)
                 write("sP1", i)
+                start_read(1, 1, b)
             bars["D"].arrive(1)
             yield from sync("C", 1)
             start_read(0, 1, a)                       # PV(a, right, SS sP0)

@@ -844,10 +844,11 @@ __device__ __forceinline__ void alt_consumer(unsigned char* smem, unsigned base,
                 sm[64 + row0 + 8] = m_run[1];
             }
             named_arrive<2, 256>();  // B: new1 published
-            if (has_b) {
-                alt_pv_rs(o, pa, stage1, 1);
+            if (has_b) {  // P_b into sP1 before the RS wgmma that reads pa is issued (no access to
+                          // a wgmma's A registers before its wait, PTX ISA), then PV(b, right)
                 alt_store_p(sp1, w, g, t4, pa);
                 fence_proxy_async_shared();
+                alt_pv_rs(o, pa, stage1, 1);
             }
             named_arrive<4, 256>();  // D: sP1 written
             named_sync<3, 256>();    // C: sP0 written
