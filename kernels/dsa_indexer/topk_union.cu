@@ -245,7 +245,7 @@ __device__ __forceinline__ bool uni_window_select(const uint2* u, unsigned nu, u
 // EV (the early form, dsa_topk_union_early<EV>_c<CS>; 0 elsewhere): the bound from the first EV float4
 // slots of each thread only (its registers, then cp.async group A), found and exchanged while
 // group B (slots EV..) is still landing; the thread max over every slot reaches rank 0 by
-// red.shared::cluster.max after the push's compare, for the +inf test only.
+// red.shared::cluster.max before the push, for the +inf test only.
 template <unsigned CS, bool BULK, bool OWN, unsigned EV = 0u>
 __device__ __forceinline__ void union_body(const float* __restrict__ scores, int* __restrict__ out, int C_, int k_) {
     constexpr bool EARLY = EV != 0u;
