@@ -46,6 +46,10 @@ class TimingConf:
     timeout_s: float = 30.0
     cache: str = "auto"           # flush | rotate | warm | auto (rotate when it fits in L2)
     graph: bool = False           # time CUDA-graph replays (launch-bound kernels, peers)
+    # Enqueue each batch of repetitions behind a kernel that holds the stream until the host has
+    # enqueued all of it (harness/host_hold.cu): no host launch gap inside a sample (clock
+    # cuda-events-held in the rows)
+    hold: bool = False
     # Launches per timed sample, each on its own buffers, enqueued back to back (one graph when
     # graph=true), as a decode step runs its layers of one kind; times are per launch (sample /
     # chain). 0 = the component's layers per decode step (34 for KDA). 1 = one launch per sample.

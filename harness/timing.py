@@ -3,7 +3,9 @@
 CUDA: events recorded on the stream the kernels run on. Between repetitions the L2 is either
 flushed by writing a buffer of at least 2x the L2 (allocated once per backend), or, when the
 working set fits in L2, several input sets are rotated so no repetition finds its inputs cached.
-Optional CUDA-graph replay removes launch gaps for launch-bound kernels.
+Optional CUDA-graph replay removes launch gaps for launch-bound kernels. Optionally (``hold``) each
+batch of repetitions is enqueued behind a kernel that spins until the host has enqueued all of
+it (harness/host_hold.cu), so no sample holds a host-side launch gap: clock ``cuda-events-held``.
 
 CPU: ``time.perf_counter`` around each call (the CPU reference backend).
 
@@ -36,7 +38,7 @@ class TimingResult:
     spread: float
     noisy: bool
     stop_reason: str
-    clock: str          # cuda-events | host
+    clock: str          # cuda-events | cuda-events-held (timing.hold) | host
     cache: str          # flush | rotate | warm | host
     graph: bool
     chain: int = 1      # launches per sample; every ms figure is per launch (sample / chain)
@@ -138,6 +140,47 @@ class _Flusher:
         self.backend.launch(self.kernel, (self.grid,), (256,), (self.buf, cp.uint64(self.n16), self.sink))
 
 
+class _HostHold:
+    """A kernel that holds the stream until the host releases it (harness/host_hold.cu): ``hold``
+    before a batch is enqueued, ``release`` after, ``timed_out`` once the batch has run."""
+
+    SOURCE = pathlib.Path(__file__).with_name("host_hold.cu")
+    SECONDS = 1.0  # the longest hold: the host enqueues a batch of BATCH repetitions in far less
+
+    def __init__(self, backend):
+        cp = backend.cp
+        self.backend = backend
+        self.mem = cp.cuda.alloc_pinned_memory(4)          # mapped into the device's address space (UVA)
+        self.flag = np.frombuffer(self.mem, np.uint32, 1)
+        with backend.stream:
+            self.expired = cp.zeros(1, dtype=cp.uint32)
+        self.kernel = backend.module(self.SOURCE).get_function("host_hold")
+        self.max_cycles = np.int64(self.SECONDS * int(backend.props["clockRate"]) * 1000)   # clockRate in kHz
+
+    def hold(self) -> None:
+        self.flag[0] = 0                                   # the previous batch's hold has run: it was synchronized
+        self.backend.launch(self.kernel, (1,), (1,), (np.uint64(self.mem.ptr), self.max_cycles, self.expired))
+
+    def release(self) -> None:
+        self.flag[0] = 1
+
+    def timed_out(self) -> bool:
+        """After the batch ran: whether the hold gave up before the release (and reset the mark)."""
+        if not int(self.expired.get()[0]):
+            return False
+        self.expired.fill(0)
+        return True
+
+
+def host_hold(backend) -> _HostHold:
+    """The backend's stream hold (made on first use, then reused by every job and tool)."""
+    h = getattr(backend, "_attnbench_host_hold", None)
+    if h is None:
+        h = _HostHold(backend)
+        backend._attnbench_host_hold = h
+    return h
+
+
 def flusher(backend) -> _Flusher:
     """The backend's L2 flusher (allocated on first use, then reused by every job and tool)."""
     f = getattr(backend, "_attnbench_flusher", None)
@@ -152,10 +195,14 @@ def time_cuda(steps: Sequence[Callable[[], None]], backend, conf, cache: str) ->
 
     Each repetition records a start and an end event around one step on ``backend.stream``; the
     flush (when used) is enqueued before the start event, so it is never inside the timed span.
+    ``conf.hold``: each batch is enqueued behind host_hold's kernel and released once enqueued
+    whole, so the GPU never waits on the host inside a sample; a hold that expires (the host took
+    over _HostHold.SECONDS to enqueue a batch) raises rather than keep a sample it may have spoiled.
     """
     cp = backend.cp
     stream = backend.stream
     flush = flusher(backend) if cache == "flush" else None
+    hold = host_hold(backend) if getattr(conf, "hold", False) else None
     k = 0
     for _ in range(conf.warmup):
         if flush:
@@ -167,6 +214,8 @@ def time_cuda(steps: Sequence[Callable[[], None]], backend, conf, cache: str) ->
     started = time.perf_counter()
     events = [(cp.cuda.Event(), cp.cuda.Event()) for _ in range(BATCH)]
     while True:
+        if hold:
+            hold.hold()
         for start, end in events:
             if flush:
                 flush()
@@ -174,9 +223,15 @@ def time_cuda(steps: Sequence[Callable[[], None]], backend, conf, cache: str) ->
             steps[k % len(steps)]()
             end.record(stream)
             k += 1
+        if hold:
+            hold.release()
         end_last = events[-1][1]
         end_last.synchronize()
+        if hold and hold.timed_out():
+            raise RuntimeError(f"timing.hold: the host took over {_HostHold.SECONDS:g} s to enqueue {BATCH} "
+                               "repetitions, so the hold expired; time this step with hold=false")
         samples.extend(cp.cuda.get_elapsed_time(s, e) for s, e in events)
         reason = _stop(samples, conf, started)
         if reason:
-            return _result(samples, reason, conf, "cuda-events", cache, bool(conf.graph))
+            return _result(samples, reason, conf, "cuda-events-held" if hold else "cuda-events", cache,
+                           bool(conf.graph))

@@ -183,7 +183,8 @@ def test_reference_samples_streams_only_for_large_rows(geometry):
 
 
 @pytest.mark.parametrize("variant", ["ref_topk", "model_radix", "model_bound", "model_resident", "model_onecta",
-                                     "model_split", "model_union", "model_union_own"])
+                                     "model_split", "model_union", "model_union_own", "model_union_early3",
+                                     "model_union_early4"])
 @pytest.mark.parametrize("kind", spec.SCORE_ROW_KINDS)
 def test_cpu_variants_pass_through_the_runner(geometry, variant, kind):
     comp = registry.get("dsa_topk")
@@ -1017,29 +1018,31 @@ def _union_caps():
     return topk_variants.union_define("UNI_CAP"), topk_variants.onecta_define("ONE_CAP")
 
 
-OWN = pytest.mark.parametrize("own", [False, True], ids=["exchanged", "own"])
+# The union's forms as select_row_union's keywords: the exchanged bound, the own form, the early forms
+FORMS = pytest.mark.parametrize("form", [{}, {"own": True}, {"early": 3}, {"early": 4}],
+                                ids=["exchanged", "own", "early3", "early4"])
 
 
-@OWN
+@FORMS
 @pytest.mark.parametrize("union_cap", [16, 16384], ids=["cap16-row", "served"])
 @pytest.mark.parametrize("cs", topk_model.UNION_SIZES)
 @pytest.mark.parametrize("kind", (*KINDS, "one_level"))
-def test_the_union_emulation_gives_the_reference_set(kind, cs, union_cap, own):
+def test_the_union_emulation_gives_the_reference_set(kind, cs, union_cap, form):
     """Every row kind at irregular lengths (C % 4 != 0, slices shorter than a thread's keys, k > C),
     with the union serving where it can or too small to (the row itself): the reference's set
     exactly, members first, then -1."""
-    rng = np.random.default_rng(zlib.crc32(repr(("union", kind, cs, union_cap, own)).encode()))
+    rng = np.random.default_rng(zlib.crc32(repr(("union", kind, cs, union_cap, sorted(form.items()))).encode()))
     for C, k in ((1, 1), (7, 3), (2049, 512), (3001, 2048), (5000, 6000), (20000, 64), (30001, 700)):
         if topk_model.split_slices(C, cs)[0][1] > topk_model.UNI_KEYS:
             continue
         row = _rows(kind, C, min(k, C), rng)
-        out, _ = topk_model.select_row_union(row, k, cs, union_cap, 2560, rng, own)
+        out, _ = topk_model.select_row_union(row, k, cs, union_cap, 2560, rng, **form)
         res = _strict_ok(out, row, k)
-        assert res.ok, (kind, C, k, cs, union_cap, own, res.describe())
+        assert res.ok, (kind, C, k, cs, union_cap, form, res.describe())
 
 
-@OWN
-def test_the_union_paths_are_exercised(own):
+@FORMS
+def test_the_union_paths_are_exercised(form):
     """Each path on a row built for it: random (the union serves, its bound below the k-th key);
     ascending (the top keys all in the last slice: the first slice's bound, the least, is far below
     them and the union passes its cap: the row); every key -inf but a few (fewer than k thread maxes: no bound, the row);
@@ -1048,22 +1051,22 @@ def test_the_union_paths_are_exercised(own):
     rng = np.random.default_rng(53)
     union_cap, cap = _union_caps()
     row = rng.standard_normal(65536).astype(np.float32)
-    out, tr = topk_model.select_row_union(row, 512, 4, union_cap, cap, rng, own)
+    out, tr = topk_model.select_row_union(row, 512, 4, union_cap, cap, rng, **form)
     assert tr.served and 512 <= tr.n_union < 2048 and _strict_ok(out, row, 512).ok
     assert tr.final in ("window", "window_warp") and tr.select is None
     srt = np.sort(row)
-    out, tr = topk_model.select_row_union(srt, 512, 4, union_cap, cap, rng, own)
+    out, tr = topk_model.select_row_union(srt, 512, 4, union_cap, cap, rng, **form)
     assert not tr.served and tr.b != 0 and tr.n_union > union_cap and _strict_ok(out, srt, 512).ok
     row = np.full(8192, -np.inf, np.float32)
     row[[3, 2500, 6000, 8191]] = [1.0, np.inf, -2.0, 0.0]
-    out, tr = topk_model.select_row_union(row, 64, 2, union_cap, cap, rng, own)
+    out, tr = topk_model.select_row_union(row, 64, 2, union_cap, cap, rng, **form)
     assert tr.b == 0 and not tr.served and tr.n_union == 0
     assert sorted(out[:3].tolist()) == [3, 6000, 8191] and (out[3:] == -1).all()
     row = np.full(3000, 0.5, np.float32)
-    out, tr = topk_model.select_row_union(row, 512, 1, union_cap, cap, rng, own)
+    out, tr = topk_model.select_row_union(row, 512, 1, union_cap, cap, rng, **form)
     assert tr.served and tr.final == "select" and tr.n_union == 3000 and tr.select.partial and tr.select.overflow
     assert np.array_equal(np.sort(out), np.arange(512))
-    out, tr = topk_model.select_row_union(np.full(65536, 0.5, np.float32), 2048, 4, union_cap, cap, rng, own)
+    out, tr = topk_model.select_row_union(np.full(65536, 0.5, np.float32), 2048, 4, union_cap, cap, rng, **form)
     assert not tr.served and np.array_equal(np.sort(out), np.arange(2048))
 
 
@@ -1095,8 +1098,8 @@ def test_the_own_window_top_is_one_octave_above_the_bound_saturating():
     assert max(0, R.bit_length() - 10) == 13
 
 
-@OWN
-def test_the_union_tie_take_on_quantized_rows_is_the_rows(own):
+@FORMS
+def test_the_union_tie_take_on_quantized_rows_is_the_rows(form):
     """The DSA layer's quantized scores (a level cut at the k-th in most rows) and 50-level rows (the
     union's bin buffer overflows: ShrFinalOut's take from the union): the union serves and its
     partial tie level gives the reference's set."""
@@ -1106,7 +1109,7 @@ def test_the_union_tie_take_on_quantized_rows_is_the_rows(own):
         C, k = 65536, 512
         rows = _quantized_rows(C, rng)
         for row in rows:
-            out, tr = topk_model.select_row_union(row, k, 4, *_union_caps(), rng, own)
+            out, tr = topk_model.select_row_union(row, k, 4, *_union_caps(), rng, **form)
             partial += tr.select is not None and tr.select.partial
             assert tr.served and _strict_ok(out, row, k).ok, trial
     assert partial >= 6, partial                   # the union's take ran, not only whole levels
@@ -1163,26 +1166,32 @@ def test_the_union_window_select_is_exact_on_every_path():
     assert topk_model.window_select(ukey[:100], uidx[:100], 512, tlb, kmax) is None
 
 
-@pytest.mark.parametrize("C,k,M,served", [(65536, 512, 32, True), (65536, 512, 64, True), (65536, 512, 8, True),
-                                          (65536, 2048, 8, True), (16384, 512, 32, True), (131072, 2048, 1, True),
-                                          (262144, 2048, 1, True), (65536, 2048, 64, False), (65536, 2048, 32, None)])
-@OWN
-def test_the_union_at_the_sweep_points(C, k, M, served, own):
+@pytest.mark.parametrize("C,k,M,served,early_served",
+                         [(65536, 512, 32, True, True), (65536, 512, 64, True, True), (65536, 512, 8, True, True),
+                          (65536, 2048, 8, True, True), (16384, 512, 32, True, True), (131072, 2048, 1, True, True),
+                          (262144, 2048, 1, True, False), (65536, 2048, 64, False, False), (65536, 2048, 32, None, False)])
+@FORMS
+def test_the_union_at_the_sweep_points(C, k, M, served, early_served, form):
     """On N(0, 1) rows at radix_union's cluster pick: where the union serves it holds under 4k
-    keys (each rank's bound bin is 1/8 of an octave wide), so rank 0 selects from far fewer pairs
+    keys (each rank's bound bin is 1/8 of an octave wide; 6k for the early forms' bound over a
+    thread's first slots), so rank 0 selects from far fewer pairs
     than the row, and the bound is at most the k-th key (the select's T). At 2048 of 65536 in
     clusters of 2 (M = 64) each CTA's bound is its 1024th thread max of 1024, its least: far below T,
     the union passes UNI_CAP and the row itself is selected from (correct, slow); in clusters of 3
-    (M = 32) its 683rd: the union holds ~3.5k keys, under the cap on some rows (served None: either)."""
+    (M = 32) its 683rd: the union holds ~3.5k keys, under the cap on some rows (served None: either).
+    The early forms (``early_served``) lose the union where a slice is full and k large: at 2048 of
+    262144 in clusters of 8 their bound over 3 or 4 of 8 slots leaves ~6-8k keys above it."""
+    served = early_served if form.get("early") else served
     union_cap, cap = _union_caps()
     cs = topk_model.pick_union(M, C, topk_variants.H200_SMS)
     rng = np.random.default_rng(C + k + M + 7)
     for _ in range(3):
         row = rng.standard_normal(C).astype(np.float32)
-        out, tr = topk_model.select_row_union(row, k, cs, union_cap, cap, rng, own)
+        out, tr = topk_model.select_row_union(row, k, cs, union_cap, cap, rng, **form)
         assert served in (None, tr.served) and _strict_ok(out, row, k).ok, (C, k, M, cs, tr.n_union)
         if tr.served:
-            assert k <= tr.n_union < 4 * k and tr.T >= tr.b << 20, (C, k, M, cs, tr.n_union)
+            # the early forms' bound comes from 3 or 4 of a thread's 8 slots: a lower bin, a larger union
+            assert k <= tr.n_union < (6 if form.get("early") else 4) * k and tr.T >= tr.b << 20, (C, k, M, cs, tr.n_union)
         else:
             assert tr.n_union > union_cap
 
@@ -1224,8 +1233,9 @@ def test_the_union_launcher_reads_the_kernel_declarations(geometry):
     # each form's kernels are the macro's, and its shared memory a #define the launcher reads
     assert {prefix for prefix, _ in topk_variants.UNION_FORMS.values()} == set(
         re.findall(r"(dsa_topk_union\w*)_c##CS\(", text))
-    assert [d(dyn) for _, dyn in topk_variants.UNION_FORMS.values()] == [d("UNI_DYN_BYTES"), d("UNI_BULK_DYN_BYTES"),
-                                                                       d("UNI_DYN_BYTES")]
+    assert {form: d(dyn) for form, (_, dyn) in topk_variants.UNION_FORMS.items()} == {
+        "radix_union": d("UNI_DYN_BYTES"), "radix_union_bulk": d("UNI_BULK_DYN_BYTES"), "radix_union_own": d("UNI_DYN_BYTES"),
+        "radix_union_early3": d("UNI_DYN_BYTES"), "radix_union_early4": d("UNI_DYN_BYTES")}
     comp = registry.get("dsa_topk")
     assert comp.variant("radix_union").sources == (topk_variants.UNION_SOURCE,)
     why = comp.variant("radix_union").supports(geometry, _point(M=1, context=1048576, pooling="per_token"))

@@ -25,3 +25,32 @@ def test_cuda_roofline_variants_exact(geometry, component, copy_mib):
         row = runner.measure(comp, v, {"copy_mib": copy_mib}, geometry, backend, QUICK, seed=7, roofline=None)
         assert row["status"] == "ok", f"{v.name}: {row['reason']}"
         assert row["rel_err"] == 0
+
+
+def test_a_held_batch_times_the_gpu_alone(geometry):
+    """timing.hold on a device: the hold kernel sees the host's release through pinned memory (no
+    expiry, so no RuntimeError), the rows say cuda-events-held, and a host that sleeps 2 ms before
+    each launch adds nothing to a held sample (the batch waits whole behind the hold) while it
+    lands in every plain one."""
+    import time
+
+    from harness import timing
+
+    comp = registry.get("roofline")
+    backend = backends.get("cuda")
+    held = SimpleNamespace(**{**vars(QUICK), "hold": True})
+    row = runner.measure(comp, comp.variant("copy_v16"), {"copy_mib": 1}, geometry, backend, held, seed=7,
+                         roofline=None)
+    assert row["status"] == "ok", row["reason"]
+    assert row["clock"] == "cuda-events-held"
+    kernel = backend.module(timing._Flusher.SOURCE).get_function("l2_flush_read")
+    buf = backend.cp.zeros(1 << 16, dtype=backend.cp.uint32)
+    sink = backend.cp.zeros(1, dtype=backend.cp.uint32)
+
+    def slow_host_launch():
+        time.sleep(0.002)
+        backend.launch(kernel, (8,), (256,), (buf, backend.cp.uint64(buf.size // 4), sink))
+
+    plain = timing.time_cuda([slow_host_launch], backend, SimpleNamespace(**{**vars(QUICK), "hold": False}), "warm")
+    hold = timing.time_cuda([slow_host_launch], backend, held, "warm")
+    assert plain.ms_p50 > 1.5 and hold.ms_p50 < 0.5, (plain.ms_p50, hold.ms_p50)

@@ -88,3 +88,64 @@ def test_per_launch_divides_every_time_and_keeps_the_spread():
     assert per.ms_p20 == pytest.approx(whole.ms_p20 / 3) and per.ms_p80 == pytest.approx(whole.ms_p80 / 3)
     assert per.spread == whole.spread and per.n == 3 and per.noisy == whole.noisy
     assert timing.per_launch(whole, 1) is whole
+
+
+class _FakeCuda:
+    """Just enough of CuPy and a backend for time_cuda: events that log their records, a stream,
+    an elapsed time of 1 ms a sample; everything enqueued goes to ``log``."""
+
+    def __init__(self, log):
+        self.log = log
+        fake = self
+
+        class Event:
+            def record(self, stream):
+                fake.log.append("record")
+
+            def synchronize(self):
+                fake.log.append("sync")
+
+        self.cuda = SimpleNamespace(Event=Event, get_elapsed_time=lambda s, e: 1.0)
+        self.stream = SimpleNamespace(synchronize=lambda: None)
+
+
+class _FakeHold:
+    def __init__(self, log, expire=False):
+        self.log, self.expire = log, expire
+
+    def hold(self):
+        self.log.append("hold")
+
+    def release(self):
+        self.log.append("release")
+
+    def timed_out(self):
+        return self.expire
+
+
+@pytest.mark.parametrize("hold", [False, True], ids=["plain", "held"])
+def test_a_held_batch_is_enqueued_whole_behind_the_hold(hold):
+    """timing.hold: every batch of BATCH repetitions is enqueued between the hold and its release,
+    and synchronized only after the release (else the GPU would wait on the host inside a sample);
+    the rows say so by their clock. Without hold nothing holds the stream."""
+    log = []
+    cp = _FakeCuda(log)
+    backend = SimpleNamespace(cp=cp, stream=cp.stream, _attnbench_host_hold=_FakeHold(log))
+    res = timing.time_cuda([lambda: log.append("step")], backend, conf(hold=hold, min_reps=20, max_reps=20), "warm")
+    assert res.n == 20 and res.clock == ("cuda-events-held" if hold else "cuda-events")
+    first = next(i for i, x in enumerate(log) if x != "step")
+    assert first == 1 and log[0] == "step"                 # the warm-up (1 step) is never held
+    timed = log[first:]
+    batches = [list(g) for is_sync, g in itertools.groupby(timed, lambda x: x == "sync") if not is_sync]
+    assert len(batches) == 2
+    for b in batches:
+        body = ["record", "step", "record"] * timing.BATCH
+        assert b == (["hold", *body, "release"] if hold else body)
+
+
+def test_an_expired_hold_refuses_the_batch():
+    log = []
+    cp = _FakeCuda(log)
+    backend = SimpleNamespace(cp=cp, stream=cp.stream, _attnbench_host_hold=_FakeHold(log, expire=True))
+    with pytest.raises(RuntimeError, match="timing.hold: the host took over 1 s"):
+        timing.time_cuda([lambda: None], backend, conf(hold=True), "warm")

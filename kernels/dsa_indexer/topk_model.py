@@ -755,13 +755,14 @@ def pick_union(M: int, C: int, sms: int) -> int | None:
     return max(grown, default=need)
 
 
-def thread_maxes(key: np.ndarray) -> np.ndarray:
+def thread_maxes(key: np.ndarray, vecs: int = UNI_VECS) -> np.ndarray:
     """Every thread's largest key over a slice's keys [n <= UNI_KEYS] int64: key j of thread t is
-    element 4 (q 1024 + t) + e of the slice (q = j / 4, e = j % 4), key 0 past its end."""
-    assert len(key) <= UNI_KEYS
+    element 4 (q 1024 + t) + e of the slice (q = j / 4, e = j % 4), key 0 past its end; over its
+    float4 slots q < ``vecs`` only (the early form's bound: the slots that land first)."""
+    assert len(key) <= UNI_KEYS and 1 <= vecs <= UNI_VECS
     padded = np.zeros(UNI_KEYS, np.int64)
     padded[:len(key)] = key
-    return padded.reshape(UNI_VECS, UNI_THREADS, 4).max(axis=(0, 2))
+    return padded.reshape(UNI_VECS, UNI_THREADS, 4)[:vecs].max(axis=(0, 2))
 
 
 UNI_WARP_BIN = 32                      # topk_union.cu: the most keys of the k-th key's window bin one warp ranks
@@ -820,7 +821,8 @@ def window_select(ukey: np.ndarray, uidx: np.ndarray, k: int, tlb: int, kmax: in
 
 
 def select_row_union(scores: np.ndarray, k: int, cs: int, union_cap: int, cap: int,
-                     rng: np.random.Generator | None = None, own: bool = False) -> tuple[np.ndarray, UnionTrace]:
+                     rng: np.random.Generator | None = None, own: bool = False,
+                     early: int = 0) -> tuple[np.ndarray, UnionTrace]:
     """One row as dsa_topk_union's cluster of ``cs``: ``(out [k] int32, trace)``.
 
     Each slice's thread maxes (thread_maxes), their nonzero digit 0 counted, b_r the bin of the
@@ -837,15 +839,21 @@ def select_row_union(scores: np.ndarray, k: int, cs: int, union_cap: int, cap: i
     Where every b_r is the same bin (``agree``) the union is the one above and the window select
     runs on it; otherwise the ranks above the least b_r push their keys in [b << 20, b_r << 20) in a
     second round, so the union is again every key >= tlb, and rank 0 counts it into the least
-    bound's window itself (the ranks' digits disagreed) before the same select."""
+    bound's window itself (the ranks' digits disagreed) before the same select.
+
+    ``early`` (dsa_topk_union_early<early>): each rank's b_r from the thread maxes over its first
+    ``early`` float4 slots only (those land first; the exchange runs while the rest lands), a lower
+    bound still (they are distinct keys of the slice); the window is the own form's, fixed by the
+    bound (the row's largest key reaches rank 0 only with the push), kmax still from every key."""
+    assert not (own and early), "the early form is the exchanged one's"
     rng = rng or np.random.default_rng(0)
     key = keys(scores).astype(np.int64)
     C = len(key)
     bounds, kmax = [], 0
     for lo, hi in split_slices(C, cs):
-        tm = thread_maxes(key[lo:hi])
+        tm = thread_maxes(key[lo:hi], early or UNI_VECS)
         bounds.append(_find_desc(np.bincount(tm[tm != 0] >> 20, minlength=4096), -(-k // cs))[0])
-        kmax = max(kmax, int(tm.max()))
+        kmax = max(kmax, int(thread_maxes(key[lo:hi]).max()))
     agree = all(b_r == bounds[0] for b_r in bounds)
     b = min(bounds)
     idx = rng.permutation(np.flatnonzero(key >= b << 20)) if b else np.zeros(0, np.int64)
@@ -854,7 +862,7 @@ def select_row_union(scores: np.ndarray, k: int, cs: int, union_cap: int, cap: i
     if served:
         assert len(idx) >= k, "the cs ceil(k / cs) thread maxes >= tlb are distinct keys"
 
-        win = window_select(key[idx], idx, k, b << 20, kmax, own_window_top(b << 20) if own else None)
+        win = window_select(key[idx], idx, k, b << 20, kmax, own_window_top(b << 20) if own or early else None)
         if win is not None:
             members, final, T = win
             return (rng.permutation(members).astype(np.int32),
@@ -872,9 +880,10 @@ def select_row_union(scores: np.ndarray, k: int, cs: int, union_cap: int, cap: i
                                             select=tr, agree=agree)
 
 
-def select_union(scores: np.ndarray, k: int, union_cap: int, cap: int, sms: int, own: bool = False) -> np.ndarray:
+def select_union(scores: np.ndarray, k: int, union_cap: int, cap: int, sms: int, own: bool = False,
+                 early: int = 0) -> np.ndarray:
     """Every row of ``scores`` [M, C] float32 -> [M, k] int32 (select_row_union at pick_union's size)."""
     rng = np.random.default_rng(5)
     cs = pick_union(len(scores), scores.shape[1], sms)
     assert cs is not None, f"dsa_topk_union holds at most {UNION_SIZES[-1] * UNI_KEYS} keys a row"
-    return np.stack([select_row_union(row, k, cs, union_cap, cap, rng, own)[0] for row in scores])
+    return np.stack([select_row_union(row, k, cs, union_cap, cap, rng, own, early)[0] for row in scores])

@@ -69,6 +69,18 @@ again every key >= bmin << 20; rank 0 then counts it into bmin's window itself (
 union: the ranks' digits disagreed) before the window select; where they agree the select starts at
 the search as above. The float4 slots past a short slice (6 and 7 at
 clusters of 3 on 65536 keys: a quarter of each thread's compares) are neither stored nor compared.
+The early forms (dsa_topk_union_early<EV>_c<CS>, union_body's EV = 3 or 4;
+topk_model.select_row_union(early=EV)): the exchanged form with its bound taken from the first EV
+float4 slots of each thread only. The register loads are issued first and the cp.async copies in
+two groups (slots REG..EV-1, then EV..), so the local bound, the cluster barrier and the bounds'
+exchange (0.60 + 0.51 + 0.27 us of the H200 timeline at M = 32, 3200498) run while group B lands.
+The bound stays a lower bound on T (CS ceil(k / CS) thread maxes over distinct keys are above it),
+but a lower one: the CPU model puts the union at ~1000 (EV 4) and ~1500 (EV 3) keys at 512 of 65536
+in clusters of 3, against ~800, and past UNI_CAP at 2048 of 262144 in clusters of 8 (the row path
+then: correct, slow). The window is the own form's, fixed by the bound, since the row's largest key
+is known only after group B: each thread's max over every slot goes to rank 0's kmax_row by
+red.shared::cluster.max before the push (zeroed by rank 0 before the exchange's barrier, read after
+the push's), for the +inf test alone.
 No workspace and no counter in global memory: a launch leaves nothing behind. Cluster barriers: 2
 (the own form: 2, 3 where the bounds differ).
 Shared memory: OneShared (45,200 B) + 4 words (+ the bulk form's mbarrier; ptxas: 45,216 B and
@@ -109,6 +121,10 @@ __device__ __forceinline__ unsigned uni_mapa(const void* local, unsigned rank) {
 // cluster barrier's release publishes)
 __device__ __forceinline__ void uni_red_add(unsigned cluster_addr, unsigned v) {
     asm volatile("red.shared::cluster.add.u32 [%0], %1;" ::"r"(cluster_addr), "r"(v) : "memory");
+}
+
+__device__ __forceinline__ void uni_red_max(unsigned cluster_addr, unsigned v) {
+    asm volatile("red.shared::cluster.max.u32 [%0], %1;" ::"r"(cluster_addr), "r"(v) : "memory");
 }
 
 __device__ __forceinline__ unsigned uni_atom_add(unsigned cluster_addr, unsigned v) {
@@ -226,8 +242,14 @@ __device__ __forceinline__ bool uni_window_select(const uint2* u, unsigned nu, u
 // the 4-B cp.async copies into the same slots).
 #define UNI_BULK_CHUNKS 8                // copies of up to 16 KiB: the engine works on several at once
 
-template <unsigned CS, bool BULK, bool OWN>
+// EV (the early form, dsa_topk_union_early<EV>_c<CS>; 0 elsewhere): the bound from the first EV float4
+// slots of each thread only (its registers, then cp.async group A), found and exchanged while
+// group B (slots EV..) is still landing; the thread max over every slot reaches rank 0 by
+// red.shared::cluster.max before the push, for the +inf test only.
+template <unsigned CS, bool BULK, bool OWN, unsigned EV = 0u>
 __device__ __forceinline__ void union_body(const float* __restrict__ scores, int* __restrict__ out, int C_, int k_) {
+    constexpr bool EARLY = EV != 0u;
+    static_assert(!EARLY || (!BULK && !OWN && EV >= UNI_REG_VECS && EV <= UNI_VECS), "the early form is the exchanged one's");
     constexpr unsigned REG = BULK ? 0u : UNI_REG_VECS;   // float4 a thread in registers
     auto is_reg = [](unsigned q) {                     // q < REG, which nvcc warns of as q < 0u when REG is 0
         if constexpr (REG == 0u) return false; else return q < REG;
@@ -251,13 +273,30 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
     const bool vec = (C & 3u) == 0u;                   // row and slice starts 16-B aligned
     // OWN: the float4 slots q < nq hold slice keys in some thread; past them every slot is padding
     // (q 6, 7 at clusters of 3 on 65536: a quarter of the compares), never loaded, stored or compared
-    const unsigned nq = OWN ? (hi - lo + 4u * ONE_THREADS - 1u) / (4u * ONE_THREADS) : UNI_VECS;
+    const unsigned nq = OWN || EARLY ? (hi - lo + 4u * ONE_THREADS - 1u) / (4u * ONE_THREADS) : UNI_VECS;
     // element of float4 q, lane e of this thread; float4 q >= REG is held at dyn[(q - REG) 1024 + t]
     auto elem = [&](unsigned q, unsigned e) { return lo + 4u * (q * ONE_THREADS + threadIdx.x) + e; };
     auto held = [&](unsigned q) { return dyn + (q - REG) * ONE_THREADS + threadIdx.x; };
 
     // 1: every load issued at once (into registers, shared memory by cp.async, or the bulk copies),
-    // then the keys
+    // then the keys. The early form issues the register loads first and the cp.async copies in two
+    // groups (slots < EV, the rest), so that its bound's keys land first.
+    float x[REG ? 4 * REG : 1];
+    auto load_registers = [&] {
+#pragma unroll
+        for (unsigned q = 0; is_reg(q); ++q) {
+            const unsigned e0 = elem(q, 0u);
+            if (vec) {
+                const float4 v = e0 < hi ? ld_nc_f32x4(reinterpret_cast<const float4*>(row + e0))
+                                         : make_float4(neg_inf(), neg_inf(), neg_inf(), neg_inf());
+                x[4 * q] = v.x, x[4 * q + 1] = v.y, x[4 * q + 2] = v.z, x[4 * q + 3] = v.w;
+            } else {
+#pragma unroll
+                for (unsigned e = 0; e < 4; ++e) x[4 * q + e] = e0 + e < hi ? ld_nc_f32(row + e0 + e) : neg_inf();
+            }
+        }
+    };
+    if constexpr (EARLY) load_registers();
     const unsigned bar = smem_addr(&loaded);
     if (BULK && vec) {
         const unsigned bytes = 4u * (hi - lo);         // a multiple of 16 (split_slice's 4-key slices, C % 4 == 0)
@@ -289,25 +328,15 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
                     else reinterpret_cast<float*>(dst)[e] = neg_inf();
                 }
             }
+            if (EARLY && q + 1u == EV) cp_async_commit();   // group A: the bound's slots
         }
         cp_async_commit();
     }
-    float x[REG ? 4 * REG : 1];
-#pragma unroll
-    for (unsigned q = 0; is_reg(q); ++q) {
-        const unsigned e0 = elem(q, 0u);
-        if (vec) {
-            const float4 v = e0 < hi ? ld_nc_f32x4(reinterpret_cast<const float4*>(row + e0))
-                                     : make_float4(neg_inf(), neg_inf(), neg_inf(), neg_inf());
-            x[4 * q] = v.x, x[4 * q + 1] = v.y, x[4 * q + 2] = v.z, x[4 * q + 3] = v.w;
-        } else {
-#pragma unroll
-            for (unsigned e = 0; e < 4; ++e) x[4 * q + e] = e0 + e < hi ? ld_nc_f32(row + e0 + e) : neg_inf();
-        }
-    }
+    if constexpr (!EARLY) load_registers();
     if (threadIdx.x == 0) kmax_cta = 0u;              // before one_reset's barrier: every warp's atomicMax after it
     one_reset(s);                                      // under the loads' flight; ends with a barrier
     if (threadIdx.x == 0) n_union = 0u;
+    if (EARLY && threadIdx.x == 0) kmax_row = 0u;      // rank 0's: the ranks' red.max land after the exchange's barrier
     // OWN: rank 0's n_union and s.h1 zeroed before any rank's push, and every CTA started before any
     // DSMEM access: arrived here, waited for before the push, long after every rank arrived
     if (OWN) cluster_arrive();
@@ -322,11 +351,13 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
             asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0;\nselp.u32 %0, 1, 0, p;\n}\n"
                          : "=r"(done) : "r"(bar) : "memory");
         } while (!done);
+    } else if (EARLY && nq >= EV) {
+        cp_async_wait_group<1>();                      // group A (group B, maybe empty, still in flight)
     } else {
         cp_async_wait_all();                           // this thread's held slots (no other thread reads them)
     }
 #pragma unroll
-    for (unsigned q = REG; q < UNI_VECS; ++q) {
+    for (unsigned q = REG; q < (EARLY ? EV : UNI_VECS); ++q) {
         if (q >= nq) break;
         const float4 v = *held(q);
         xmax = fmaxf(xmax, fmaxf(fmaxf(v.x, v.y), fmaxf(v.z, v.w)));
@@ -359,13 +390,26 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
             const unsigned km = threadIdx.x < CS ? ld_rank(&kmax_cta, threadIdx.x) : 0u;
             b = __reduce_min_sync(FULL_MASK, w);
             const unsigned kr = __reduce_max_sync(FULL_MASK, km);
-            if (threadIdx.x == 0) kmax_row = kr;
+            if (!EARLY && threadIdx.x == 0) kmax_row = kr;   // the early form's comes by red.max below
         }
         if (threadIdx.x == 0) s.found_above = b;
         __syncthreads();
         b = s.found_above;                             // the same in every rank
     }
     TK_MARK(TK_BOUND);
+    if constexpr (EARLY) {
+        // group B landed; the thread max over every slot, the row's largest into rank 0's kmax_row
+        // (zeroed before the barrier above; read after the one that ends the push)
+        cp_async_wait_all();
+#pragma unroll
+        for (unsigned q = EV; q < UNI_VECS; ++q) {
+            if (q >= nq) break;
+            const float4 v = *held(q);
+            xmax = fmaxf(xmax, fmaxf(fmaxf(v.x, v.y), fmaxf(v.z, v.w)));
+        }
+        const unsigned wall = __reduce_max_sync(FULL_MASK, topk_key(xmax));
+        if ((threadIdx.x & 31u) == 0u) uni_red_max(uni_mapa(&kmax_row, 0u), wall);
+    }
 
     // 3: the keys >= lo_key (and, with `upper`, < hi_key) into rank 0's union, each counted in rank
     // 0's window histogram when `count`. Scores are compared with topk_key_floor of the keys (x >=
@@ -414,7 +458,11 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
             ++slot;
         }
     };
-    if (OWN) {
+    if (EARLY) {
+        // the window as the own form's, [b << 20, uni_own_top]: the row's largest key is not known
+        // before the push (group B); +inf in the row: rank 0 ignores the histogram
+        if (b != 0u) push(b << 20, false, 0u, true, UniWindow(b << 20, uni_own_top(b << 20)));
+    } else if (OWN) {
         // each pushed key counted in rank 0's window over [b << 20, uni_own_top]: consistent wherever
         // the ranks' bounds agree, and rank 0 uses it only then (+inf in the row: rank 0 ignores it)
         if (b != 0u) push(b << 20, false, 0u, true, UniWindow(b << 20, uni_own_top(b << 20)));
@@ -459,7 +507,7 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
     // block-uniform: b, nu and kmax_row are the same in every thread
     const unsigned kmax = OWN ? own_kr : kmax_row;
     const bool window = b != 0u && nu <= UNI_CAP && kmax != DSA_TOPK_KEY_POSINF;
-    const UniWindow win(b << 20, OWN ? uni_own_top(b << 20) : kmax);
+    const UniWindow win(b << 20, OWN || EARLY ? uni_own_top(b << 20) : kmax);
     if (OWN && window && !agree) {                     // block-uniform: the ranks' digits disagreed, recount
         one_reset(s);                                  // s.h1, s.cnt, s.n_buf zero; ends with a barrier
         for (unsigned j = threadIdx.x; j < nu; j += ONE_THREADS) atomicAdd(&s.h1[win.digit(u[j].x)], 1u);
@@ -489,6 +537,14 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
     extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(ONE_THREADS, 1)                   \
         dsa_topk_union_own_c##CS(const float* __restrict__ scores, int* __restrict__ out, int C, int k) {    \
         union_body<CS, false, true>(scores, out, C, k);                                                       \
+    }                                                                                                         \
+    extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(ONE_THREADS, 1)                   \
+        dsa_topk_union_early3_c##CS(const float* __restrict__ scores, int* __restrict__ out, int C, int k) { \
+        union_body<CS, false, false, 3u>(scores, out, C, k);                                                  \
+    }                                                                                                         \
+    extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(ONE_THREADS, 1)                   \
+        dsa_topk_union_early4_c##CS(const float* __restrict__ scores, int* __restrict__ out, int C, int k) { \
+        union_body<CS, false, false, 4u>(scores, out, C, k);                                                  \
     }
 
 DSA_TOPK_UNION_KERNEL(1)

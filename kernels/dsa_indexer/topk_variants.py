@@ -33,7 +33,10 @@
   shared memory by the bulk (TMA) engine (``dsa_topk_union_bulk_c<CS>``). ``radix_union_own`` (ours):
   no bound exchange before the push (``dsa_topk_union_own_c<CS>``): each CTA pushes against its own
   bound and a window fixed by it, rank 0 checks that the bounds agreed, and the padding slots past
-  the slice are neither stored nor compared.
+  the slice are neither stored nor compared. ``radix_union_early3`` / ``radix_union_early4`` (ours):
+  radix_union with each CTA's bound from its first 3 or 4 float4 slots (the registers' loads, issued
+  first, and the first cp.async group), found and exchanged while the rest of the slice lands
+  (``dsa_topk_union_early<EV>_c<CS>``).
 - ``torch_topk`` (peer): ``torch.topk`` unsorted on our stream, non-finite picks mapped to -1 as a
   caller would.
 - ``flashinfer_topk`` / ``flashinfer_topk_lower`` (peers): ``flashinfer.top_k(x, k)`` as called by
@@ -45,7 +48,8 @@
   (topk_model.select_row_onecta); ``model_split`` (CPU): topk_split.cu's
   (topk_model.select_row_split); ``model_sample`` (CPU): dsa_topk_sample's (topk_model.select_row_sample);
   ``model_share`` (CPU): dsa_topk_share's (topk_model.select_row_share); ``model_union`` /
-  ``model_union_own`` (CPU): dsa_topk_union's and dsa_topk_union_own's (topk_model.select_row_union).
+  ``model_union_own`` / ``model_union_early3`` / ``model_union_early4`` (CPU): dsa_topk_union's,
+  dsa_topk_union_own's and dsa_topk_union_early<EV>'s (topk_model.select_row_union).
 
 Nothing here imports cupy, torch or flashinfer at import time.
 """
@@ -340,11 +344,14 @@ def _union_build(geometry, point, inputs, backend, design: str) -> KernelStep:
 # The top-k designs a multi-kernel step embeds (indexer_select's unfused pairs, the DSA layer) ->
 # their source; topk_launch builds any of them.
 STEP_DESIGNS = {"radix_split2": SPLIT2_SOURCE, "radix_sample": SPLIT2_SOURCE, "radix_share": SPLIT2_SOURCE,
-                "radix_union": UNION_SOURCE, "radix_union_bulk": UNION_SOURCE, "radix_union_own": UNION_SOURCE}
+                "radix_union": UNION_SOURCE, "radix_union_bulk": UNION_SOURCE, "radix_union_own": UNION_SOURCE,
+                "radix_union_early3": UNION_SOURCE, "radix_union_early4": UNION_SOURCE}
 # radix_union's forms (the load, the bound): its kernel's name prefix and its dynamic shared memory's #define
 UNION_FORMS = {"radix_union": ("dsa_topk_union", "UNI_DYN_BYTES"),
                "radix_union_bulk": ("dsa_topk_union_bulk", "UNI_BULK_DYN_BYTES"),
-               "radix_union_own": ("dsa_topk_union_own", "UNI_DYN_BYTES")}
+               "radix_union_own": ("dsa_topk_union_own", "UNI_DYN_BYTES"),
+               "radix_union_early3": ("dsa_topk_union_early3", "UNI_DYN_BYTES"),
+               "radix_union_early4": ("dsa_topk_union_early4", "UNI_DYN_BYTES")}
 
 
 @dataclasses.dataclass
@@ -565,8 +572,8 @@ def _model_share_rows(scores: np.ndarray, k: int) -> np.ndarray:
                                    split_define("SMP_DYN_BYTES", "share") // 8)
 
 
-def _model_union_rows(scores: np.ndarray, k: int, own: bool = False) -> np.ndarray:
-    return topk_model.select_union(scores, k, union_define("UNI_CAP"), onecta_define("ONE_CAP"), H200_SMS, own)
+def _model_union_rows(scores: np.ndarray, k: int, own: bool = False, early: int = 0) -> np.ndarray:
+    return topk_model.select_union(scores, k, union_define("UNI_CAP"), onecta_define("ONE_CAP"), H200_SMS, own, early)
 
 
 def _model_resident_rows(scores: np.ndarray, k: int) -> np.ndarray:
@@ -676,6 +683,14 @@ TOPK_VARIANTS = (
                 "s2_select. The padding slots past a short slice (a quarter of a thread's keys at clusters "
                 "of 3) are no longer stored, read or compared",
             supports=_supports_union, sources=(UNION_SOURCE,)),
+    *(Variant(f"radix_union_early{ev}", "cuda", _make_union_build(f"radix_union_early{ev}"),
+              why=f"radix_union with each CTA's bound from its first {ev} float4 slots of 8 (the register loads, "
+                  "now issued first, and the first cp.async group), found and exchanged through the cluster "
+                  "while the rest of the slice lands: the local bound, the cluster barrier and the exchange "
+                  "(~1.4 us of the H100 timeline at M = 32) under the read, for a larger union (the CPU model at "
+                  "512 of 65536, clusters of 3: ~1000-1500 keys against ~800); the window fixed by the bound as "
+                  "the own form's",
+              supports=_supports_union, sources=(UNION_SOURCE,)) for ev in (3, 4)),
     Variant("torch_topk", "cuda", lambda g, p, i, b: _TorchTopk(g, p, i, b),
             why="torch.topk(k, sorted=False) on our stream, non-finite picks mapped to -1",
             supports=lambda g, p: _torch_ready(), peer=True),
@@ -720,6 +735,11 @@ TOPK_VARIANTS = (
             why="dsa_topk_union_own's logic emulated in NumPy (topk_model.select_row_union, own=True): "
                 "model_union with each rank's own bound and window, the agreement test and the second round",
             supports=_supports_union, sources=("topk_model.py",)),
+    *(Variant(f"model_union_early{ev}", "cpu",
+              lambda g, p, i, b, ev=ev: _HostTopk(lambda s, k: _model_union_rows(s, k, early=ev), g, p, i),
+              why=f"dsa_topk_union_early{ev}'s logic emulated in NumPy (topk_model.select_row_union, early={ev}): "
+                  f"model_union with each rank's bound from its first {ev} float4 slots and the own form's window",
+              supports=_supports_union, sources=("topk_model.py",)) for ev in (3, 4)),
     Variant("model_resident", "cpu", lambda g, p, i, b: _HostTopk(_model_resident_rows, g, p, i),
             why="topk_resident.cu's logic emulated in NumPy (topk_model.select_row_resident) at resident's "
                 "CTA pick: the (j, t, s) element mapping, the packed tie scan, the counter claims",
