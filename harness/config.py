@@ -48,8 +48,10 @@ class TimingConf:
     graph: bool = False           # time CUDA-graph replays (launch-bound kernels, peers)
     # Enqueue each batch of repetitions behind a kernel that holds the stream until the host has
     # enqueued all of it (harness/host_hold.cu): no host launch gap inside a sample (clock
-    # cuda-events-held in the rows)
-    hold: bool = False
+    # cuda-events-held in the rows). On by default since the H100 call of 2026-12-07 13:27 UTC
+    # (reports/2026-12-07-dsa_select-h100-132758 against -132710): every held dsa_select row was
+    # tighter and no slower than its plain twin; hold=false times as before (clock cuda-events)
+    hold: bool = True
     # Launches per timed sample, each on its own buffers, enqueued back to back (one graph when
     # graph=true), as a decode step runs its layers of one kind; times are per launch (sample /
     # chain). 0 = the component's layers per decode step (34 for KDA). 1 = one launch per sample.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -29,11 +30,9 @@ def test_cuda_roofline_variants_exact(geometry, component, copy_mib):
 
 def test_a_held_batch_times_the_gpu_alone(geometry):
     """timing.hold on a device: the hold kernel sees the host's release through pinned memory (no
-    expiry, so no RuntimeError), the rows say cuda-events-held, and a host that sleeps 2 ms before
+    expiry, which would leave the row unheld), the rows say cuda-events-held, and a host that sleeps 2 ms before
     each launch adds nothing to a held sample (the batch waits whole behind the hold) while it
     lands in every plain one."""
-    import time
-
     from harness import timing
 
     comp = registry.get("roofline")
@@ -54,3 +53,23 @@ def test_a_held_batch_times_the_gpu_alone(geometry):
     plain = timing.time_cuda([slow_host_launch], backend, SimpleNamespace(**{**vars(QUICK), "hold": False}), "warm")
     hold = timing.time_cuda([slow_host_launch], backend, held, "warm")
     assert plain.ms_p50 > 1.5 and hold.ms_p50 < 0.5, (plain.ms_p50, hold.ms_p50)
+
+
+def test_a_step_that_waits_on_the_device_outlasts_the_hold_and_is_timed_unheld():
+    """A step that synchronizes its stream inside itself waits behind the hold until the hold gives
+    up (1 s), not forever; that batch is dropped and the step is timed without a hold."""
+    from harness import timing
+
+    backend = backends.get("cuda")
+    kernel = backend.module(timing._Flusher.SOURCE).get_function("l2_flush_read")
+    buf = backend.cp.zeros(1 << 16, dtype=backend.cp.uint32)
+    sink = backend.cp.zeros(1, dtype=backend.cp.uint32)
+
+    def launch_then_wait():
+        backend.launch(kernel, (8,), (256,), (buf, backend.cp.uint64(buf.size // 4), sink))
+        backend.stream.synchronize()
+
+    started = time.perf_counter()
+    res = timing.time_cuda([launch_then_wait], backend, SimpleNamespace(**{**vars(QUICK), "hold": True}), "warm")
+    assert res.clock == "cuda-events" and res.n >= QUICK.min_reps
+    assert time.perf_counter() - started < 10.0
