@@ -7,7 +7,8 @@
 // holds only what the GPU did. nvbench's blocking kernel does the same.
 //
 // A bound on the spin (max_cycles of the SM clock) keeps a host that never releases from hanging
-// the stream: the kernel then sets *timed_out and returns, and the caller refuses the batch.
+// the stream: the kernel then sets *timed_out and returns, and the caller drops the batch and times
+// the step without a hold.
 
 extern "C" __global__ void host_hold(const volatile unsigned int* __restrict__ flag, long long max_cycles,
                                      unsigned int* __restrict__ timed_out) {

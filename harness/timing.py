@@ -3,7 +3,7 @@
 CUDA: events recorded on the stream the kernels run on. Between repetitions the L2 is either
 flushed by writing a buffer of at least 2x the L2 (allocated once per backend), or, when the
 working set fits in L2, several input sets are rotated so no repetition finds its inputs cached.
-Optional CUDA-graph replay removes launch gaps for launch-bound kernels. Optionally (``hold``) each
+Optional CUDA-graph replay removes launch gaps for launch-bound kernels. By default (``hold``) each
 batch of repetitions is enqueued behind a kernel that spins until the host has enqueued all of
 it (harness/host_hold.cu), so no sample holds a host-side launch gap: clock ``cuda-events-held``.
 
