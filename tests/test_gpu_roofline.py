@@ -28,11 +28,22 @@ def test_cuda_roofline_variants_exact(geometry, component, copy_mib):
         assert row["rel_err"] == 0
 
 
+def _small_launch(backend):
+    """A launcher of a few microseconds of GPU work (the flusher's read kernel over 256 KiB), for the
+    hold's tests to wrap in a slow or a waiting host."""
+    from harness import timing
+
+    kernel = backend.module(timing._Flusher.SOURCE).get_function("l2_flush_read")
+    buf = backend.cp.zeros(1 << 16, dtype=backend.cp.uint32)
+    sink = backend.cp.zeros(1, dtype=backend.cp.uint32)
+    return lambda: backend.launch(kernel, (8,), (256,), (buf, backend.cp.uint64(buf.size // 4), sink))
+
+
 def test_a_held_batch_times_the_gpu_alone(geometry):
     """timing.hold on a device: the hold kernel sees the host's release through pinned memory (no
-    expiry, which would leave the row unheld), the rows say cuda-events-held, and a host that sleeps 2 ms before
-    each launch adds nothing to a held sample (the batch waits whole behind the hold) while it
-    lands in every plain one."""
+    expiry, which would leave the row unheld), the rows say cuda-events-held, and a host that
+    sleeps 2 ms before each launch adds nothing to a held sample (the batch waits whole behind the
+    hold) while it lands in every plain one."""
     from harness import timing
 
     comp = registry.get("roofline")
@@ -42,13 +53,11 @@ def test_a_held_batch_times_the_gpu_alone(geometry):
                          roofline=None)
     assert row["status"] == "ok", row["reason"]
     assert row["clock"] == "cuda-events-held"
-    kernel = backend.module(timing._Flusher.SOURCE).get_function("l2_flush_read")
-    buf = backend.cp.zeros(1 << 16, dtype=backend.cp.uint32)
-    sink = backend.cp.zeros(1, dtype=backend.cp.uint32)
+    small_launch = _small_launch(backend)
 
     def slow_host_launch():
         time.sleep(0.002)
-        backend.launch(kernel, (8,), (256,), (buf, backend.cp.uint64(buf.size // 4), sink))
+        small_launch()
 
     plain = timing.time_cuda([slow_host_launch], backend, SimpleNamespace(**{**vars(QUICK), "hold": False}), "warm")
     hold = timing.time_cuda([slow_host_launch], backend, held, "warm")
@@ -61,12 +70,10 @@ def test_a_step_that_waits_on_the_device_outlasts_the_hold_and_is_timed_unheld()
     from harness import timing
 
     backend = backends.get("cuda")
-    kernel = backend.module(timing._Flusher.SOURCE).get_function("l2_flush_read")
-    buf = backend.cp.zeros(1 << 16, dtype=backend.cp.uint32)
-    sink = backend.cp.zeros(1, dtype=backend.cp.uint32)
+    small_launch = _small_launch(backend)
 
     def launch_then_wait():
-        backend.launch(kernel, (8,), (256,), (buf, backend.cp.uint64(buf.size // 4), sink))
+        small_launch()
         backend.stream.synchronize()
 
     started = time.perf_counter()
