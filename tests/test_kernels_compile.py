@@ -128,6 +128,16 @@ def _compile(source, tmp_path, *options):
     assert "error" not in res.stderr.lower()
 
 
+def _compile_sm90a(source: pathlib.Path, tmp_path, *options: str) -> subprocess.CompletedProcess:
+    """The sm_90a build with the wgmma bodies on (the one that runs on the H200); asserts it compiles."""
+    cmd = [NVCC, "-arch=sm_90a", "-DSPARSE_MLA_WGMMA_SM90A", "-DSCAN_WGMMA_SM90A", "-cubin", "-std=c++17",
+           "--use_fast_math", f"-I{source.parent}", "-Xptxas", "-v", *options, "-o", str(tmp_path / "k.cubin"),
+           str(source)]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-4000:]
+    return res
+
+
 @pytest.mark.parametrize("source", SOURCES, ids=[str(s.relative_to(REPO_ROOT)) for s in SOURCES])
 def test_compiles_for_sm90(source, tmp_path):
     _compile(source, tmp_path)
@@ -147,18 +157,40 @@ def test_kda_timeline_build_compiles(source, tmp_path):
     _compile(source, tmp_path, "-DKDA_TIMELINE")
 
 
-def _topk_probed_sources() -> list[pathlib.Path]:
-    """The files tools/topk_timeline.py builds with its probes on (every dsa_topk source with TK_MARK)."""
-    return sorted(p for p in (REPO_ROOT / "kernels/dsa_indexer").glob("topk_*.cu") if "TK_MARK(" in p.read_text())
+def _cta_probed_sources() -> list[tuple[pathlib.Path, str]]:
+    """(file, probe option) for every file tools/cta_timeline.py builds with probes on: each family's
+    sources that carry its mark macro."""
+    import importlib
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("cta_timeline_tool", REPO_ROOT / "tools/cta_timeline.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    out = []
+    for module in tool.FAMILIES.values():
+        fam = importlib.import_module(module)
+        here = pathlib.Path(fam.__file__).parent
+        out += [(p, fam.LAYOUT.option) for p in sorted(here.glob("*.cu")) if fam.MARK_MACRO in p.read_text()]
+    return out
 
 
-@pytest.mark.parametrize("source", _topk_probed_sources(), ids=lambda p: p.name)
-def test_topk_timeline_build_compiles(source, tmp_path):
-    """tools/topk_timeline.py builds the probed top-k files with -DDSA_TOPK_TIMELINE; that build must
-    compile too."""
-    _compile(source, tmp_path, "-DDSA_TOPK_TIMELINE")
+CTA_PROBED = _cta_probed_sources()
 
 
+@pytest.mark.parametrize("source, option", CTA_PROBED, ids=[f"{p.name}{o}" for p, o in CTA_PROBED])
+def test_cta_timeline_build_compiles(source, option, tmp_path):
+    """tools/cta_timeline.py builds the probed files with their family's option; that build must
+    compile too (the sm_90a body where the file issues wgmma: the body that runs)."""
+    _compile(source, tmp_path, option)
+    if source in WGMMA_SOURCES and NVCC is not None:
+        res = _compile_sm90a(source, tmp_path, option)
+        assert not [line for line in res.stderr.splitlines() if re.search(r"\bC751\d\b", line)]
+
+
+def test_probe_families_cover_every_probed_file():
+    """A source with a family's mark macro is built by the tool; one per family at least."""
+    assert {o for _, o in CTA_PROBED} == {"-DDSA_TOPK_TIMELINE", "-DSPARSE_MLA_TIMELINE"}
+    assert (REPO_ROOT / "kernels/sparse_mla/split_wgmma_ws.cu", "-DSPARSE_MLA_TIMELINE") in CTA_PROBED
 
 
 @pytest.mark.parametrize("source", WGMMA_SOURCES, ids=lambda p: p.name)
@@ -173,9 +205,6 @@ def test_wgmma_builds_keep_their_wgmmas_asynchronous(source, tmp_path):
         if os.environ.get("CI"):
             pytest.fail("nvcc not found: CI must compile every kernel")
         pytest.skip("nvcc not installed on this machine")
-    cmd = [NVCC, "-arch=sm_90a", "-DSPARSE_MLA_WGMMA_SM90A", "-DSCAN_WGMMA_SM90A", "-cubin", "-std=c++17",
-           "--use_fast_math", f"-I{source.parent}", "-Xptxas", "-v", "-o", str(tmp_path / "k.cubin"), str(source)]
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    assert res.returncode == 0, res.stderr[-4000:]
+    res = _compile_sm90a(source, tmp_path)
     serialised = [line for line in res.stderr.splitlines() if re.search(r"\bC751\d\b", line)]
     assert not serialised, serialised

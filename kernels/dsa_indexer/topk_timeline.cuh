@@ -1,8 +1,8 @@
 /*
 DSA top-k: per-CTA timeline probes of the top-k kernels (topk_radix.cu, topk_resident.cu,
-topk_onecta.cu, topk_split.cu). tools/topk_timeline.py builds a variant's source with
+topk_onecta.cu, topk_split.cu). tools/cta_timeline.py builds a variant's source with
 -DDSA_TOPK_TIMELINE through the variant's own launcher (same grid, inputs) and reads what the probes wrote;
-kernels/dsa_indexer/topk_timeline.py parses it (its TK_* constants and mark names are checked
+kernels/dsa_indexer/topk_timeline.py declares its layout, read by harness/cta_probes.py (its TK_* constants and mark names are checked
 against this file by a test). A normal build compiles every probe to nothing, so the swept kernels'
 machine code is unchanged (tools/sass_diff.py).
 

@@ -105,6 +105,7 @@ the launcher's options); for plain sm_90 (the compile test) each kernel body is 
 
 #include "sparse_mla_split_mma.cuh"  // common, quad_row_max / quad_row_sum, st_v2_f32, sparse_mla_combine
 #include "sparse_mla_wgmma.cuh"      // wg_swz, wg_desc, the wgmma shapes and fences, wg_tok / wg_page / wg_row
+#include "sparse_mla_timeline.cuh"   // SMT_*: per-CTA probes, nothing unless -DSPARSE_MLA_TIMELINE
 
 #define SPARSE_MLA_SPLIT_WGMMA_WS_THREADS 384
 #define SPARSE_MLA_SPLIT_WGMMA_WS_SMEM_BYTES 230960  // 229936 used + 1024 alignment slack
@@ -284,6 +285,8 @@ __device__ __forceinline__ void ws_producer(unsigned char* smem, unsigned base, 
         }
     }
 
+    SMT_MARK(p == 0, SMT_Q);
+    SMT_ACC(empty_wait);
     unsigned soff[4];  // BF16 copies: wg_swz(p / 64 + 2 k, p % 64)
 #pragma unroll
     for (int k = 0; k < 4; ++k) soff[k] = wg_swz((p >> 6) + 2 * k, p & 63);
@@ -305,11 +308,15 @@ __device__ __forceinline__ void ws_producer(unsigned char* smem, unsigned base, 
             tkB[h] = wg_tok<WS_TILE>(sel_m, start, end, t + PF + 2, h, lane);
         }
         const unsigned vm0 = __ballot_sync(FULL_MASK, rw[0][0] >= 0), vm1 = __ballot_sync(FULL_MASK, rw[0][1] >= 0);
+        SMT_MARK(p == 0 && t == 0, SMT_ROWS0);
 
         if constexpr (!FP8) {
             // 3. the stage free (tile t - 2's consumers done), then tile t by cp.async
-            if (t >= WS_STAGES)
+            if (t >= WS_STAGES) {
+                SMT_T0(w0);
                 mbar_wait(ALT ? bar + 32 + 16 * s + half8 : bar + 16 + 8 * s, (unsigned)((t / WS_STAGES - 1) & 1));
+                SMT_ADD(empty_wait, w0);
+            }
             if (p == 0) {
                 mask[2 * s] = vm0;
                 mask[2 * s + 1] = vm1;
@@ -362,7 +369,11 @@ __device__ __forceinline__ void ws_producer(unsigned char* smem, unsigned base, 
                     v[i] = row >= 0 ? x : make_uint4(0u, 0u, 0u, 0u);
                 }
                 if (b == 0) {
-                    if (t >= WS_STAGES) mbar_wait(bar + 16 + 8 * s, (unsigned)((t / WS_STAGES - 1) & 1));
+                    if (t >= WS_STAGES) {
+                        SMT_T0(w0);
+                        mbar_wait(bar + 16 + 8 * s, (unsigned)((t / WS_STAGES - 1) & 1));
+                        SMT_ADD(empty_wait, w0);
+                    }
                     if (p == 0) {
                         mask[2 * s] = vm0;
                         mask[2 * s + 1] = vm1;
@@ -385,6 +396,7 @@ __device__ __forceinline__ void ws_producer(unsigned char* smem, unsigned base, 
             fence_proxy_async_shared();
             mbar_arrive(bar + 8 * s);
         }
+        SMT_MARK(p == 0 && t == 0, SMT_ISSUED0);
         // 5. the rows one tile on
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -400,12 +412,15 @@ __device__ __forceinline__ void ws_producer(unsigned char* smem, unsigned base, 
             }
         }
     }
+    SMT_MARK(p == 0, SMT_ISSUED);
     // nothing in flight at exit (ntiles = 0: nothing was issued). ASYNC commits no group (its copies
     // are counted by the noinc arrives), and wait_group waits only for committed groups: wait_all.
     if constexpr (ASYNC)
         asm volatile("cp.async.wait_all;\n" ::: "memory");
     else
         cp_async_wait<0>();
+    SMT_MARK(p == 0, SMT_DRAINED);
+    SMT_COUNT(p == 0, SMT_C_EMPTY_WAIT, empty_wait);
 }
 
 // ---- the consumer warpgroups ------------------------------------------------------------------
@@ -428,11 +443,15 @@ __device__ __forceinline__ void ws_consumer(unsigned char* smem, unsigned base, 
 #pragma unroll
     for (int i = 0; i < 128; ++i) o[i] = 0.f;
     float rref = 1.f, rinv = 1.f;  // FP8: R (header) and 1 / R
+    SMT_ACC(full_wait);
 
 #pragma unroll 1
     for (int it = 0; it < ntiles; ++it) {
         const int s = it & (WS_STAGES - 1);
+        SMT_T0(w0);
         mbar_wait(bar + 8 * s, (unsigned)((it / WS_STAGES) & 1));
+        SMT_ADD(full_wait, w0);
+        SMT_MARK(ct == 0 && it == 0, SMT_FULL0);
         if constexpr (ASYNC) fence_proxy_async_shared();  // the producers' copies, seen by this thread's wgmmas
         const unsigned vm[2] = {mask[2 * s], mask[2 * s + 1]};
         const unsigned stage = base + WS_RING_AT + (unsigned)(s * WS_STAGE_BYTES);
@@ -558,7 +577,10 @@ __device__ __forceinline__ void ws_consumer(unsigned char* smem, unsigned base, 
 #pragma unroll
         for (int ks = 0; ks < 4; ++ks) fence_regs(pa[ks]);
         mbar_arrive(bar + 16 + 8 * s);  // this thread is done with the stage (its scales and mask too)
+        SMT_MARK(ct == 0 && it == 0, SMT_DONE0);
     }
+    SMT_MARK(ct == 0, SMT_LOOP);
+    SMT_COUNT(ct == 0, SMT_C_FULL_WAIT, full_wait);
 
     // ---- partial state out (FP8: R x O; BF16: rref = 1) ------------------------------------------
     wg_store_partials(part_acc, part_ml, (size_t)m * (size_t)splits + (size_t)s_split, 16 * w + g, cw, t4, m_run, l_run,
@@ -902,6 +924,8 @@ __device__ __forceinline__ void ws_split(unsigned char* smem_raw, const bf16* __
     const int start = (int)(((long long)s * W) / splits);
     const int end = (int)(((long long)(s + 1) * W) / splits);
     const int ntiles = (end - start + WS_TILE - 1) / WS_TILE;
+    SMT_ENTER(threadIdx.x == 0);
+    SMT_COUNT(threadIdx.x == 0, SMT_C_TILES, ntiles);
 
     if (threadIdx.x == 0) {
         if constexpr (ALT) {
@@ -920,6 +944,7 @@ __device__ __forceinline__ void ws_split(unsigned char* smem_raw, const bf16* __
         }
     }
     __syncthreads();  // the barriers initialised before anyone arrives or waits (the only CTA barrier)
+    SMT_MARK(threadIdx.x == 0, SMT_INIT);
 
     if (threadIdx.x < 128) {
         regs_dec<FP8 ? WS_PRODUCER_REGS_FP8 : WS_PRODUCER_REGS>();
@@ -931,6 +956,7 @@ __device__ __forceinline__ void ws_split(unsigned char* smem_raw, const bf16* __
             alt_consumer(smem, base, part_acc, part_ml, m, s, splits, ntiles, scale);
         else
             ws_consumer<FP8, ASYNC, COOP>(smem, base, part_acc, part_ml, m, s, splits, ntiles, scale, out, lse, row_count);
+        SMT_MARK(threadIdx.x == 128, SMT_EXIT);
     }
 }
 #endif  // SPARSE_MLA_WGMMA_ENABLED

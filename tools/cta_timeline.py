@@ -1,27 +1,33 @@
-"""Per-CTA, per-phase timeline of the DSA top-k kernels: where a launch's microseconds go.
+"""Per-CTA, per-phase timeline of a probed kernel family: where a launch's microseconds go.
 
-    python3 tools/topk_timeline.py radix_lean resident radix_onecta --point M=32 \
-        --point context=65536,262144 --point pooling=pooled --point topk=2048 --out $OUT/topk_tl
+    python3 tools/cta_timeline.py dsa_topk radix_union radix_union_own --point M=32 \
+        --point context=262144 --point pooling=pooled --point topk=2048 --out $OUT/topk_tl
+    python3 tools/cta_timeline.py sparse_mla split_wgmma_ws_async_1wave --point M=32 \
+        --point context=262144 --point selection=grouped --out $OUT/smla_tl
 
-Each ``--point KEY=V1,V2`` gives an axis its values (the points are their product; an axis not given
-takes its default, topk the fuel's index_topk). Every variant whose .cu source carries the probes
-(``TK_MARK``) is built with -DDSA_TOPK_TIMELINE through its own launcher (the swept grid, shared
-memory and inputs) and launched ``--launches`` times in two modes:
+The first argument is a component with probes (FAMILIES below: its module declares the probe layout,
+harness/cta_probes.py reads it). Each ``--point KEY=V1,V2`` gives an axis its values (the points are
+their product; an axis not given takes its default). Every variant whose source carries the probes
+(the family's mark macro) is built with the layout's option through its own launcher (the swept
+grid, shared memory and inputs) and launched ``--launches`` times in two modes:
   flush   the L2 flushed before the launch, as the sweeps do (code and data cold in L2);
-  primed  the L2 flushed, then the same kernel once on its own copy of the inputs, then the timed
+  primed  the L2 flushed, then the same step once on its own copy of the inputs, then the timed
           launch: its data still cold, but its code, launch shape and shared-memory carve-out warm.
-The event-timed duration (median of the launches) is set against the probes of the last launch:
-the span from the first CTA's entry to the last CTA's exit, and per phase the median and max over
-CTAs (kernels/dsa_indexer/topk_timeline.py says what each mark ends). Also times, the way the
-sweep times a step (eager launch between CUDA events, L2 flushed before each), an empty kernel of
-one CTA (the floor under every measured time) and one of each variant's launch shape (grid, block,
-dynamic shared memory, the kernel's own cluster width): what the launch itself costs. Writes summary.csv, phases.csv, a
-marks CSV per run and timeline.png under --out.
+The event-timed duration of the whole step (median of the launches; every kernel of it) is set
+against the probes of the probed kernel's last launch: the span from the first CTA's entry to the
+last CTA's exit, per phase the median and max over CTAs, the family's named intervals and its
+counters (the family's module says what each mark ends and what each counter counts). Also times,
+the way the sweep times a step (eager launch between CUDA events, L2 flushed before each), an empty
+kernel of one CTA (the floor under every measured time) and one of each variant's launch shape
+(grid, block, dynamic shared memory, the kernel's own cluster width): what the launch itself costs.
+Writes summary.csv, phases.csv, intervals.csv, counters.csv, a marks CSV per run and timeline.png
+under --out.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import itertools
 import pathlib
 
@@ -31,23 +37,28 @@ import pandas as pd
 from harness import registry, timing
 from harness.backends import CudaBackend
 from harness.config import TimingConf
-from harness.cuda import get_kernel
 from harness.fuel import load_fuel
-from kernels.dsa_indexer import topk_timeline as tl
-from kernels.dsa_indexer import topk_variants
 
-COMPONENT = "dsa_topk"
-TIMELINE_OPTION = "-DDSA_TOPK_TIMELINE"
+# component -> the module that declares its probes (COMPONENT, MARK_MACRO, LAYOUT)
+FAMILIES = {"dsa_topk": "kernels.dsa_indexer.topk_timeline", "sparse_mla": "kernels.sparse_mla.timeline"}
 MODES = ("flush", "primed")
 
 
-def probed_variants(comp) -> dict[str, pathlib.Path]:
-    """{variant: its .cu source} for every CUDA variant whose source carries the probes."""
+def family(component: str):
+    """The probe module of ``component``; ValueError (one line) naming the allowed ones."""
+    if component not in FAMILIES:
+        raise ValueError(f"component: {component!r} has no timeline probes; allowed: {sorted(FAMILIES)}")
+    return importlib.import_module(FAMILIES[component])
+
+
+def probed_variants(comp, fam) -> dict[str, pathlib.Path]:
+    """{variant: its .cu source} for every CUDA variant whose source carries the family's probes."""
+    here = pathlib.Path(fam.__file__).parent
     out = {}
     for v in comp.variants:
         for name in v.sources:
-            path = topk_variants.HERE / name
-            if v.backend == "cuda" and path.suffix == ".cu" and "TK_MARK(" in path.read_text():
+            path = here / name
+            if v.backend == "cuda" and path.suffix == ".cu" and fam.MARK_MACRO in path.read_text():
                 out[v.name] = path
     return out
 
@@ -85,10 +96,19 @@ def result_table(rows: list[dict]) -> pd.DataFrame:
 
 
 class TimelineBackend(CudaBackend):
-    """The CUDA backend, compiling every module with the top-k probes on."""
+    """The CUDA backend, compiling every module with the family's probes on; ``compiled`` keeps the
+    last module built from each source, so the tool reads the probe buffer of the very module the
+    variant's launcher compiled (with its own options, such as sm_90a's)."""
+
+    def __init__(self, option: str):
+        super().__init__()
+        self.option = option
+        self.compiled: dict[pathlib.Path, object] = {}
 
     def module(self, source, options=()):
-        return super().module(source, (*options, TIMELINE_OPTION))
+        mod = super().module(source, (*options, self.option))
+        self.compiled[pathlib.Path(source).resolve()] = mod
+        return mod
 
 
 def _flushed_floor_us(backend, launch) -> float:
@@ -116,19 +136,20 @@ def empty_floor_us(backend, grid=(1,), threads=32, smem=0, cluster=1) -> float:
     """An empty kernel of this launch shape: grid, threads, dynamic shared memory and clusters of
     ``cluster`` CTAs (the probed kernel's own, ``cluster_width``)."""
     dims = f"__cluster_dims__({cluster}, 1, 1) " if cluster > 1 else ""
-    fn = backend.cp.RawModule(code=f'extern "C" __global__ void {dims}topk_tl_empty() {{}}',
-                              options=("-std=c++17",)).get_function("topk_tl_empty")
+    fn = backend.cp.RawModule(code=f'extern "C" __global__ void {dims}cta_tl_empty() {{}}',
+                              options=("-std=c++17",)).get_function("cta_tl_empty")
     if smem > 48 * 1024:
         fn.max_dynamic_shared_size_bytes = smem
     return _flushed_floor_us(backend, lambda: fn(tuple(grid), (threads,), (), shared_mem=smem, stream=backend.stream))
 
 
-def record(backend, step, primer, source, launches: int, mode: str) -> tuple[np.ndarray, float]:
-    """Raw probe words of the last of ``launches`` samples and the median event-timed µs; a sample
-    is a flush, in ``primed`` mode the primer launch, then the timed launch between two events."""
+def record(backend, layout, step, primer, source, launches: int, mode: str) -> tuple[np.ndarray, float]:
+    """Raw probe words of the last of ``launches`` samples and the median event-timed µs of the whole
+    step; a sample is a flush, in ``primed`` mode the primer step, then the timed step between two
+    events."""
     cp = backend.cp
-    module = backend.module(source)
-    words = cp.ndarray((tl.TK_CAPACITY,), dtype=cp.uint64, memptr=module.get_global("dsa_topk_timeline"))
+    module = backend.compiled[pathlib.Path(source).resolve()]
+    words = cp.ndarray((layout.capacity,), dtype=cp.uint64, memptr=module.get_global(layout.symbol))
     flush = timing.flusher(backend)
     start, end = cp.cuda.Event(), cp.cuda.Event()
     times = []
@@ -149,13 +170,19 @@ def record(backend, step, primer, source, launches: int, mode: str) -> tuple[np.
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("component", help=f"one of {sorted(FAMILIES)}")
     ap.add_argument("variants", nargs="+")
     ap.add_argument("--point", action="append", default=[], metavar="KEY=V1[,V2]")
     ap.add_argument("--launches", type=int, default=5)
-    ap.add_argument("--out", type=pathlib.Path, default=pathlib.Path("topk_timeline"))
+    ap.add_argument("--out", type=pathlib.Path, default=pathlib.Path("cta_timeline"))
     args = ap.parse_args()
-    comp = registry.get(COMPONENT)
-    probed = probed_variants(comp)
+    try:
+        fam = family(args.component)
+    except ValueError as exc:
+        raise SystemExit(str(exc))
+    layout = fam.LAYOUT
+    comp = registry.get(fam.COMPONENT)
+    probed = probed_variants(comp, fam)
     for name in args.variants:
         if name not in probed:
             raise SystemExit(f"variant: {name!r} has no timeline probes; allowed: {sorted(probed)}")
@@ -164,12 +191,12 @@ def main() -> None:
         points = expand_points(comp, geometry, args.point)
     except ValueError as exc:
         raise SystemExit(str(exc))
-    backend = TimelineBackend()
+    backend = TimelineBackend(layout.option)
     args.out.mkdir(parents=True, exist_ok=True)
     floor = empty_floor_us(backend)
     print(f"launch floor (empty kernel, 1 CTA, eager between events after a flush): {floor:.2f} µs")
 
-    rows, tables, results = [], [], {}
+    rows, tables, intervals, counters, results = [], [], [], [], {}
     for p_i, point in enumerate(points):
         inputs = comp.make_inputs(geometry, point, np.random.default_rng(p_i))
         for name in args.variants:
@@ -182,29 +209,45 @@ def main() -> None:
             k0 = step.kernels[0]
             grid = k0.grid if isinstance(k0.grid, tuple) else (k0.grid,)
             n_ctas = int(np.prod(grid))
-            if n_ctas * tl.TK_SLOTS > tl.TK_CAPACITY:
-                raise SystemExit(f"{name}: {n_ctas} CTAs need {n_ctas * tl.TK_SLOTS} probe words; the buffer "
-                                 f"holds {tl.TK_CAPACITY}")
+            if n_ctas * layout.slots > layout.capacity:
+                raise SystemExit(f"{name}: {n_ctas} CTAs need {n_ctas * layout.slots} probe words; the buffer "
+                                 f"holds {layout.capacity}")
             shape_floor = empty_floor_us(backend, grid, k0.threads, k0.smem, cluster_width(backend, k0.fn))
             for mode in MODES:
-                raw, event_us = record(backend, step, primer, probed[name], args.launches, mode)
-                marks = tl.parse(raw, n_ctas)
+                raw, event_us = record(backend, layout, step, primer, probed[name], args.launches, mode)
+                marks = layout.parse(raw, n_ctas)
                 run = f"{name}_{p_i}_{mode}"
-                tl.save(args.out, run, marks)
+                fam.save(args.out, run, marks)
+                label = dict(variant=name, point=point_label(point), mode=mode)
                 results[f"{name} | {point_label(point)} | {mode}"] = marks
-                table = tl.phase_table(marks)
-                tables.append(table.assign(variant=name, point=point_label(point), mode=mode))
-                rows.append({"variant": name, "point": point_label(point), "mode": mode, "grid": str(grid),
-                             "threads": k0.threads, "smem": k0.smem, "note": step.note, "floor_us": floor,
-                             "shape_floor_us": shape_floor, "event_us": event_us, **tl.span(marks),
-                             "cycles_per_us": tl.cycles_per_us(marks)})
+                table = layout.phase_table(marks)
+                tables.append(table.assign(**label))
+                between = layout.interval_table(marks)
+                intervals.append(between.assign(**label))
+                rate = layout.cycles_per_us(marks)
+                count = layout.counter_table(raw, n_ctas)
+                if len(count.columns):
+                    counters.append(count.reset_index().assign(cycles_per_us=rate, **label))
+                rows.append({**label, "grid": str(grid), "threads": k0.threads, "smem": k0.smem, "note": step.note,
+                             "floor_us": floor, "shape_floor_us": shape_floor, "event_us": event_us,
+                             **layout.span(marks), "cycles_per_us": rate})
                 print(f"\n{name} | {point_label(point)} | {mode}: event {event_us:.2f} µs, "
                       f"span {rows[-1]['span_us']:.2f} µs, empty kernel of this shape {shape_floor:.2f} µs")
                 print(table.to_string(index=False, float_format=lambda x: f"{x:.2f}"))
+                if len(between):
+                    print(between.to_string(index=False, float_format=lambda x: f"{x:.2f}"))
+                if len(count.columns):
+                    print("counters, median over CTAs (cycles / count; µs at the probes' clock):")
+                    for c in count.columns:
+                        v = float(count[c].median())
+                        print(f"  {c}: {v:.0f}" + (f" ({v / rate:.2f} µs)" if c.endswith("_cycles") else ""))
     summary = result_table(rows)
     summary.to_csv(args.out / "summary.csv", index=False)
     pd.concat(tables).to_csv(args.out / "phases.csv", index=False)
-    tl.plot(results, args.out / "timeline.png", title="dsa_topk timeline")
+    pd.concat(intervals).to_csv(args.out / "intervals.csv", index=False)
+    if counters:
+        pd.concat(counters).to_csv(args.out / "counters.csv", index=False)
+    layout.plot(results, args.out / "timeline.png", title=f"{fam.COMPONENT} timeline")
     pd.set_option("display.width", 250)
     print(f"\nfloor {floor:.2f} µs\n" + summary.drop(columns=["note"]).to_string(float_format=lambda x: f"{x:.2f}"))
 

@@ -1,0 +1,31 @@
+"""The warp-specialised split kernels' timeline probes (``-DSPARSE_MLA_TIMELINE``, see
+sparse_mla_timeline.cuh): their layout, read by harness/cta_probes.py. Two threads of a CTA write
+marks (the producer's thread 0 and the consumers' thread 0) on one SM clock; tools/cta_timeline.py
+builds and launches the probed variants (every variant of split_wgmma_ws.cu)."""
+
+from __future__ import annotations
+
+from harness.cta_probes import ProbeLayout, save  # noqa: F401  (the tool saves through the family module)
+
+COMPONENT = "sparse_mla"
+MARK_MACRO = "SMT_MARK("  # a source whose text holds this carries the probes
+SMT_SLOTS = 32            # keep in step with sparse_mla_timeline.cuh (a test checks)
+SMT_CAPACITY = 1 << 16
+# Mark ids of sparse_mla_timeline.cuh, in id order (SMT_ENTRY = 0, ...): the phase a mark ends.
+MARKS = ("entry", "init", "q", "rows0", "issued0", "issued", "drained", "full0", "done0", "loop", "exit")
+# Counters, in id order (SMT_C_*): values, not times; *_cycles are clock64 cycles.
+COUNTERS = ("full_wait_cycles", "empty_wait_cycles", "tiles")
+# What the NOTES ask of the kernel: the cold chain (until tile 0 has landed), tile 0's own flight,
+# the steady loop after it, and the epilogue, each from the marks that bound it.
+INTERVALS = (
+    ("to tile 0's rows", "init", "rows0"),
+    ("to tile 0 landed (cold chain)", "init", "full0"),
+    ("tile 0's copies in flight", "issued0", "full0"),
+    ("tile 0's math", "full0", "done0"),
+    ("the other tiles", "done0", "loop"),
+    ("producer: all issued", "init", "issued"),
+    ("producer: last copies land", "issued", "drained"),
+    ("epilogue (partials issued)", "loop", "exit"),
+)
+LAYOUT = ProbeLayout(marks=MARKS, slots=SMT_SLOTS, capacity=SMT_CAPACITY, symbol="sparse_mla_timeline",
+                     option="-DSPARSE_MLA_TIMELINE", counters=COUNTERS, intervals=INTERVALS)
