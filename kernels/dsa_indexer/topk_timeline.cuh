@@ -41,30 +41,19 @@ say so below. The tool orders a CTA's marks by clock64 and names each phase by t
 #define TK_MARKS 21
 
 #ifdef DSA_TOPK_TIMELINE
+#include "../common/cta_probes.cuh"
 #define TK_SLOTS 44
 #define TK_CAPACITY (1 << 16)
 __device__ unsigned long long dsa_topk_timeline[TK_CAPACITY];
 
 __device__ __forceinline__ void tk_put(unsigned slot, unsigned long long v) {
-    if (threadIdx.x != 0) return;
-    const unsigned long long at = ((unsigned long long)blockIdx.y * gridDim.x + blockIdx.x) * TK_SLOTS + slot;
-    if (slot < TK_SLOTS && at < TK_CAPACITY) dsa_topk_timeline[at] = v;
+    if (threadIdx.x == 0) cta_probe_put(dsa_topk_timeline, TK_SLOTS, TK_CAPACITY, slot, v);
 }
 __device__ __forceinline__ void tk_mark(unsigned mark) {
-    if (threadIdx.x != 0) return;
-    unsigned long long g, c;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g)::"memory");
-    asm volatile("mov.u64 %0, %%clock64;" : "=l"(c)::"memory");
-    tk_put(2u + 2u * mark, g);
-    tk_put(3u + 2u * mark, c);
+    if (threadIdx.x == 0) cta_probe_mark(dsa_topk_timeline, TK_SLOTS, TK_CAPACITY, mark);
 }
 __device__ __forceinline__ void tk_enter(unsigned rank) {
-    if (threadIdx.x != 0) return;
-    unsigned sm;
-    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
-    tk_put(0, sm + 1ull);
-    tk_put(1, rank + 1ull);
-    tk_mark(TK_ENTRY);
+    if (threadIdx.x == 0) cta_probe_enter(dsa_topk_timeline, TK_SLOTS, TK_CAPACITY, rank);
 }
 #define TK_ENTER(rank) tk_enter(rank)
 #define TK_MARK(mark) tk_mark(mark)

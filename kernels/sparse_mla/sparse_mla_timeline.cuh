@@ -36,28 +36,16 @@ reads tile 0's rows), and a mark after stores says they were issued, not landed.
 #define SMT_COUNTERS 3
 
 #ifdef SPARSE_MLA_TIMELINE
+#include "../common/cta_probes.cuh"
 #define SMT_SLOTS 32
 #define SMT_CAPACITY (1 << 16)
 __device__ unsigned long long sparse_mla_timeline[SMT_CAPACITY];
 
 __device__ __forceinline__ void smt_put(unsigned slot, unsigned long long v) {
-    const unsigned long long at = ((unsigned long long)blockIdx.y * gridDim.x + blockIdx.x) * SMT_SLOTS + slot;
-    if (slot < SMT_SLOTS && at < SMT_CAPACITY) sparse_mla_timeline[at] = v;
+    cta_probe_put(sparse_mla_timeline, SMT_SLOTS, SMT_CAPACITY, slot, v);
 }
-__device__ __forceinline__ void smt_mark(unsigned mark) {
-    unsigned long long g, c;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g)::"memory");
-    asm volatile("mov.u64 %0, %%clock64;" : "=l"(c)::"memory");
-    smt_put(2u + 2u * mark, g);
-    smt_put(3u + 2u * mark, c);
-}
-__device__ __forceinline__ void smt_enter() {
-    unsigned sm;
-    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
-    smt_put(0, sm + 1ull);
-    smt_put(1, 1ull);
-    smt_mark(SMT_ENTRY);
-}
+__device__ __forceinline__ void smt_mark(unsigned mark) { cta_probe_mark(sparse_mla_timeline, SMT_SLOTS, SMT_CAPACITY, mark); }
+__device__ __forceinline__ void smt_enter() { cta_probe_enter(sparse_mla_timeline, SMT_SLOTS, SMT_CAPACITY, 0); }
 __device__ __forceinline__ long long smt_clock() {
     long long c;
     asm volatile("mov.u64 %0, %%clock64;" : "=l"(c)::"memory");
