@@ -46,6 +46,13 @@ sparse_gather_tma: the same rows and the same checksum (BF16), copied into share
     sparse_gather_bulk: each row one 1 KiB 1-D bulk copy instead (no tensor map, no swizzle). They
     tell whether the box rate belongs to the issuing warp, to the copy engine per request, or to its
     bytes (kernels/sparse_mla/NOTES.md).
+    sparse_gather_tma4_runs: tma4 with a box of {64 elements, 4 rows} wherever four lanes of a
+    quad (lanes 4j..4j+3) resolve to four consecutive arena rows (the grouped selection's runs of
+    kpool = 4 tokens on a 64-token page): a quarter of the boxes there, one a run segment, from the
+    quad's first lane; other valid rows keep their one-row boxes. The stage is segment-major
+    ([8 segments][32 rows][128 B]: a K-major SW128 wgmma tile's own layout, where a run's rows of
+    one segment lie 128 B apart), so a four-row box lands whole. The second tensor map (box of 4
+    rows) follows the first at + 128 bytes. Same checksum: the XOR over the valid rows' words.
 */
 
 #include "sparse_mla_common.cuh"
@@ -203,12 +210,13 @@ static_assert(GTMA_SMEM == GTMA_STAGES * GTMA_STAGE_BYTES + 1024, "GTMA_SMEM: th
 // PRODUCERS, each warp resolving the group's rows itself), the other warps XOR. BULK: each row one
 // 1-D bulk copy of its 1 KiB (cp.async.bulk, no tensor map, no swizzle: a row-major stage no wgmma
 // operand can read as it is), src the arena; else src the tensor map's address.
-template <int PRODUCERS, bool BULK>
+template <int PRODUCERS, bool BULK, bool RUNS = false>
 __device__ __forceinline__ void gather_tma_body(const void* __restrict__ src, const int* __restrict__ page_table,
                                                 const int* __restrict__ selection, unsigned* __restrict__ partial,
                                                 int M, int W, int pages_per_stream, int page_size, int splits) {
     static_assert(8 % PRODUCERS == 0 && PRODUCERS < GTMA_WARPS, "whole segments a producer warp, a consumer left");
     static_assert(!BULK || PRODUCERS == 1, "a bulk row copy is one instruction: one producer warp");
+    static_assert(!(RUNS && BULK), "the runs' boxes come from the tensor maps");
     constexpr int SEGS = 8 / PRODUCERS;    // 128-byte segments a producer warp issues of each row
     extern __shared__ __align__(16) unsigned char gtma_smem[];
     __shared__ __align__(8) unsigned long long bars[2 * GTMA_STAGES];   // full, then empty
@@ -248,6 +256,8 @@ __device__ __forceinline__ void gather_tma_body(const void* __restrict__ src, co
         // The descriptor was written to global memory by a host copy (the generic proxy); the copy
         // engine reads it through the tensor-map proxy: acquire it once, in every issuing thread.
         if (!BULK) asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;" ::"l"(src) : "memory");
+        const void* src4 = static_cast<const unsigned char*>(src) + 128;   // RUNS: the 4-row box's map
+        if (RUNS) asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;" ::"l"(src4) : "memory");
         long long row = arena_row(token(0));
         int tok_next = token(1);
         for (int g = 0; g < groups; ++g) {
@@ -260,7 +270,23 @@ __device__ __forceinline__ void gather_tma_body(const void* __restrict__ src, co
                 mbar_arrive_expect_tx(full0 + 8u * st, (unsigned)__popc(valid) * 128u * SEGS);
             }
             __syncwarp();
-            if (row >= 0) {
+            // RUNS: a quad whose four rows are consecutive arena rows is one box of 4 rows a segment,
+            // issued by its first lane (arena rows fit an int: spec refuses 2^31 and more)
+            bool run_head = false, in_run = false;
+            if (RUNS) {
+                const int r = (int)row;
+                const int r1 = __shfl_down_sync(FULL_MASK, r, 1), r2 = __shfl_down_sync(FULL_MASK, r, 2),
+                          r3 = __shfl_down_sync(FULL_MASK, r, 3);
+                run_head = (lane & 3) == 0 && r >= 0 && r1 == r + 1 && r2 == r + 2 && r3 == r + 3;
+                in_run = __shfl_sync(FULL_MASK, run_head, lane & ~3);
+            }
+            if (RUNS && row >= 0 && (!in_run || run_head)) {
+                const unsigned dst = ring + (unsigned)st * GTMA_STAGE_BYTES + 128u * (unsigned)lane;
+#pragma unroll
+                for (int seg = warp * SEGS; seg < (warp + 1) * SEGS; ++seg)
+                    tma_load_2d(dst + (GTMA_STAGE_BYTES / 8u) * seg, run_head ? src4 : src, 64 * seg, (int)row,
+                                full0 + 8u * st);
+            } else if (!RUNS && row >= 0) {
                 const unsigned dst = ring + (unsigned)st * GTMA_STAGE_BYTES + 1024u * (unsigned)lane;
                 if (BULK) {
                     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], 1024, [%2];"
@@ -282,8 +308,10 @@ __device__ __forceinline__ void gather_tma_body(const void* __restrict__ src, co
             mbar_wait(full0 + 8u * st, (unsigned)(g / GTMA_STAGES) & 1u);
             const unsigned valid = stage_valid[st];
             const unsigned base = ring + (unsigned)st * GTMA_STAGE_BYTES;
-            for (int c = c0; c < GTMA_ROWS * 64; c += GTMA_THREADS - 32 * PRODUCERS) {   // 16-B word c: row c / 64
-                if ((valid >> (c >> 6)) & 1u) {
+            for (int c = c0; c < GTMA_ROWS * 64; c += GTMA_THREADS - 32 * PRODUCERS) {
+                // 16-B word c: row c / 64 (row-major stage), row (c / 8) % 32 (RUNS: segment-major)
+                const int r = RUNS ? (c >> 3) & (GTMA_ROWS - 1) : c >> 6;
+                if ((valid >> r) & 1u) {
                     unsigned a, b, d, e;
                     asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
                                  : "=r"(a), "=r"(b), "=r"(d), "=r"(e) : "r"(base + 16u * c));
@@ -313,6 +341,15 @@ sparse_gather_tma4(const void* __restrict__ tmap, const int* __restrict__ page_t
                    const int* __restrict__ selection, unsigned* __restrict__ partial, int M, int W,
                    int pages_per_stream, int page_size, int splits) {
     gather_tma_body<4, false>(tmap, page_table, selection, partial, M, W, pages_per_stream, page_size, splits);
+}
+
+// tma4 with a 4-row box a segment over each run of four consecutive arena rows: whether a quarter
+// of the requests where the grouped selection has runs brings the copy engine to the gather's rate.
+extern "C" __global__ void __launch_bounds__(GTMA_THREADS, 1)
+sparse_gather_tma4_runs(const void* __restrict__ tmaps, const int* __restrict__ page_table,
+                        const int* __restrict__ selection, unsigned* __restrict__ partial, int M, int W,
+                        int pages_per_stream, int page_size, int splits) {
+    gather_tma_body<4, false, true>(tmaps, page_table, selection, partial, M, W, pages_per_stream, page_size, splits);
 }
 
 // Each row one 1 KiB bulk copy (no tensor map, no swizzle): whether the engine's rate is per request

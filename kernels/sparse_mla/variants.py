@@ -28,7 +28,8 @@
 - ``gather_tma``, ``gather_tma4``, ``gather_bulk`` (``sparse_gather``, BF16): the same rows and
   checksum through the bulk-copy engine (tensor-map boxes of one 128-byte row segment, kernels/tma.py,
   from 1 or 4 producer warps; 1-D bulk copies of whole rows): the rate a bulk-copy producer could
-  feed a design (NOTES.md).
+  feed a design (NOTES.md). ``gather_tma4_runs``: gather_tma4 with one box of 4 rows a segment over
+  each run of 4 consecutive arena rows (the grouped selection's runs), a quarter of the requests there.
 
 Each CUDA design reads one latent dtype; at the other, ``supports`` gives the reason.
 
@@ -490,7 +491,7 @@ def _supports_gather_tma(geometry, point) -> str | None:
 # The bulk-copy gathers: variant -> kernel (gather.cu's gather_tma_body: tensor-map boxes from 1 and
 # 4 producer warps, and 1-D bulk row copies, which take the arena instead of a tensor map)
 GATHER_TMA_SYMBOLS = {"gather_tma": "sparse_gather_tma", "gather_tma4": "sparse_gather_tma4",
-                      "gather_bulk": "sparse_gather_bulk"}
+                      "gather_tma4_runs": "sparse_gather_tma4_runs", "gather_bulk": "sparse_gather_bulk"}
 
 
 def build_gather_tma(name: str):
@@ -516,7 +517,9 @@ def _build_gather_tma(name, geometry, point, inputs, backend) -> KernelStep:
     if name == "gather_bulk":
         src = arena
     else:
-        desc = tma.encode_2d(int(arena.data.ptr), spec.arena_total_rows(point), D, 2, 2 * D, (64, 1), "128B")
+        boxes = ((64, 1), (64, 4)) if name == "gather_tma4_runs" else ((64, 1),)   # the runs' map at + 128 B
+        desc = b"".join(tma.encode_2d(int(arena.data.ptr), spec.arena_total_rows(point), D, 2, 2 * D, box, "128B")
+                        for box in boxes)
         with backend.stream:
             src = cp.asarray(np.frombuffer(desc, np.uint8))   # device allocations are 256-B aligned
     splits = one_wave_splits(Mn, W, int(backend.props["multiProcessorCount"]))
@@ -839,6 +842,13 @@ GATHER_VARIANTS = (
     Variant("gather_tma4", "cuda", build_gather_tma("gather_tma4"),
             why="gather_tma with 4 producer warps issuing 2 segments of each row apiece (4 XOR warps): "
                 "whether the box rate is one issuing warp's or the SM's copy engine's",
+            supports=_supports_gather_tma, sources=("gather.cu",)),
+    Variant("gather_tma4_runs", "cuda", build_gather_tma("gather_tma4_runs"),
+            why="gather_tma4 with one box of 4 rows a segment wherever a quad of lanes holds 4 consecutive "
+                "arena rows (the grouped selection's runs of 4 tokens on a 64-token page), into a "
+                "segment-major stage (a wgmma tile's layout): whether a quarter of the requests brings "
+                "the copy engine to the gather's rate (ws_async's consumers wait a third of their time "
+                "for its cp.async producer)",
             supports=_supports_gather_tma, sources=("gather.cu",)),
     Variant("gather_bulk", "cuda", build_gather_tma("gather_bulk"),
             why="gather_tma's ring with each row one 1 KiB 1-D bulk copy (no tensor map, no swizzle: no "
