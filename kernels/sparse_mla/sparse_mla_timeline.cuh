@@ -19,7 +19,7 @@ reads tile 0's rows), and a mark after stores says they were issued, not landed.
 // Mark ids (keep in step with kernels/sparse_mla/timeline.py MARKS; a test checks)
 #define SMT_ENTRY 0      // thread 0: the CTA's first instruction after the shared-memory check
 #define SMT_INIT 1       // thread 0: past the CTA barrier that publishes the mbarriers
-#define SMT_Q 2          // producer: q's copies issued (the first tiles' token -> page -> row loads issued before)
+#define SMT_Q 2          // producer: q's copies issued (after tile 0's rows are known; QEARLY: before the page loads)
 #define SMT_ROWS0 3      // producer: tile 0's arena rows known (the ballot over them returned)
 #define SMT_ISSUED0 4    // producer: tile 0's copies issued and its full arrive made
 #define SMT_ISSUED 5     // producer: the last tile's copies issued (the loop's end)

@@ -13,6 +13,7 @@ e4m3 and row_scale [rows] f32, value = e4m3(code) x scale, kernels/fp8.py).
 
 Kernels: sparse_mla_split_wgmma_ws (BF16) and sparse_mla_split_wgmma_ws_fp8 (FP8), ws_split<FP8>;
 sparse_mla_split_wgmma_ws_nol2, the BF16 kernel without the L2 look-ahead (one cost at a time);
+sparse_mla_split_wgmma_ws_async_qearly (QEARLY): the async kernel with the cold chain reordered (below);
 sparse_mla_split_wgmma_ws_async (ASYNC, BF16, no look-ahead): the producer never waits for its own
 copies. The form above has each producer thread wait (cp.async.wait_group 0) until its copies of tile
 t landed before it arrives on full[s] and moves on, so a tile costs the producer its issue plus the
@@ -25,6 +26,14 @@ acquire makes the producers' copies visible to it in the generic proxy, the fenc
 its own wgmma operand reads). full[s] counts 129 arrivals there: the 128 producer threads' copy
 completions and thread 0's ordinary (release) arrive after it wrote the tile's validity words. The
 consumers' descriptors are split_wgmma's LEAN ones (built once a tile, each k-step's offset added).
+
+The cold chain (QEARLY): before tile 0 can land, a producer thread waits for three dependent memory
+trips (selection -> page table -> the arena rows' copies), and the async form issues q's 32 copies a
+thread between the second and the third, after the rows are known, so they go ahead of tile 0's in
+the thread's issue. QEARLY issues them after the token loads instead, under those loads' flight
+(the page loads wait for the tokens anyway); tile 0's full barrier still covers q's copies (the
+noinc arrive counts every earlier cp.async of the thread). ncu put 31 % of the producer's samples in
+this prologue (NOTES.md, 2026-12-07 afternoon).
 
 CTA: 3 warpgroups, 384 threads, __launch_bounds__(384, 1), one CTA an SM.
   WG 0, the producer (setmaxnreg.dec to WS_PRODUCER_REGS = 40; FP8 72): resolves every tile's
@@ -200,9 +209,42 @@ __device__ __forceinline__ void ws_prefetch_tile(const unsigned char* abytes, co
 }
 
 // ---- the producer warpgroup -------------------------------------------------------------------
+// q[m] into sQ by producer thread p (tile 0's group / tile 0's full arrive covers it): chunk c = p % 64
+// of rows p / 64 + 2 i. FP8: bf16 -> f16 (header), 8 loads in flight.
+template <bool FP8>
+__device__ __forceinline__ void ws_stage_q(unsigned char* smem, unsigned base, const bf16* __restrict__ q, int m, int p,
+                                           int ntiles) {
+    if (ntiles > 0) {
+        const bf16* qm = q + (size_t)m * SMLA_HEADS * SMLA_DIM;
+        const int c = p & 63;
+        if constexpr (!FP8) {
+#pragma unroll 8
+            for (int i = 0; i < 32; ++i) {
+                const int r = (p >> 6) + 2 * i;
+                cp_async16_zfill(smem + WS_Q_AT + wg_swz(r, c), qm + r * SMLA_DIM + c * 8, 16u);
+            }
+        } else {
+#pragma unroll 1
+            for (int b = 0; b < 4; ++b) {
+                uint4 v[8];
+#pragma unroll
+                for (int i = 0; i < 8; ++i) v[i] = ld_nc_v4(qm + ((p >> 6) + 2 * (8 * b + i)) * SMLA_DIM + c * 8);
+#pragma unroll
+                for (int i = 0; i < 8; ++i) {
+                    const int r = (p >> 6) + 2 * (8 * b + i);
+                    st_shared_v4(base + WS_Q_AT + wg_swz(r, c), pack_f16x2(bf_lo(v[i].x), bf_hi(v[i].x)),
+                                 pack_f16x2(bf_lo(v[i].y), bf_hi(v[i].y)), pack_f16x2(bf_lo(v[i].z), bf_hi(v[i].z)),
+                                 pack_f16x2(bf_lo(v[i].w), bf_hi(v[i].w)));
+                }
+            }
+        }
+    }
+    SMT_MARK(p == 0, SMT_Q);
+}
+
 // Tile t's slot 32 h + lane: lane's arena row (-1 invalid); the rows of this thread's warp for
 // tile t are rw[h] in every lane (each producer warp resolves the same rows: no exchange needed).
-template <bool FP8, bool L2, bool ASYNC = false, bool ALT = false>
+template <bool FP8, bool L2, bool ASYNC = false, bool ALT = false, bool QEARLY = false>
 __device__ __forceinline__ void ws_producer(unsigned char* smem, unsigned base, const bf16* __restrict__ q,
                                             const void* __restrict__ arena, const float* __restrict__ row_scale,
                                             const int* __restrict__ sel_m, const int* __restrict__ pt_m, int m,
@@ -222,12 +264,16 @@ __device__ __forceinline__ void ws_producer(unsigned char* smem, unsigned base, 
     // The chain (as split_wgmma's AHEAD, deeper): rw[k] rows of tiles t + k (k < PF); pgA / tkA the
     // page (in flight) and token of tile t + PF; tkB the token of tile t + PF + 1.
     int rw[PF][2], pgA[2], tkA[2], tkB[2];
+    int tk[PF + 2][2];
+#pragma unroll
+    for (int k = 0; k < PF + 2; ++k)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) tk[k][h] = wg_tok<WS_TILE>(sel_m, start, end, k, h, lane);
+    // QEARLY: q's copies are issued while the tokens are in flight (the page loads below wait for
+    // them); otherwise after the rows, where its 32 copies a thread delay tile 0's
+    if constexpr (QEARLY) ws_stage_q<FP8>(smem, base, q, m, p, ntiles);
     {
-        int tk[PF + 2][2], pk[PF + 1][2];
-#pragma unroll
-        for (int k = 0; k < PF + 2; ++k)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) tk[k][h] = wg_tok<WS_TILE>(sel_m, start, end, k, h, lane);
+        int pk[PF + 1][2];
 #pragma unroll
         for (int k = 0; k <= PF; ++k)
 #pragma unroll
@@ -257,35 +303,7 @@ __device__ __forceinline__ void ws_producer(unsigned char* smem, unsigned base, 
         }
     }
 
-    // q[m] into sQ (tile 0's group / tile 0's full arrive covers it): chunk c = p % 64 of rows
-    // p / 64 + 2 i. FP8: bf16 -> f16 (header), 8 loads in flight.
-    if (ntiles > 0) {
-        const bf16* qm = q + (size_t)m * SMLA_HEADS * SMLA_DIM;
-        const int c = p & 63;
-        if constexpr (!FP8) {
-#pragma unroll 8
-            for (int i = 0; i < 32; ++i) {
-                const int r = (p >> 6) + 2 * i;
-                cp_async16_zfill(smem + WS_Q_AT + wg_swz(r, c), qm + r * SMLA_DIM + c * 8, 16u);
-            }
-        } else {
-#pragma unroll 1
-            for (int b = 0; b < 4; ++b) {
-                uint4 v[8];
-#pragma unroll
-                for (int i = 0; i < 8; ++i) v[i] = ld_nc_v4(qm + ((p >> 6) + 2 * (8 * b + i)) * SMLA_DIM + c * 8);
-#pragma unroll
-                for (int i = 0; i < 8; ++i) {
-                    const int r = (p >> 6) + 2 * (8 * b + i);
-                    st_shared_v4(base + WS_Q_AT + wg_swz(r, c), pack_f16x2(bf_lo(v[i].x), bf_hi(v[i].x)),
-                                 pack_f16x2(bf_lo(v[i].y), bf_hi(v[i].y)), pack_f16x2(bf_lo(v[i].z), bf_hi(v[i].z)),
-                                 pack_f16x2(bf_lo(v[i].w), bf_hi(v[i].w)));
-                }
-            }
-        }
-    }
-
-    SMT_MARK(p == 0, SMT_Q);
+    if constexpr (!QEARLY) ws_stage_q<FP8>(smem, base, q, m, p, ntiles);
     SMT_ACC(empty_wait);
     unsigned soff[4];  // BF16 copies: wg_swz(p / 64 + 2 k, p % 64)
 #pragma unroll
@@ -904,7 +922,7 @@ __device__ __forceinline__ void alt_consumer(unsigned char* smem, unsigned base,
 // L2 = false: the same kernel without the L2 look-ahead (sparse_mla_split_wgmma_ws_nol2); ASYNC: the
 // producer's arrives by cp.async.mbarrier.arrive.noinc (sparse_mla_split_wgmma_ws_async, header);
 // ALT: the alternate-tile form (the section above: its consumers, the half-tile ring's barriers).
-template <bool FP8, bool L2 = true, bool ASYNC = false, bool COOP = false, bool ALT = false>
+template <bool FP8, bool L2 = true, bool ASYNC = false, bool COOP = false, bool ALT = false, bool QEARLY = false>
 __device__ __forceinline__ void ws_split(unsigned char* smem_raw, const bf16* __restrict__ q, const void* __restrict__ arena,
                                          const float* __restrict__ row_scale, const int* __restrict__ page_table,
                                          const int* __restrict__ selection, float* __restrict__ part_acc,
@@ -948,7 +966,7 @@ __device__ __forceinline__ void ws_split(unsigned char* smem_raw, const bf16* __
 
     if (threadIdx.x < 128) {
         regs_dec<FP8 ? WS_PRODUCER_REGS_FP8 : WS_PRODUCER_REGS>();
-        ws_producer<FP8, L2, ASYNC, ALT>(smem, base, q, arena, row_scale, selection + (size_t)m * (size_t)W,
+        ws_producer<FP8, L2, ASYNC, ALT, QEARLY>(smem, base, q, arena, row_scale, selection + (size_t)m * (size_t)W,
                          page_table + (size_t)m * (size_t)pages_per_stream, m, start, end, ntiles, page_size);
     } else {
         regs_inc<FP8 ? WS_CONSUMER_REGS_FP8 : WS_CONSUMER_REGS>();
@@ -1015,6 +1033,23 @@ sparse_mla_split_wgmma_ws_async(const bf16* __restrict__ q, const bf16* __restri
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     ws_split<false, false, true>(smem_raw, q, arena, nullptr, page_table, selection, part_acc, part_ml, M, W,
                                  pages_per_stream, page_size, splits, scale);
+#else
+    __trap();  // compiled without sm_90a: no wgmma (the launcher passes -arch=sm_90a)
+#endif
+}
+
+// split_wgmma_ws_async with q's copies issued while the first tiles' tokens are in flight, before the
+// page loads that wait for them (header: the cold chain), instead of after the rows, where its 32
+// copies a producer thread are issued ahead of tile 0's.
+extern "C" __global__ void __launch_bounds__(SPARSE_MLA_SPLIT_WGMMA_WS_THREADS, 1)
+sparse_mla_split_wgmma_ws_async_qearly(const bf16* __restrict__ q, const bf16* __restrict__ arena,
+                                       const int* __restrict__ page_table, const int* __restrict__ selection,
+                                       float* __restrict__ part_acc, float* __restrict__ part_ml, int M, int W,
+                                       int pages_per_stream, int page_size, int splits, float scale) {
+#ifdef SPARSE_MLA_WGMMA_ENABLED
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    ws_split<false, false, true, false, false, true>(smem_raw, q, arena, nullptr, page_table, selection, part_acc,
+                                                     part_ml, M, W, pages_per_stream, page_size, splits, scale);
 #else
     __trap();  // compiled without sm_90a: no wgmma (the launcher passes -arch=sm_90a)
 #endif

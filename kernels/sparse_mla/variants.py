@@ -176,6 +176,8 @@ SPLIT_DESIGNS = {
                             "SPARSE_MLA_SPLIT_WGMMA_WS_THREADS", "bf16"),
     "split_wgmma_ws_async": ("split_wgmma_ws.cu", "sparse_mla_split_wgmma_ws_async", "SPARSE_MLA_SPLIT_WGMMA_WS_SMEM_BYTES",
                              "SPARSE_MLA_SPLIT_WGMMA_WS_THREADS", "bf16"),
+    "split_wgmma_ws_async_qearly": ("split_wgmma_ws.cu", "sparse_mla_split_wgmma_ws_async_qearly",
+                                    "SPARSE_MLA_SPLIT_WGMMA_WS_SMEM_BYTES", "SPARSE_MLA_SPLIT_WGMMA_WS_THREADS", "bf16"),
     "split_wgmma_ws_alt": ("split_wgmma_ws.cu", "sparse_mla_split_wgmma_ws_alt", "SPARSE_MLA_SPLIT_WGMMA_WS_ALT_SMEM_BYTES",
                            "SPARSE_MLA_SPLIT_WGMMA_WS_THREADS", "bf16"),
     "split_wgmma_lean": ("split_wgmma.cu", "sparse_mla_split_wgmma_lean", "SPARSE_MLA_SPLIT_WGMMA_SMEM_BYTES",
@@ -768,6 +770,11 @@ MLA_VARIANTS = (
     _coop_variant("split_wgmma_ws_async_coop_1wave", "split_wgmma_ws_async",
                   why="split_wgmma_ws_async_1wave with split_wgmma_coop_1wave's combine in the kernel (cooperative "
                       "launch; the 256 consumer threads of each CTA merge a share of its row)"),
+    # Issue 13: the cold chain (ncu: a third of the kernel's samples run once a CTA).
+    Variant("split_wgmma_ws_async_qearly_1wave", "cuda", _make_split_build("split_wgmma_ws_async_qearly", one_wave=True),
+            why="split_wgmma_ws_async_1wave with q's 32 copies a producer thread issued while the first tiles' "
+                "tokens are in flight, not after their rows are known, where they go ahead of tile 0's copies",
+            supports=_supports_split("split_wgmma_ws_async_qearly"), sources=("split_wgmma_ws.cu",)),
     # Issue 13: FlashMLA's split of the tile work (read for technique), on split_wgmma_ws_async's producer.
     Variant("split_wgmma_ws_alt", "cuda", _make_split_build("split_wgmma_ws_alt"),
             why="split_wgmma_ws_async's producer and ring with the consumers on alternate whole 64-slot tiles: "
