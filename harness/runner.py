@@ -109,6 +109,14 @@ def build_resident(comp, geometry: Geometry, point: dict[str, Any], backend, see
     return resident
 
 
+def make_inputs(comp, geometry: Geometry, point: dict[str, Any], backend, point_seed: int) -> registry.Inputs:
+    """A point's inputs as a sweep draws them: the host arrays from ``point_seed`` and, where the
+    component declares resident inputs, those built on the backend from the same seed."""
+    host = comp.make_inputs(geometry, point, np.random.default_rng(point_seed))
+    resident = build_resident(comp, geometry, point, backend, point_seed) if comp.resident else {}
+    return registry.Inputs(host, resident, backend if resident else None)
+
+
 def _case(comp, geometry: Geometry, point: dict[str, Any], seed: int, shared: dict | None, backend=None):
     """Fresh random inputs for this point (host arrays, and the resident ones built on the
     backend) and their float64 reference, drawn once per job and shared by its variants (every
@@ -116,10 +124,7 @@ def _case(comp, geometry: Geometry, point: dict[str, Any], seed: int, shared: di
     is the job's cache; None draws a private case."""
     if shared is not None and "inputs" in shared:
         return shared["inputs"], shared["ref"]
-    point_seed = _point_seed(seed, point)
-    host = comp.make_inputs(geometry, point, np.random.default_rng(point_seed))
-    resident = build_resident(comp, geometry, point, backend, point_seed) if comp.resident else {}
-    inputs = registry.Inputs(host, resident, backend if resident else None)
+    inputs = make_inputs(comp, geometry, point, backend, _point_seed(seed, point))
     ref = comp.reference(geometry, point, inputs)
     if shared is not None:
         shared.update(inputs=inputs, ref=ref)

@@ -34,7 +34,7 @@ import pathlib
 import numpy as np
 import pandas as pd
 
-from harness import registry, timing
+from harness import registry, runner, timing
 from harness.backends import CudaBackend
 from harness.config import TimingConf
 from harness.fuel import load_fuel
@@ -198,7 +198,7 @@ def main() -> None:
 
     rows, tables, intervals, counters, results = [], [], [], [], {}
     for p_i, point in enumerate(points):
-        inputs = comp.make_inputs(geometry, point, np.random.default_rng(p_i))
+        inputs = runner.make_inputs(comp, geometry, point, backend, p_i)
         for name in args.variants:
             reason = comp.variant(name).supports(geometry, point)
             if reason:

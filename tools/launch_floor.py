@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import statistics
 
-import numpy as np
 
 from harness import registry, runner
 from harness.backends import CudaBackend
@@ -152,9 +151,7 @@ def parse_target(spec: str):
 
 def build_target(spec: str, geometry, backend):
     comp, variant, point = parse_target(spec)
-    host = comp.make_inputs(geometry, point, np.random.default_rng(0))
-    resident = runner.build_resident(comp, geometry, point, backend, 0) if comp.resident else {}
-    inputs = registry.Inputs(host, resident, backend if resident else None)
+    inputs = runner.make_inputs(comp, geometry, point, backend, 0)
     return variant.build(geometry, point, inputs, backend)
 
 

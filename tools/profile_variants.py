@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 
-import numpy as np
 
 from harness import registry, runner
 from harness.backends import CudaBackend
@@ -35,9 +34,7 @@ def main() -> None:
     backend = CudaBackend()
     # the inputs as a sweep's job builds them (host arrays and, for components with resident inputs
     # such as sparse_mla's arena, the device-built ones), without the float64 reference
-    host = comp.make_inputs(geometry, point, np.random.default_rng(0))
-    resident = runner.build_resident(comp, geometry, point, backend, 0) if comp.resident else {}
-    inputs = registry.Inputs(host, resident, backend if resident else None)
+    inputs = runner.make_inputs(comp, geometry, point, backend, 0)
     by_name = {v.name: v for v in comp.variants if v.backend == "cuda"}
     for name in args.variants:
         if name not in by_name:
