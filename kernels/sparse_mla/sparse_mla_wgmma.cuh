@@ -217,6 +217,23 @@ __device__ __forceinline__ void wg_store_partials(float* __restrict__ part_acc, 
     }
 }
 
+// wg_store_partials with part_acc in BF16 (round to nearest even; m and l stay FP32 in part_ml):
+// half the bytes of the FP32 partials, which a one-wave launch writes from every CTA at once and its
+// combine reads back (NOTES.md, 2026-12-07 evening: 4.8 us of stores and ~7 us of combine at M = 32).
+// A quad's four 4-byte stores fill 16 contiguous bytes of a row, the next n the other half of its sector.
+__device__ __forceinline__ void wg_store_partials_bf16(bf16* __restrict__ part_acc, float* __restrict__ part_ml,
+                                                       size_t ms, int h0, int wg, int t4, const float (&m_run)[2],
+                                                       const float (&l_run)[2], const float (&o)[128]) {
+    if (wg == 0 && t4 == 0) st_part_ml(part_ml, ms, h0, m_run, l_run);
+    bf16* row0 = part_acc + (ms * SMLA_HEADS + (size_t)h0) * SMLA_DIM + 256 * wg + 2 * t4;
+    bf16* row1 = row0 + 8 * SMLA_DIM;
+#pragma unroll
+    for (int n = 0; n < 32; ++n) {
+        *reinterpret_cast<unsigned*>(row0 + 8 * n) = pack_bf16x2(o[4 * n], o[4 * n + 1]);
+        *reinterpret_cast<unsigned*>(row1 + 8 * n) = pack_bf16x2(o[4 * n + 2], o[4 * n + 3]);
+    }
+}
+
 // The cooperative forms' combine (split_wgmma.cu's wg_split with CS = WG_COOP, sparse_mla_split_wgmma_coop;
 // split_wgmma_ws.cu's async form), run by NT threads of the CTA (tid 0 .. NT - 1, synced by BAR: 0 =
 // __syncthreads, else named barrier BAR over the NT): every CTA of row m runs at once (a cooperative launch refuses a grid that cannot), so after writing its

@@ -14,6 +14,8 @@ e4m3 and row_scale [rows] f32, value = e4m3(code) x scale, kernels/fp8.py).
 Kernels: sparse_mla_split_wgmma_ws (BF16) and sparse_mla_split_wgmma_ws_fp8 (FP8), ws_split<FP8>;
 sparse_mla_split_wgmma_ws_nol2, the BF16 kernel without the L2 look-ahead (one cost at a time);
 sparse_mla_split_wgmma_ws_async_qearly (QEARLY): the async kernel with the cold chain reordered (below);
+sparse_mla_split_wgmma_ws_async_bf16p (PB16): the async kernel writing its partial accumulators in BF16
+(half the bytes; its combine is sparse_mla_combine_bf16p);
 sparse_mla_split_wgmma_ws_async (ASYNC, BF16, no look-ahead): the producer never waits for its own
 copies. The form above has each producer thread wait (cp.async.wait_group 0) until its copies of tile
 t landed before it arrives on full[s] and moves on, so a tile costs the producer its issue plus the
@@ -442,7 +444,7 @@ __device__ __forceinline__ void ws_producer(unsigned char* smem, unsigned base, 
 }
 
 // ---- the consumer warpgroups ------------------------------------------------------------------
-template <bool FP8, bool ASYNC = false, bool COOP = false>
+template <bool FP8, bool ASYNC = false, bool COOP = false, bool PB16 = false>
 __device__ __forceinline__ void ws_consumer(unsigned char* smem, unsigned base, float* __restrict__ part_acc,
                                             float* __restrict__ part_ml, int m, int s_split, int splits, int ntiles,
                                             float scale, bf16* __restrict__ out = nullptr,
@@ -601,8 +603,13 @@ __device__ __forceinline__ void ws_consumer(unsigned char* smem, unsigned base, 
     SMT_COUNT(ct == 0, SMT_C_FULL_WAIT, full_wait);
 
     // ---- partial state out (FP8: R x O; BF16: rref = 1) ------------------------------------------
-    wg_store_partials(part_acc, part_ml, (size_t)m * (size_t)splits + (size_t)s_split, 16 * w + g, cw, t4, m_run, l_run,
-                      o, rref);
+    // PB16: part_acc holds BF16 (sparse_mla_combine_bf16p reads it); the BF16 latent only (rref = 1)
+    if constexpr (PB16)
+        wg_store_partials_bf16(reinterpret_cast<bf16*>(part_acc), part_ml, (size_t)m * (size_t)splits + (size_t)s_split,
+                               16 * w + g, cw, t4, m_run, l_run, o);
+    else
+        wg_store_partials(part_acc, part_ml, (size_t)m * (size_t)splits + (size_t)s_split, 16 * w + g, cw, t4, m_run,
+                          l_run, o, rref);
     // COOP: the 256 consumer threads merge a 1 / splits share of the row (named barrier 3; the ring is
     // free: every tile was waited full, so every copy landed, and every wgmma has retired)
     if constexpr (COOP)
@@ -922,7 +929,8 @@ __device__ __forceinline__ void alt_consumer(unsigned char* smem, unsigned base,
 // L2 = false: the same kernel without the L2 look-ahead (sparse_mla_split_wgmma_ws_nol2); ASYNC: the
 // producer's arrives by cp.async.mbarrier.arrive.noinc (sparse_mla_split_wgmma_ws_async, header);
 // ALT: the alternate-tile form (the section above: its consumers, the half-tile ring's barriers).
-template <bool FP8, bool L2 = true, bool ASYNC = false, bool COOP = false, bool ALT = false, bool QEARLY = false>
+template <bool FP8, bool L2 = true, bool ASYNC = false, bool COOP = false, bool ALT = false, bool QEARLY = false,
+          bool PB16 = false>
 __device__ __forceinline__ void ws_split(unsigned char* smem_raw, const bf16* __restrict__ q, const void* __restrict__ arena,
                                          const float* __restrict__ row_scale, const int* __restrict__ page_table,
                                          const int* __restrict__ selection, float* __restrict__ part_acc,
@@ -931,6 +939,7 @@ __device__ __forceinline__ void ws_split(unsigned char* smem_raw, const bf16* __
                                          float* __restrict__ lse = nullptr, unsigned long long* __restrict__ row_count = nullptr) {
     static_assert(!(FP8 && ASYNC), "the FP8 producer stores its widened codes itself: nothing for a copy to arrive on");
     static_assert(!ALT || (ASYNC && !COOP), "the alternate-tile form: the async producer, the two-kernel contract");
+    static_assert(!PB16 || (!FP8 && !COOP && !ALT), "BF16 partials: the BF16 latent's two-kernel form");
     if (dynamic_smem_bytes() < (ALT ? ALT_USED : WS_USED) + 1024) __trap();
     const unsigned raw_addr = smem_addr(smem_raw);
     const unsigned pad = wg_align_pad(raw_addr);
@@ -973,7 +982,7 @@ __device__ __forceinline__ void ws_split(unsigned char* smem_raw, const bf16* __
         if constexpr (ALT)
             alt_consumer(smem, base, part_acc, part_ml, m, s, splits, ntiles, scale);
         else
-            ws_consumer<FP8, ASYNC, COOP>(smem, base, part_acc, part_ml, m, s, splits, ntiles, scale, out, lse, row_count);
+            ws_consumer<FP8, ASYNC, COOP, PB16>(smem, base, part_acc, part_ml, m, s, splits, ntiles, scale, out, lse, row_count);
         SMT_MARK(threadIdx.x == 128, SMT_EXIT);
     }
 }
@@ -1050,6 +1059,24 @@ sparse_mla_split_wgmma_ws_async_qearly(const bf16* __restrict__ q, const bf16* _
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     ws_split<false, false, true, false, false, true>(smem_raw, q, arena, nullptr, page_table, selection, part_acc,
                                                      part_ml, M, W, pages_per_stream, page_size, splits, scale);
+#else
+    __trap();  // compiled without sm_90a: no wgmma (the launcher passes -arch=sm_90a)
+#endif
+}
+
+// split_wgmma_ws_async with its partial accumulators stored in BF16 (wg_store_partials_bf16): half
+// the 16 MiB a one-wave launch at M = 32 writes at once and its combine (sparse_mla_combine_bf16p)
+// reads back; m and l stay FP32. part_acc [M][splits][64][512] bf16.
+extern "C" __global__ void __launch_bounds__(SPARSE_MLA_SPLIT_WGMMA_WS_THREADS, 1)
+sparse_mla_split_wgmma_ws_async_bf16p(const bf16* __restrict__ q, const bf16* __restrict__ arena,
+                                      const int* __restrict__ page_table, const int* __restrict__ selection,
+                                      bf16* __restrict__ part_acc, float* __restrict__ part_ml, int M, int W,
+                                      int pages_per_stream, int page_size, int splits, float scale) {
+#ifdef SPARSE_MLA_WGMMA_ENABLED
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    ws_split<false, false, true, false, false, false, true>(smem_raw, q, arena, nullptr, page_table, selection,
+                                                            reinterpret_cast<float*>(part_acc), part_ml, M, W,
+                                                            pages_per_stream, page_size, splits, scale);
 #else
     __trap();  // compiled without sm_90a: no wgmma (the launcher passes -arch=sm_90a)
 #endif

@@ -176,6 +176,8 @@ SPLIT_DESIGNS = {
                             "SPARSE_MLA_SPLIT_WGMMA_WS_THREADS", "bf16"),
     "split_wgmma_ws_async": ("split_wgmma_ws.cu", "sparse_mla_split_wgmma_ws_async", "SPARSE_MLA_SPLIT_WGMMA_WS_SMEM_BYTES",
                              "SPARSE_MLA_SPLIT_WGMMA_WS_THREADS", "bf16"),
+    "split_wgmma_ws_async_bf16p": ("split_wgmma_ws.cu", "sparse_mla_split_wgmma_ws_async_bf16p",
+                                   "SPARSE_MLA_SPLIT_WGMMA_WS_SMEM_BYTES", "SPARSE_MLA_SPLIT_WGMMA_WS_THREADS", "bf16"),
     "split_wgmma_ws_async_qearly": ("split_wgmma_ws.cu", "sparse_mla_split_wgmma_ws_async_qearly",
                                     "SPARSE_MLA_SPLIT_WGMMA_WS_SMEM_BYTES", "SPARSE_MLA_SPLIT_WGMMA_WS_THREADS", "bf16"),
     "split_wgmma_ws_alt": ("split_wgmma_ws.cu", "sparse_mla_split_wgmma_ws_alt", "SPARSE_MLA_SPLIT_WGMMA_WS_ALT_SMEM_BYTES",
@@ -187,6 +189,9 @@ SPLIT_DESIGNS = {
     "split_wgmma_seesaw": ("split_wgmma_seesaw.cu", "sparse_mla_split_wgmma_seesaw", "SPARSE_MLA_SEESAW_SMEM_BYTES",
                            "SPARSE_MLA_SEESAW_THREADS", "bf16"),
 }
+# The designs whose partial accumulators are BF16, and the combine kernel that reads them (the rest:
+# FP32 partials, sparse_mla_combine).
+BF16_PARTIALS = {"split_wgmma_ws_async_bf16p": "sparse_mla_combine_bf16p"}
 # The designs that compile with extra NVRTC options (the rest with none): every wgmma source.
 SPLIT_OPTIONS = {name: WGMMA_OPTIONS for name, design in SPLIT_DESIGNS.items()
                  if design[0] in ("split_wgmma.cu", "split_wgmma_ws.cu", "split_wgmma_seesaw.cu")}
@@ -228,9 +233,10 @@ def _make_split_build(name: str, one_wave: bool = False):
         smem = source_define(source, smem_define)
         threads = source_define(source, threads_define) if threads_define else THREADS
         split_fn = get_kernel(backend, HERE / source, symbol, smem, options=options)
-        combine_fn = get_kernel(backend, HERE / source, "sparse_mla_combine", options=options)
+        combine_fn = get_kernel(backend, HERE / source, BF16_PARTIALS.get(name, "sparse_mla_combine"), options=options)
+        part_dtype = cp.uint16 if name in BF16_PARTIALS else cp.float32   # bf16 bits, or FP32
         with backend.stream:
-            buffers = {"part_acc": cp.empty((Mn, splits, H, D), cp.float32),
+            buffers = {"part_acc": cp.empty((Mn, splits, H, D), part_dtype),
                        "part_ml": cp.empty((Mn, splits, H, 2), cp.float32),
                        "out": cp.empty((Mn, H, D), cp.uint16), "lse": cp.empty((Mn, H), cp.float32)}
         pps, ps = np.int32(spec.pages_per_stream(point)), np.int32(point["page_size"])
@@ -241,8 +247,8 @@ def _make_split_build(name: str, one_wave: bool = False):
             KernelCall(combine_fn, Mn * H, COMBINE_THREADS, 0, lambda b: (
                 b["part_acc"], b["part_ml"], b["out"], b["lse"], np.int32(Mn), np.int32(splits))),
         ]
-        poison = {"part_acc": np.float32(np.nan), "part_ml": np.float32(np.nan), "out": 0xFFFF,
-                  "lse": np.float32(np.nan)}
+        poison = {"part_acc": 0xFFFF if name in BF16_PARTIALS else np.float32(np.nan), "part_ml": np.float32(np.nan),
+                  "out": 0xFFFF, "lse": np.float32(np.nan)}
         return _attention_step(backend, kernels, buffers, poison, f"{splits} splits per stream")
 
     build.__name__ = f"build_{name}{'_1wave' if one_wave else ''}"
@@ -770,6 +776,12 @@ MLA_VARIANTS = (
     _coop_variant("split_wgmma_ws_async_coop_1wave", "split_wgmma_ws_async",
                   why="split_wgmma_ws_async_1wave with split_wgmma_coop_1wave's combine in the kernel (cooperative "
                       "launch; the 256 consumer threads of each CTA merge a share of its row)"),
+    # Issue 13: the partials (the timeline: 4.8 us of FP32 partial stores and ~7 us of combine at M = 32).
+    Variant("split_wgmma_ws_async_bf16p_1wave", "cuda", _make_split_build("split_wgmma_ws_async_bf16p", one_wave=True),
+            why="split_wgmma_ws_async_1wave with its partial accumulators stored in BF16 (m and l in FP32) and a "
+                "combine that widens them: half the 16 MiB that every CTA writes at once at M = 32 and the "
+                "combine reads back",
+            supports=_supports_split("split_wgmma_ws_async_bf16p"), sources=("split_wgmma_ws.cu",)),
     # Issue 13: the cold chain (ncu: a third of the kernel's samples run once a CTA).
     Variant("split_wgmma_ws_async_qearly_1wave", "cuda", _make_split_build("split_wgmma_ws_async_qearly", one_wave=True),
             why="split_wgmma_ws_async_1wave with q's 32 copies a producer thread issued while the first tiles' "
