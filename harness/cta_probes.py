@@ -5,7 +5,8 @@ b (``blockIdx.y * gridDim.x + blockIdx.x``), ``slots`` 64-bit words at ``b * slo
 ``__device__`` buffer: slot 0 the SM id + 1, slot 1 the cluster rank + 1 (1 without clusters),
 then for mark n slot 2 + 2 n its %globaltimer (ns; comparable across SMs) and 3 + 2 n its clock64
 (cycles; finer within one SM), then, after the marks, one word per counter (a value the kernel
-accumulates, in cycles or a count). Unwritten slots stay 0 (the tool zeroes the buffer before each
+accumulates, in cycles or a count, stored as value + 1 so that 0 means no thread wrote it). Unwritten
+slots stay 0 (the tool zeroes the buffer before each
 launch). A family declares its layout once (:class:`ProbeLayout`); nothing here knows a family.
 Marks are ordered per CTA by clock64 and each phase is named by the mark that ends it. Pure NumPy /
 pandas, so it is tested on the CPU.
@@ -76,11 +77,16 @@ class ProbeLayout:
         return df.sort_values(["cta", "clk"], kind="stable").reset_index(drop=True)
 
     def counter_table(self, raw: np.ndarray, n_ctas: int) -> pd.DataFrame:
-        """One row per CTA, one column per counter (the raw values the kernel wrote)."""
+        """One row per CTA, one column per counter: the value the kernel counted (it stores value + 1);
+        NaN where no thread of the CTA wrote the counter, so a form that does not count reads as
+        missing, not as zero."""
         slots = self._slots(raw, n_ctas)
         at = 2 + 2 * len(self.marks)
-        return pd.DataFrame({c: slots[:, at + i].astype(np.int64) for i, c in enumerate(self.counters)},
-                            index=pd.RangeIndex(n_ctas, name="cta"))
+        cols = {}
+        for i, c in enumerate(self.counters):
+            w = slots[:, at + i].astype(np.float64)
+            cols[c] = np.where(w > 0, w - 1, np.nan)
+        return pd.DataFrame(cols, index=pd.RangeIndex(n_ctas, name="cta"))
 
     def cycles_per_us(self, marks: pd.DataFrame) -> float:
         """The SM clock in cycles per µs, as the probes saw it: the median over CTAs of (exit -

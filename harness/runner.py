@@ -110,8 +110,9 @@ def build_resident(comp, geometry: Geometry, point: dict[str, Any], backend, see
 
 
 def make_inputs(comp, geometry: Geometry, point: dict[str, Any], backend, point_seed: int) -> registry.Inputs:
-    """A point's inputs as a sweep draws them: the host arrays from ``point_seed`` and, where the
-    component declares resident inputs, those built on the backend from the same seed."""
+    """A point's inputs drawn the way a sweep draws them: the host arrays from ``point_seed`` and,
+    where the component declares resident inputs, those built on the backend from the same seed (the
+    sweep passes its per-point seed; a tool may pass any)."""
     host = comp.make_inputs(geometry, point, np.random.default_rng(point_seed))
     resident = build_resident(comp, geometry, point, backend, point_seed) if comp.resident else {}
     return registry.Inputs(host, resident, backend if resident else None)

@@ -139,7 +139,7 @@ def _smla_buffer(plan: dict[int, tuple[int, dict[str, int], dict[str, int]]], n:
             i = L.marks.index(mark)
             row[2 + 2 * i], row[3 + 2 * i] = T0 + ns, C0 + int(RATE * ns)
         for c, v in counters.items():
-            row[2 + 2 * len(L.marks) + L.counters.index(c)] = v
+            row[2 + 2 * len(L.marks) + L.counters.index(c)] = v + 1   # the kernel stores value + 1
     return raw
 
 
@@ -178,7 +178,7 @@ def test_an_interval_whose_marks_a_form_does_not_write_is_left_out():
     L = smla.LAYOUT
     plan = {0: (0, {k: v for k, v in SMLA_PLAN[0][1].items() if k not in ("full0", "done0", "loop")}, {})}
     iv = L.interval_table(L.parse(_smla_buffer(plan, 1), 1))
-    assert set(iv.interval) == {"to tile 0's rows", "producer: all issued", "producer: last copies land"}
+    assert set(iv.interval) == {"to tile 0's rows", "producer: all issued", "producer thread 0: its last copies land"}
 
 
 def test_a_layout_refuses_too_few_slots_and_unknown_interval_marks():
@@ -201,3 +201,13 @@ def test_sparse_mla_reader_constants_match_the_cuda_header():
     names = [n for n, _ in sorted(counters.items(), key=lambda x: x[1])]
     assert [f"{n}_cycles" if n.endswith("wait") else n for n in names] == list(smla.COUNTERS)
     assert defs["MARKS"] == len(smla.MARKS) and defs["COUNTERS"] == len(smla.COUNTERS)
+
+
+def test_a_counter_no_thread_wrote_reads_missing_and_a_zero_count_reads_zero():
+    """The alternate-tile form's consumers count no full waits: NaN, not 0; a producer that never
+    waited for room (one tile) counted 0: 0."""
+    L = smla.LAYOUT
+    plan = {0: (0, SMLA_PLAN[0][1], {"empty_wait_cycles": 0, "tiles": 1})}
+    counters = L.counter_table(_smla_buffer(plan, 1), 1)
+    assert np.isnan(counters.full_wait_cycles[0])
+    assert counters.empty_wait_cycles[0] == 0 and counters.tiles[0] == 1

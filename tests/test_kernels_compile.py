@@ -187,10 +187,18 @@ def test_cta_timeline_build_compiles(source, option, tmp_path):
         assert not [line for line in res.stderr.splitlines() if re.search(r"\bC751\d\b", line)]
 
 
-def test_probe_families_cover_every_probed_file():
-    """A source with a family's mark macro is built by the tool; one per family at least."""
-    assert {o for _, o in CTA_PROBED} == {"-DDSA_TOPK_TIMELINE", "-DSPARSE_MLA_TIMELINE"}
-    assert (REPO_ROOT / "kernels/sparse_mla/split_wgmma_ws.cu", "-DSPARSE_MLA_TIMELINE") in CTA_PROBED
+def test_every_probed_file_is_a_source_of_its_familys_variants():
+    """The tool picks the variants whose declared sources carry the mark macro: a probed file that no
+    variant of the family's component names would be compiled here and timed by nobody."""
+    named = {}
+    for comp in registry.components().values():
+        for v in comp.variants:
+            for name in v.sources:
+                named.setdefault((pathlib.Path(comp.folder) / name).resolve(), set()).add(comp.name)
+    option_component = {"-DDSA_TOPK_TIMELINE": "dsa_topk", "-DSPARSE_MLA_TIMELINE": "sparse_mla"}
+    assert {o for _, o in CTA_PROBED} == set(option_component)
+    for source, option in CTA_PROBED:
+        assert option_component[option] in named.get(source.resolve(), set()), f"{source.name}: no variant names it"
 
 
 @pytest.mark.parametrize("source", WGMMA_SOURCES, ids=lambda p: p.name)

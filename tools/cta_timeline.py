@@ -239,6 +239,9 @@ def main() -> None:
                 if len(count.columns):
                     print("counters, median over CTAs (cycles / count; µs at the probes' clock):")
                     for c in count.columns:
+                        if count[c].isna().all():
+                            print(f"  {c}: not counted by this form")
+                            continue
                         v = float(count[c].median())
                         print(f"  {c}: {v:.0f}" + (f" ({v / rate:.2f} µs)" if c.endswith("_cycles") else ""))
     summary = result_table(rows)

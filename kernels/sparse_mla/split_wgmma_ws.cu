@@ -31,10 +31,11 @@ consumers' descriptors are split_wgmma's LEAN ones (built once a tile, each k-st
 
 The cold chain (QEARLY): before tile 0 can land, a producer thread waits for three dependent memory
 trips (selection -> page table -> the arena rows' copies), and the async form issues q's 32 copies a
-thread between the second and the third, after the rows are known, so they go ahead of tile 0's in
-the thread's issue. QEARLY issues them after the token loads instead, under those loads' flight
-(the page loads wait for the tokens anyway); tile 0's full barrier still covers q's copies (the
-noinc arrive counts every earlier cp.async of the thread). ncu put 31 % of the producer's samples in
+thread between the second and the third: after the rows are known, so their issue sits between the
+rows and tile 0's copies. QEARLY issues them right after the token loads instead, under those loads'
+flight (the page loads wait for the tokens anyway). Both forms issue q before tile 0, and tile 0's
+full barrier waits for both (the noinc arrive counts every earlier cp.async of the thread): only
+where q's issue time goes moves. ncu put 31 % of the producer's samples in
 this prologue (NOTES.md, 2026-12-07 afternoon).
 
 CTA: 3 warpgroups, 384 threads, __launch_bounds__(384, 1), one CTA an SM.
@@ -272,7 +273,7 @@ __device__ __forceinline__ void ws_producer(unsigned char* smem, unsigned base, 
 #pragma unroll
         for (int h = 0; h < 2; ++h) tk[k][h] = wg_tok<WS_TILE>(sel_m, start, end, k, h, lane);
     // QEARLY: q's copies are issued while the tokens are in flight (the page loads below wait for
-    // them); otherwise after the rows, where its 32 copies a thread delay tile 0's
+    // them); otherwise after the rows, where issuing its 32 copies a thread delays tile 0's issue
     if constexpr (QEARLY) ws_stage_q<FP8>(smem, base, q, m, p, ntiles);
     {
         int pk[PF + 1][2];
@@ -1048,8 +1049,8 @@ sparse_mla_split_wgmma_ws_async(const bf16* __restrict__ q, const bf16* __restri
 }
 
 // split_wgmma_ws_async with q's copies issued while the first tiles' tokens are in flight, before the
-// page loads that wait for them (header: the cold chain), instead of after the rows, where its 32
-// copies a producer thread are issued ahead of tile 0's.
+// page loads that wait for them (header: the cold chain), instead of after the rows are known, where
+// issuing its 32 copies a producer thread stands between the rows and tile 0's copies.
 extern "C" __global__ void __launch_bounds__(SPARSE_MLA_SPLIT_WGMMA_WS_THREADS, 1)
 sparse_mla_split_wgmma_ws_async_qearly(const bf16* __restrict__ q, const bf16* __restrict__ arena,
                                        const int* __restrict__ page_table, const int* __restrict__ selection,

@@ -24,7 +24,7 @@ INTERVALS = (
     ("tile 0's math", "full0", "done0"),
     ("the other tiles", "done0", "loop"),
     ("producer: all issued", "init", "issued"),
-    ("producer: last copies land", "issued", "drained"),
+    ("producer thread 0: its last copies land", "issued", "drained"),
     ("epilogue (partials issued)", "loop", "exit"),
 )
 LAYOUT = ProbeLayout(marks=MARKS, slots=SMT_SLOTS, capacity=SMT_CAPACITY, symbol="sparse_mla_timeline",

@@ -785,7 +785,8 @@ MLA_VARIANTS = (
     # Issue 13: the cold chain (ncu: a third of the kernel's samples run once a CTA).
     Variant("split_wgmma_ws_async_qearly_1wave", "cuda", _make_split_build("split_wgmma_ws_async_qearly", one_wave=True),
             why="split_wgmma_ws_async_1wave with q's 32 copies a producer thread issued while the first tiles' "
-                "tokens are in flight, not after their rows are known, where they go ahead of tile 0's copies",
+                "tokens are in flight, not after their rows are known, where issuing them delays tile 0's copies "
+                "(tile 0's full barrier waits for q's copies in both)",
             supports=_supports_split("split_wgmma_ws_async_qearly"), sources=("split_wgmma_ws.cu",)),
     # Issue 13: FlashMLA's split of the tile work (read for technique), on split_wgmma_ws_async's producer.
     Variant("split_wgmma_ws_alt", "cuda", _make_split_build("split_wgmma_ws_alt"),
