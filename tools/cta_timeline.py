@@ -89,7 +89,8 @@ def point_label(point: dict) -> str:
 
 def result_table(rows: list[dict]) -> pd.DataFrame:
     """summary.csv: one row per (variant, point, mode) with the event-timed µs, the probes' span and
-    what is left outside it (event - span: launch and the event pair around it)."""
+    what is left outside it (event - span: the launch, the step's other kernels such as sparse MLA's
+    combine, and the event pair around them)."""
     df = pd.DataFrame(rows)
     df["outside_span_us"] = df.event_us - df.span_us
     return df
