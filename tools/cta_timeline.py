@@ -34,7 +34,7 @@ import pathlib
 import numpy as np
 import pandas as pd
 
-from harness import registry, runner, timing
+from harness import cta_probes, registry, runner, timing
 from harness.backends import CudaBackend
 from harness.config import TimingConf
 from harness.fuel import load_fuel
@@ -218,7 +218,7 @@ def main() -> None:
                 raw, event_us = record(backend, layout, step, primer, probed[name], args.launches, mode)
                 marks = layout.parse(raw, n_ctas)
                 run = f"{name}_{p_i}_{mode}"
-                fam.save(args.out, run, marks)
+                cta_probes.save(args.out, run, marks)
                 label = dict(variant=name, point=point_label(point), mode=mode)
                 results[f"{name} | {point_label(point)} | {mode}"] = marks
                 table = layout.phase_table(marks)

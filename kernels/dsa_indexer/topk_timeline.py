@@ -4,7 +4,7 @@ of its own phases only). tools/cta_timeline.py builds and launches the probed va
 
 from __future__ import annotations
 
-from harness.cta_probes import ProbeLayout, save  # noqa: F401  (the tool saves through the family module)
+from harness.cta_probes import ProbeLayout
 
 COMPONENT = "dsa_topk"
 MARK_MACRO = "TK_MARK("   # a source whose text holds this carries the probes

@@ -5,7 +5,7 @@ builds and launches the probed variants (every variant of split_wgmma_ws.cu)."""
 
 from __future__ import annotations
 
-from harness.cta_probes import ProbeLayout, save  # noqa: F401  (the tool saves through the family module)
+from harness.cta_probes import ProbeLayout
 
 COMPONENT = "sparse_mla"
 MARK_MACRO = "SMT_MARK("  # a source whose text holds this carries the probes
