@@ -15,7 +15,8 @@ Kernels: sparse_mla_split_wgmma_ws (BF16) and sparse_mla_split_wgmma_ws_fp8 (FP8
 sparse_mla_split_wgmma_ws_nol2, the BF16 kernel without the L2 look-ahead (one cost at a time);
 sparse_mla_split_wgmma_ws_async_qearly (QEARLY): the async kernel with the cold chain reordered (below);
 sparse_mla_split_wgmma_ws_async_bf16p (PB16): the async kernel writing its partial accumulators in BF16
-(half the bytes; its combine is sparse_mla_combine_bf16p);
+(half the bytes; its combine is sparse_mla_combine_bf16p); sparse_mla_split_wgmma_ws_async_bulkp (BULKP):
+the async kernel staging its FP32 partials in the ring and writing them by bulk copies;
 sparse_mla_split_wgmma_ws_async (ASYNC, BF16, no look-ahead): the producer never waits for its own
 copies. The form above has each producer thread wait (cp.async.wait_group 0) until its copies of tile
 t landed before it arrives on full[s] and moves on, so a tile costs the producer its issue plus the
@@ -445,7 +446,7 @@ __device__ __forceinline__ void ws_producer(unsigned char* smem, unsigned base, 
 }
 
 // ---- the consumer warpgroups ------------------------------------------------------------------
-template <bool FP8, bool ASYNC = false, bool COOP = false, bool PB16 = false>
+template <bool FP8, bool ASYNC = false, bool COOP = false, bool PB16 = false, bool BULKP = false>
 __device__ __forceinline__ void ws_consumer(unsigned char* smem, unsigned base, float* __restrict__ part_acc,
                                             float* __restrict__ part_ml, int m, int s_split, int splits, int ntiles,
                                             float scale, bf16* __restrict__ out = nullptr,
@@ -604,8 +605,21 @@ __device__ __forceinline__ void ws_consumer(unsigned char* smem, unsigned base, 
     SMT_COUNT(ct == 0, SMT_C_FULL_WAIT, full_wait);
 
     // ---- partial state out (FP8: R x O; BF16: rref = 1) ------------------------------------------
-    // PB16: part_acc holds BF16 (sparse_mla_combine_bf16p reads it); the BF16 latent only (rref = 1)
-    if constexpr (PB16)
+    // PB16: part_acc holds BF16 (sparse_mla_combine_bf16p reads it); the BF16 latent only (rref = 1).
+    // BULKP: staged in the ring and the exchange buffer (free once both warpgroups are past their last
+    // PV: named barrier 4; every copy into the ring landed before its tile's full wait returned), then
+    // one bulk copy a row by consumer threads 0..63 (wg_stage_partials)
+    if constexpr (BULKP) {
+        static_assert(WS_RING_AT + 64 * PART_PITCH <= WS_SCALE_AT, "the staged partial fits the ring and the exchange");
+        const unsigned stage_at = base + WS_RING_AT;
+        const size_t ms = (size_t)m * (size_t)splits + (size_t)s_split;
+        named_sync<4, 256>();  // the other warpgroup's last PV has read the ring and its S the exchange
+        if (cw == 0 && t4 == 0) st_part_ml(part_ml, ms, 16 * w + g, m_run, l_run);
+        wg_stage_partials(stage_at, 16 * w + g, cw, t4, o);
+        fence_proxy_async_shared();  // this thread's staged values, visible to the bulk copies
+        named_sync<4, 256>();
+        if (ct < SMLA_HEADS) wg_bulk_store_row(part_acc, ms, stage_at, ct);
+    } else if constexpr (PB16)
         wg_store_partials_bf16(reinterpret_cast<bf16*>(part_acc), part_ml, (size_t)m * (size_t)splits + (size_t)s_split,
                                16 * w + g, cw, t4, m_run, l_run, o);
     else
@@ -931,7 +945,7 @@ __device__ __forceinline__ void alt_consumer(unsigned char* smem, unsigned base,
 // producer's arrives by cp.async.mbarrier.arrive.noinc (sparse_mla_split_wgmma_ws_async, header);
 // ALT: the alternate-tile form (the section above: its consumers, the half-tile ring's barriers).
 template <bool FP8, bool L2 = true, bool ASYNC = false, bool COOP = false, bool ALT = false, bool QEARLY = false,
-          bool PB16 = false>
+          bool PB16 = false, bool BULKP = false>
 __device__ __forceinline__ void ws_split(unsigned char* smem_raw, const bf16* __restrict__ q, const void* __restrict__ arena,
                                          const float* __restrict__ row_scale, const int* __restrict__ page_table,
                                          const int* __restrict__ selection, float* __restrict__ part_acc,
@@ -941,6 +955,7 @@ __device__ __forceinline__ void ws_split(unsigned char* smem_raw, const bf16* __
     static_assert(!(FP8 && ASYNC), "the FP8 producer stores its widened codes itself: nothing for a copy to arrive on");
     static_assert(!ALT || (ASYNC && !COOP), "the alternate-tile form: the async producer, the two-kernel contract");
     static_assert(!PB16 || (!FP8 && !COOP && !ALT), "BF16 partials: the BF16 latent's two-kernel form");
+    static_assert(!BULKP || (!FP8 && !COOP && !ALT && !PB16), "bulk-stored partials: the BF16 latent's two-kernel form");
     if (dynamic_smem_bytes() < (ALT ? ALT_USED : WS_USED) + 1024) __trap();
     const unsigned raw_addr = smem_addr(smem_raw);
     const unsigned pad = wg_align_pad(raw_addr);
@@ -983,7 +998,7 @@ __device__ __forceinline__ void ws_split(unsigned char* smem_raw, const bf16* __
         if constexpr (ALT)
             alt_consumer(smem, base, part_acc, part_ml, m, s, splits, ntiles, scale);
         else
-            ws_consumer<FP8, ASYNC, COOP, PB16>(smem, base, part_acc, part_ml, m, s, splits, ntiles, scale, out, lse, row_count);
+            ws_consumer<FP8, ASYNC, COOP, PB16, BULKP>(smem, base, part_acc, part_ml, m, s, splits, ntiles, scale, out, lse, row_count);
         SMT_MARK(threadIdx.x == 128, SMT_EXIT);
     }
 }
@@ -1078,6 +1093,24 @@ sparse_mla_split_wgmma_ws_async_bf16p(const bf16* __restrict__ q, const bf16* __
     ws_split<false, false, true, false, false, false, true>(smem_raw, q, arena, nullptr, page_table, selection,
                                                             reinterpret_cast<float*>(part_acc), part_ml, M, W,
                                                             pages_per_stream, page_size, splits, scale);
+#else
+    __trap();  // compiled without sm_90a: no wgmma (the launcher passes -arch=sm_90a)
+#endif
+}
+
+// split_wgmma_ws_async with its FP32 partials staged in shared memory and written by one bulk copy a
+// row (wg_stage_partials / wg_bulk_store_row): the same bytes as the direct stores, in 64 linear 2 KiB
+// requests instead of 64 scattered 8-byte stores a consumer thread.
+extern "C" __global__ void __launch_bounds__(SPARSE_MLA_SPLIT_WGMMA_WS_THREADS, 1)
+sparse_mla_split_wgmma_ws_async_bulkp(const bf16* __restrict__ q, const bf16* __restrict__ arena,
+                                      const int* __restrict__ page_table, const int* __restrict__ selection,
+                                      float* __restrict__ part_acc, float* __restrict__ part_ml, int M, int W,
+                                      int pages_per_stream, int page_size, int splits, float scale) {
+#ifdef SPARSE_MLA_WGMMA_ENABLED
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    ws_split<false, false, true, false, false, false, false, true>(smem_raw, q, arena, nullptr, page_table, selection,
+                                                                   part_acc, part_ml, M, W, pages_per_stream, page_size,
+                                                                   splits, scale);
 #else
     __trap();  // compiled without sm_90a: no wgmma (the launcher passes -arch=sm_90a)
 #endif

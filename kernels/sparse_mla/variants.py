@@ -178,6 +178,8 @@ SPLIT_DESIGNS = {
                              "SPARSE_MLA_SPLIT_WGMMA_WS_THREADS", "bf16"),
     "split_wgmma_ws_async_bf16p": ("split_wgmma_ws.cu", "sparse_mla_split_wgmma_ws_async_bf16p",
                                    "SPARSE_MLA_SPLIT_WGMMA_WS_SMEM_BYTES", "SPARSE_MLA_SPLIT_WGMMA_WS_THREADS", "bf16"),
+    "split_wgmma_ws_async_bulkp": ("split_wgmma_ws.cu", "sparse_mla_split_wgmma_ws_async_bulkp",
+                                   "SPARSE_MLA_SPLIT_WGMMA_WS_SMEM_BYTES", "SPARSE_MLA_SPLIT_WGMMA_WS_THREADS", "bf16"),
     "split_wgmma_ws_async_qearly": ("split_wgmma_ws.cu", "sparse_mla_split_wgmma_ws_async_qearly",
                                     "SPARSE_MLA_SPLIT_WGMMA_WS_SMEM_BYTES", "SPARSE_MLA_SPLIT_WGMMA_WS_THREADS", "bf16"),
     "split_wgmma_ws_alt": ("split_wgmma_ws.cu", "sparse_mla_split_wgmma_ws_alt", "SPARSE_MLA_SPLIT_WGMMA_WS_ALT_SMEM_BYTES",
@@ -782,6 +784,11 @@ MLA_VARIANTS = (
                 "combine that widens them: half the 16 MiB that every CTA writes at once at M = 32 and the "
                 "combine reads back",
             supports=_supports_split("split_wgmma_ws_async_bf16p"), sources=("split_wgmma_ws.cu",)),
+    Variant("split_wgmma_ws_async_bulkp_1wave", "cuda", _make_split_build("split_wgmma_ws_async_bulkp", one_wave=True),
+            why="split_wgmma_ws_async_1wave with its FP32 partials staged in the free ring (rows padded to 2080 "
+                "bytes: two wavefronts a warp store) and written by one 2 KiB bulk copy a row: the same bytes in "
+                "64 linear requests a CTA, where BF16 partials showed the scattered stores' count binds",
+            supports=_supports_split("split_wgmma_ws_async_bulkp"), sources=("split_wgmma_ws.cu",)),
     # Issue 13: the cold chain (ncu: a third of the kernel's samples run once a CTA).
     Variant("split_wgmma_ws_async_qearly_1wave", "cuda", _make_split_build("split_wgmma_ws_async_qearly", one_wave=True),
             why="split_wgmma_ws_async_1wave with q's 32 copies a producer thread issued while the first tiles' "
