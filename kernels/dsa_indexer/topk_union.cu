@@ -74,6 +74,9 @@ the same decisions, so topk_model.select_row_union(own=True) emulates it too): t
 the 4096-bin thread-max histogram and rank 0's window search over 1024 bins by s2_find_warp
 (topk_select.cuh: warp 0 alone, one block barrier) instead of s2_find (1024 threads, two barriers):
 0.59 and 0.78 us of the own form's H200 timeline at M = 32 (ec9fb09), both on its critical path.
+dsa_topk_union_ownwl_c<CS> (LATE) also moves the own form's cluster arrive from under the loads' flight
+to after the read's barrier: the own form's read phase is 0.15 us (H200) to 0.56 us (H100) longer than
+radix_union's, whose loads are the same, and the arrive's release is what it adds to that phase.
 The early forms (dsa_topk_union_early<EV>_c<CS>, union_body's EV = 3 or 4;
 topk_model.select_row_union(early=EV)): the exchanged form with its bound taken from the first EV
 float4 slots of each thread only. The register loads are issued first and the cp.async copies in
@@ -254,7 +257,7 @@ __device__ __forceinline__ bool uni_window_select(const uint2* u, unsigned nu, u
 // slots of each thread only (its registers, then cp.async group A), found and exchanged while
 // group B (slots EV..) is still landing; the thread max over every slot reaches rank 0 by
 // red.shared::cluster.max before the push, for the +inf test only.
-template <unsigned CS, bool BULK, bool OWN, unsigned EV = 0u, bool WFIND = false>
+template <unsigned CS, bool BULK, bool OWN, unsigned EV = 0u, bool WFIND = false, bool LATE = false>
 __device__ __forceinline__ void union_body(const float* __restrict__ scores, int* __restrict__ out, int C_, int k_) {
     constexpr bool EARLY = EV != 0u;
     static_assert(!EARLY || (!BULK && !OWN && EV >= UNI_REG_VECS && EV <= UNI_VECS), "the early form is the exchanged one's");
@@ -347,7 +350,7 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
     if (EARLY && threadIdx.x == 0) kmax_row = 0u;      // rank 0's: the ranks' red.max land after the exchange's barrier
     // OWN: rank 0's n_union and s.h1 zeroed before any rank's push, and every CTA started before any
     // DSMEM access: arrived here, waited for before the push, long after every rank arrived
-    if (OWN) cluster_arrive();
+    if (OWN && !LATE) cluster_arrive();
     // the thread max as a float (fmaxf drops NaN; -0 / +0 share a key): one conversion, not 32
     float xmax = neg_inf();
 #pragma unroll
@@ -378,6 +381,10 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
     if ((threadIdx.x & 31u) == 0u) atomicMax(&kmax_cta, wmax);
     __syncthreads();
     TK_MARK(TK_READ);
+    // LATE: the own form's arrive here, after every load of this thread landed, so that its release
+    // (MEMBAR.ALL.GPU in SASS) has no load in flight to wait for; still after one_reset and long
+    // before the wait ahead of the push
+    if (OWN && LATE) cluster_arrive();
     if constexpr (WFIND) s2_find_warp<ONE_NB0>(s.h0, (k + CS - 1u) / CS, &s);   // ends with a barrier
     else s2_find<ONE_NB0>(s.h0, (k + CS - 1u) / CS, &s);
     if (!OWN && threadIdx.x == 0) bound = s.found_bin;
@@ -550,6 +557,10 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
     extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(ONE_THREADS, 1)                   \
         dsa_topk_union_ownw_c##CS(const float* __restrict__ scores, int* __restrict__ out, int C, int k) {   \
         union_body<CS, false, true, 0u, true>(scores, out, C, k);                                             \
+    }                                                                                                         \
+    extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(ONE_THREADS, 1)                   \
+        dsa_topk_union_ownwl_c##CS(const float* __restrict__ scores, int* __restrict__ out, int C, int k) {  \
+        union_body<CS, false, true, 0u, true, true>(scores, out, C, k);                                       \
     }                                                                                                         \
     extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(ONE_THREADS, 1)                   \
         dsa_topk_union_early3_c##CS(const float* __restrict__ scores, int* __restrict__ out, int C, int k) { \
