@@ -239,8 +239,11 @@ __device__ __forceinline__ void wg_store_partials_bf16(bf16* __restrict__ part_a
 // rows PART_PITCH bytes apart), and later wg_bulk_store_rows copies each row to part_acc with one
 // bulk copy. Why: the timeline put the direct epilogue at 4.8 us for 64 scattered 8-byte stores a
 // thread, and BF16 partials (half the bytes in as many stores) made it 7.1 us, so the stores' count
-// and sectors bind, not their bytes (NOTES.md, 2026-12-07 evening). The 32-byte pad puts the 8 rows of
-// a warp's v2 store on banks 8 g mod 32: two wavefronts for its 256 bytes, the least there can be.
+// and sectors bound there, not their bytes (NOTES.md, 2026-12-07 evening). Measured on the H200
+// (ec9fb09, NOTES.md 2026-12-07 night): this form's epilogue 4.03 us against the direct stores' 4.25,
+// so with few linear requests the 16 MiB that 128 CTAs write at once binds in its turn. The 32-byte pad
+// puts the 8 rows of a warp's v2 store on banks 8 g mod 32: two wavefronts for its 256 bytes, the least
+// there can be.
 #define PART_PITCH 2080   // 512 x 4 bytes + 32
 __device__ __forceinline__ void wg_stage_partials(unsigned stage, int h0, int wg, int t4, const float (&o)[128]) {
     const unsigned row0 = stage + (unsigned)h0 * PART_PITCH + 4u * (unsigned)(256 * wg + 2 * t4);
