@@ -42,11 +42,16 @@ pack() {
 {
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv
   python3 -c "import torch, cupy; print('torch', torch.__version__, 'cupy', cupy.__version__, torch.cuda.get_device_name())"
-  # the whole pytest output goes to $OUT/pytest.txt; the log keeps every FAILED/ERROR line and the
-  # tally (a plain tail lost the names of failing tests when a traceback was long)
+  # the whole pytest output goes to $OUT/pytest.txt, a line a test (-v: a run stopped by PYTEST_TIMEOUT
+  # still names the tests that ran, where -q's dots did not); the log keeps every FAILED/ERROR line and
+  # the tally (a plain tail lost the names of failing tests when a traceback was long)
   if [ -z "${SKIP_TESTS:-}" ]; then
-    ${PYTEST_TIMEOUT:+timeout $PYTEST_TIMEOUT} python3 -m pytest -q -rsfE ${PYTEST_FILES:-tests/test_gpu_*.py tests/test_kda_cuda.py} ${PYTEST_K:+-k "$PYTEST_K"} > "$OUT/pytest.txt" 2>&1
-    rc=$?; [ $rc -eq 124 ] && echo "pytest: stopped after PYTEST_TIMEOUT=${PYTEST_TIMEOUT}s (a hung kernel?); the sweeps go on"
+    ${PYTEST_TIMEOUT:+timeout $PYTEST_TIMEOUT} python3 -m pytest -v -rsfE ${PYTEST_FILES:-tests/test_gpu_*.py tests/test_kda_cuda.py} ${PYTEST_K:+-k "$PYTEST_K"} > "$OUT/pytest.txt" 2>&1
+    rc=$?
+    if [ $rc -eq 124 ]; then
+      echo "pytest: stopped after PYTEST_TIMEOUT=${PYTEST_TIMEOUT}s (a hung kernel, or more tests than the limit allows); the sweeps go on"
+      echo "pytest: before the stop $(grep -c ' PASSED' "$OUT/pytest.txt") passed, $(grep -c ' SKIPPED' "$OUT/pytest.txt") skipped, $(grep -c ' FAILED' "$OUT/pytest.txt") failed (named in pytest.txt)"
+    fi
     grep -E "^(FAILED|ERROR) " "$OUT/pytest.txt" | head -60
     tail -1 "$OUT/pytest.txt"
   fi
