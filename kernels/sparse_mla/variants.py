@@ -180,6 +180,11 @@ SPLIT_DESIGNS = {
                                    "SPARSE_MLA_SPLIT_WGMMA_WS_SMEM_BYTES", "SPARSE_MLA_SPLIT_WGMMA_WS_THREADS", "bf16"),
     "split_wgmma_ws_async_bulkp": ("split_wgmma_ws.cu", "sparse_mla_split_wgmma_ws_async_bulkp",
                                    "SPARSE_MLA_SPLIT_WGMMA_WS_SMEM_BYTES", "SPARSE_MLA_SPLIT_WGMMA_WS_THREADS", "bf16"),
+    "split_wgmma_ws_async_bulkp16": ("split_wgmma_ws.cu", "sparse_mla_split_wgmma_ws_async_bulkp16",
+                                     "SPARSE_MLA_SPLIT_WGMMA_WS_SMEM_BYTES", "SPARSE_MLA_SPLIT_WGMMA_WS_THREADS", "bf16"),
+    "split_wgmma_ws_async_qearly_bulkp16": ("split_wgmma_ws.cu", "sparse_mla_split_wgmma_ws_async_qearly_bulkp16",
+                                            "SPARSE_MLA_SPLIT_WGMMA_WS_SMEM_BYTES", "SPARSE_MLA_SPLIT_WGMMA_WS_THREADS",
+                                            "bf16"),
     "split_wgmma_ws_async_qearly": ("split_wgmma_ws.cu", "sparse_mla_split_wgmma_ws_async_qearly",
                                     "SPARSE_MLA_SPLIT_WGMMA_WS_SMEM_BYTES", "SPARSE_MLA_SPLIT_WGMMA_WS_THREADS", "bf16"),
     "split_wgmma_ws_alt": ("split_wgmma_ws.cu", "sparse_mla_split_wgmma_ws_alt", "SPARSE_MLA_SPLIT_WGMMA_WS_ALT_SMEM_BYTES",
@@ -193,7 +198,9 @@ SPLIT_DESIGNS = {
 }
 # The designs whose partial accumulators are BF16, and the combine kernel that reads them (the rest:
 # FP32 partials, sparse_mla_combine).
-BF16_PARTIALS = {"split_wgmma_ws_async_bf16p": "sparse_mla_combine_bf16p"}
+BF16_PARTIALS = {"split_wgmma_ws_async_bf16p": "sparse_mla_combine_bf16p",
+                 "split_wgmma_ws_async_bulkp16": "sparse_mla_combine_bf16p",
+                 "split_wgmma_ws_async_qearly_bulkp16": "sparse_mla_combine_bf16p"}
 # The designs that compile with extra NVRTC options (the rest with none): every wgmma source.
 SPLIT_OPTIONS = {name: WGMMA_OPTIONS for name, design in SPLIT_DESIGNS.items()
                  if design[0] in ("split_wgmma.cu", "split_wgmma_ws.cu", "split_wgmma_seesaw.cu")}
@@ -789,6 +796,16 @@ MLA_VARIANTS = (
                 "bytes: two wavefronts a warp store) and written by one 2 KiB bulk copy a row: the same bytes in "
                 "64 linear requests a CTA, where BF16 partials showed the scattered stores' count binds",
             supports=_supports_split("split_wgmma_ws_async_bulkp"), sources=("split_wgmma_ws.cu",)),
+    Variant("split_wgmma_ws_async_bulkp16_1wave", "cuda", _make_split_build("split_wgmma_ws_async_bulkp16", one_wave=True),
+            why="split_wgmma_ws_async_bulkp_1wave with BF16 partials (staged rows of 1040 bytes, one 1 KiB bulk "
+                "copy a row; sparse_mla_combine_bf16p): the bulk form's epilogue fell only from 4.25 to 4.03 us "
+                "on the H200, so with few linear requests the 16 MiB of FP32 partials bind, and half of them go",
+            supports=_supports_split("split_wgmma_ws_async_bulkp16"), sources=("split_wgmma_ws.cu",)),
+    Variant("split_wgmma_ws_async_qearly_bulkp16_1wave", "cuda",
+            _make_split_build("split_wgmma_ws_async_qearly_bulkp16", one_wave=True),
+            why="split_wgmma_ws_async_bulkp16_1wave with qearly's cold chain (q's copies issued under the first "
+                "tokens' flight): the two fixed costs the timeline measured, cut together",
+            supports=_supports_split("split_wgmma_ws_async_qearly_bulkp16"), sources=("split_wgmma_ws.cu",)),
     # Issue 13: the cold chain (ncu: a third of the kernel's samples run once a CTA).
     Variant("split_wgmma_ws_async_qearly_1wave", "cuda", _make_split_build("split_wgmma_ws_async_qearly", one_wave=True),
             why="split_wgmma_ws_async_1wave with q's 32 copies a producer thread issued while the first tiles' "
