@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import statistics
 
-
 from harness import registry, runner
 from harness.backends import CudaBackend
 from harness.fuel import load_fuel

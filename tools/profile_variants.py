@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 
-
 from harness import registry, runner
 from harness.backends import CudaBackend
 from harness.fuel import load_fuel
