@@ -141,4 +141,21 @@ sparse_mla_combine_bf16p_batched(const bf16* __restrict__ part_acc, const float*
     smla_combine_batched(part_acc, part_ml, out, lse, M, splits);
 }
 
+// The combines of a programmatic pair (split_wgmma_ws.cu, smla_pdl_enter): launched as programmatic
+// dependents of the split kernel, they start before it ends and wait here for its completion and
+// memory before the first read of its partials. Launched plainly the wait is a no-op.
+extern "C" __global__ void __launch_bounds__(128)
+sparse_mla_combine_pdl(const float* __restrict__ part_acc, const float* __restrict__ part_ml,
+                       bf16* __restrict__ out, float* __restrict__ lse, int M, int splits) {
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    smla_combine(part_acc, part_ml, out, lse, M, splits);
+}
+
+extern "C" __global__ void __launch_bounds__(128)
+sparse_mla_combine_bf16p_pdl(const bf16* __restrict__ part_acc, const float* __restrict__ part_ml,
+                             bf16* __restrict__ out, float* __restrict__ lse, int M, int splits) {
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    smla_combine(part_acc, part_ml, out, lse, M, splits);
+}
+
 #endif  // SPARSE_MLA_COMBINE_CUH

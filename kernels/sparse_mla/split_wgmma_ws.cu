@@ -1100,6 +1100,21 @@ sparse_mla_split_wgmma_ws_async_bf16p(const bf16* __restrict__ q, const bf16* __
 #endif
 }
 
+#ifdef SPARSE_MLA_WGMMA_ENABLED
+// The bulk-store forms' kernel body (the async producer, partials staged and bulk-copied): FP32 partials,
+// or BF16 (PB16) ones in part_acc's bf16 bits. Shared by the plain and the programmatic kernels below.
+template <bool PB16, typename P>
+__device__ __forceinline__ void ws_bulkp(unsigned char* smem_raw, const bf16* __restrict__ q,
+                                         const bf16* __restrict__ arena, const int* __restrict__ page_table,
+                                         const int* __restrict__ selection, P* __restrict__ part_acc,
+                                         float* __restrict__ part_ml, int M, int W, int pages_per_stream, int page_size,
+                                         int splits, float scale) {
+    ws_split<false, false, true, false, false, false, PB16, true>(smem_raw, q, arena, nullptr, page_table, selection,
+                                                                  reinterpret_cast<float*>(part_acc), part_ml, M, W,
+                                                                  pages_per_stream, page_size, splits, scale);
+}
+#endif
+
 // split_wgmma_ws_async with its FP32 partials staged in shared memory and written by one bulk copy a
 // row (wg_stage_partials / wg_bulk_store_row): the same bytes as the direct stores, in 64 linear 2 KiB
 // requests instead of 64 scattered 8-byte stores a consumer thread.
@@ -1110,9 +1125,7 @@ sparse_mla_split_wgmma_ws_async_bulkp(const bf16* __restrict__ q, const bf16* __
                                       int pages_per_stream, int page_size, int splits, float scale) {
 #ifdef SPARSE_MLA_WGMMA_ENABLED
     extern __shared__ __align__(1024) unsigned char smem_raw[];
-    ws_split<false, false, true, false, false, false, false, true>(smem_raw, q, arena, nullptr, page_table, selection,
-                                                                   part_acc, part_ml, M, W, pages_per_stream, page_size,
-                                                                   splits, scale);
+    ws_bulkp<false>(smem_raw, q, arena, page_table, selection, part_acc, part_ml, M, W, pages_per_stream, page_size, splits, scale);
 #else
     __trap();  // compiled without sm_90a: no wgmma (the launcher passes -arch=sm_90a)
 #endif
@@ -1128,9 +1141,7 @@ sparse_mla_split_wgmma_ws_async_bulkp16(const bf16* __restrict__ q, const bf16* 
                                         int pages_per_stream, int page_size, int splits, float scale) {
 #ifdef SPARSE_MLA_WGMMA_ENABLED
     extern __shared__ __align__(1024) unsigned char smem_raw[];
-    ws_split<false, false, true, false, false, false, true, true>(smem_raw, q, arena, nullptr, page_table, selection,
-                                                                  reinterpret_cast<float*>(part_acc), part_ml, M, W,
-                                                                  pages_per_stream, page_size, splits, scale);
+    ws_bulkp<true>(smem_raw, q, arena, page_table, selection, part_acc, part_ml, M, W, pages_per_stream, page_size, splits, scale);
 #else
     __trap();  // compiled without sm_90a: no wgmma (the launcher passes -arch=sm_90a)
 #endif
@@ -1148,6 +1159,48 @@ sparse_mla_split_wgmma_ws_async_qearly_bulkp16(const bf16* __restrict__ q, const
     ws_split<false, false, true, false, false, true, true, true>(smem_raw, q, arena, nullptr, page_table, selection,
                                                                  reinterpret_cast<float*>(part_acc), part_ml, M, W,
                                                                  pages_per_stream, page_size, splits, scale);
+#else
+    __trap();  // compiled without sm_90a: no wgmma (the launcher passes -arch=sm_90a)
+#endif
+}
+
+// bulkp / bulkp16 as the first kernel of a programmatic pair (PDL): the combine is launched with the
+// programmatic-serialisation attribute and may start once every CTA here has triggered; its blocks
+// wait (griddepcontrol.wait) for this grid's completion and memory, so what the pair saves is the
+// gap between the two launches, not any overlap of their work. Why trigger at entry: a one-wave split
+// grid is all resident by then (a CTA triggers at its start), the combine's early blocks can only take
+// the SMs no split CTA holds (a split CTA keeps 384 threads x 168 registers of the SM's 65536), and
+// they sit there waiting, ready. The wait at entry keeps this kernel correct as a programmatic
+// dependent itself (a chain of steps: the previous combine reads part_acc, which this grid rewrites);
+// launched plainly both instructions are no-ops, so the kernel is bulkp / bulkp16 to the byte after them.
+__device__ __forceinline__ void smla_pdl_enter() {
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
+extern "C" __global__ void __launch_bounds__(SPARSE_MLA_SPLIT_WGMMA_WS_THREADS, 1)
+sparse_mla_split_wgmma_ws_async_bulkp_pdl(const bf16* __restrict__ q, const bf16* __restrict__ arena,
+                                          const int* __restrict__ page_table, const int* __restrict__ selection,
+                                          float* __restrict__ part_acc, float* __restrict__ part_ml, int M, int W,
+                                          int pages_per_stream, int page_size, int splits, float scale) {
+#ifdef SPARSE_MLA_WGMMA_ENABLED
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    smla_pdl_enter();
+    ws_bulkp<false>(smem_raw, q, arena, page_table, selection, part_acc, part_ml, M, W, pages_per_stream, page_size, splits, scale);
+#else
+    __trap();  // compiled without sm_90a: no wgmma (the launcher passes -arch=sm_90a)
+#endif
+}
+
+extern "C" __global__ void __launch_bounds__(SPARSE_MLA_SPLIT_WGMMA_WS_THREADS, 1)
+sparse_mla_split_wgmma_ws_async_bulkp16_pdl(const bf16* __restrict__ q, const bf16* __restrict__ arena,
+                                            const int* __restrict__ page_table, const int* __restrict__ selection,
+                                            bf16* __restrict__ part_acc, float* __restrict__ part_ml, int M, int W,
+                                            int pages_per_stream, int page_size, int splits, float scale) {
+#ifdef SPARSE_MLA_WGMMA_ENABLED
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    smla_pdl_enter();
+    ws_bulkp<true>(smem_raw, q, arena, page_table, selection, part_acc, part_ml, M, W, pages_per_stream, page_size, splits, scale);
 #else
     __trap();  // compiled without sm_90a: no wgmma (the launcher passes -arch=sm_90a)
 #endif

@@ -190,6 +190,12 @@ SPLIT_DESIGNS = {
                                       "SPARSE_MLA_SPLIT_WGMMA_WS_SMEM_BYTES", "SPARSE_MLA_SPLIT_WGMMA_WS_THREADS", "bf16"),
     "split_wgmma_ws_async_bulkp16_cb": ("split_wgmma_ws.cu", "sparse_mla_split_wgmma_ws_async_bulkp16",
                                         "SPARSE_MLA_SPLIT_WGMMA_WS_SMEM_BYTES", "SPARSE_MLA_SPLIT_WGMMA_WS_THREADS", "bf16"),
+    # the bulk-store designs as a programmatic pair with their combine (PROGRAMMATIC)
+    "split_wgmma_ws_async_bulkp_pdl": ("split_wgmma_ws.cu", "sparse_mla_split_wgmma_ws_async_bulkp_pdl",
+                                       "SPARSE_MLA_SPLIT_WGMMA_WS_SMEM_BYTES", "SPARSE_MLA_SPLIT_WGMMA_WS_THREADS", "bf16"),
+    "split_wgmma_ws_async_bulkp16_pdl": ("split_wgmma_ws.cu", "sparse_mla_split_wgmma_ws_async_bulkp16_pdl",
+                                         "SPARSE_MLA_SPLIT_WGMMA_WS_SMEM_BYTES", "SPARSE_MLA_SPLIT_WGMMA_WS_THREADS",
+                                         "bf16"),
     "split_wgmma_ws_async_qearly": ("split_wgmma_ws.cu", "sparse_mla_split_wgmma_ws_async_qearly",
                                     "SPARSE_MLA_SPLIT_WGMMA_WS_SMEM_BYTES", "SPARSE_MLA_SPLIT_WGMMA_WS_THREADS", "bf16"),
     "split_wgmma_ws_alt": ("split_wgmma_ws.cu", "sparse_mla_split_wgmma_ws_alt", "SPARSE_MLA_SPLIT_WGMMA_WS_ALT_SMEM_BYTES",
@@ -204,9 +210,14 @@ SPLIT_DESIGNS = {
 # The designs whose partial accumulators are BF16 (the rest: FP32), and the combine kernel each design's
 # partials go through where it is not sparse_mla_combine (FP32) / sparse_mla_combine_bf16p (BF16).
 BF16_PARTIALS = {"split_wgmma_ws_async_bf16p", "split_wgmma_ws_async_bulkp16", "split_wgmma_ws_async_qearly_bulkp16",
-                 "split_wgmma_ws_async_bulkp16_cb"}
-COMBINES = {"split_wgmma_ws_async_bulkp_cb": "sparse_mla_combine_batched",
-            "split_wgmma_ws_async_bulkp16_cb": "sparse_mla_combine_bf16p_batched"}
+                 "split_wgmma_ws_async_bulkp16_cb", "split_wgmma_ws_async_bulkp16_pdl"}
+BATCHED_COMBINES = {"split_wgmma_ws_async_bulkp_cb": "sparse_mla_combine_batched",
+                    "split_wgmma_ws_async_bulkp16_cb": "sparse_mla_combine_bf16p_batched"}
+# The designs launched as a programmatic pair (the step's dependent launch): the split kernel triggers
+# its dependents at entry and the combine waits on griddepcontrol before reading the partials.
+PROGRAMMATIC = {"split_wgmma_ws_async_bulkp_pdl": "sparse_mla_combine_pdl",
+                "split_wgmma_ws_async_bulkp16_pdl": "sparse_mla_combine_bf16p_pdl"}
+COMBINES = {**BATCHED_COMBINES, **PROGRAMMATIC}
 
 
 def combine_kernel(name: str) -> str:
@@ -223,12 +234,14 @@ def _supports_split(name: str):
     return _supports_latent(name, SPLIT_DESIGNS[name][4], _supports_cuda)
 
 
-def _attention_step(backend, kernels: list, buffers: dict, poison: dict, note: str) -> KernelStep:
+def _attention_step(backend, kernels: list, buffers: dict, poison: dict, note: str,
+                    dependent: bool = False) -> KernelStep:
     """A sparse MLA design's step over its buffers, read back as the component's out (bf16 decoded)
-    and lse; plain stream order; poisoned and ready."""
+    and lse; poisoned and ready. Plain stream order, or with ``dependent`` each kernel after the first
+    a programmatic dependent of the one before (every kernel of the step waits on griddepcontrol)."""
     step = KernelStep(backend, kernels, buffers, {}, poison, lambda b: {
         "out": _bf16(backend.to_host(b["out"])), "lse": backend.to_host(b["lse"]).astype(np.float64)},
-        dependent=False)
+        dependent=dependent)
     step.note = note
     return step.ready()
 
@@ -271,7 +284,9 @@ def _make_split_build(name: str, one_wave: bool = False):
         ]
         poison = {"part_acc": 0xFFFF if name in BF16_PARTIALS else np.float32(np.nan), "part_ml": np.float32(np.nan),
                   "out": 0xFFFF, "lse": np.float32(np.nan)}
-        return _attention_step(backend, kernels, buffers, poison, f"{splits} splits per stream")
+        return _attention_step(backend, kernels, buffers, poison, f"{splits} splits per stream"
+                               + (", the combine a programmatic dependent" if name in PROGRAMMATIC else ""),
+                               dependent=name in PROGRAMMATIC)
 
     build.__name__ = f"build_{name}{'_1wave' if one_wave else ''}"
     return build
@@ -821,10 +836,17 @@ MLA_VARIANTS = (
             supports=_supports_split("split_wgmma_ws_async_qearly_bulkp16"), sources=("split_wgmma_ws.cu",)),
     *(Variant(f"{design}_1wave", "cuda", _make_split_build(design, one_wave=True),
               why=f"{design.removesuffix('_cb')}_1wave with its partials merged by the batched combine "
-                  f"({COMBINES[design]}: every split's loads of a batch of 4 in flight at once, where the "
+                  f"({BATCHED_COMBINES[design]}: every split's loads of a batch of 4 in flight at once, where the "
                   "combine's loop made two dependent L2 round trips a split, 32 in series at M = 8's 16 splits); "
                   "the same bits out",
-              supports=_supports_split(design), sources=("split_wgmma_ws.cu",)) for design in COMBINES),
+              supports=_supports_split(design), sources=("split_wgmma_ws.cu",)) for design in BATCHED_COMBINES),
+    # Issue 13: the gap between the two launches (the timeline: ~11 us of the event outside the split's span).
+    *(Variant(f"{design}_1wave", "cuda", _make_split_build(design, one_wave=True),
+              why=f"{design.removesuffix('_pdl')}_1wave with its combine ({PROGRAMMATIC[design]}) launched as a "
+                  "programmatic dependent: the split kernel triggers at entry, so the combine's blocks are "
+                  "launched while it runs and wait on griddepcontrol for its partials; the second launch's gap "
+                  "leaves the step",
+              supports=_supports_split(design), sources=("split_wgmma_ws.cu",)) for design in PROGRAMMATIC),
     # Issue 13: the cold chain (ncu: a third of the kernel's samples run once a CTA).
     Variant("split_wgmma_ws_async_qearly_1wave", "cuda", _make_split_build("split_wgmma_ws_async_qearly", one_wave=True),
             why="split_wgmma_ws_async_1wave with q's 32 copies a producer thread issued while the first tiles' "
