@@ -19,6 +19,8 @@ sparse_mla_split_wgmma_ws_async_bf16p (PB16): the async kernel writing its parti
 the async kernel staging its FP32 partials in the ring and writing them by bulk copies;
 sparse_mla_split_wgmma_ws_async_bulkp16 (BULKP and PB16): the same with BF16 partials;
 sparse_mla_split_wgmma_ws_async_qearly_bulkp16: bulkp16 with QEARLY's cold chain;
+sparse_mla_split_wgmma_ws_async_bulkp_pdl / _bulkp16_pdl / _qearly_bulkp16_pdl: those kernels as the first
+of a programmatic pair with their combine (smla_pdl_enter, below);
 sparse_mla_split_wgmma_ws_async (ASYNC, BF16, no look-ahead): the producer never waits for its own
 copies. The form above has each producer thread wait (cp.async.wait_group 0) until its copies of tile
 t landed before it arrives on full[s] and moves on, so a tile costs the producer its issue plus the
@@ -1102,16 +1104,17 @@ sparse_mla_split_wgmma_ws_async_bf16p(const bf16* __restrict__ q, const bf16* __
 
 #ifdef SPARSE_MLA_WGMMA_ENABLED
 // The bulk-store forms' kernel body (the async producer, partials staged and bulk-copied): FP32 partials,
-// or BF16 (PB16) ones in part_acc's bf16 bits. Shared by the plain and the programmatic kernels below.
-template <bool PB16, typename P>
+// or BF16 (PB16) ones in part_acc's bf16 bits; QEARLY: q's copies under the first tokens' flight.
+// Shared by the plain and the programmatic kernels below.
+template <bool PB16, bool QEARLY = false, typename P>
 __device__ __forceinline__ void ws_bulkp(unsigned char* smem_raw, const bf16* __restrict__ q,
                                          const bf16* __restrict__ arena, const int* __restrict__ page_table,
                                          const int* __restrict__ selection, P* __restrict__ part_acc,
                                          float* __restrict__ part_ml, int M, int W, int pages_per_stream, int page_size,
                                          int splits, float scale) {
-    ws_split<false, false, true, false, false, false, PB16, true>(smem_raw, q, arena, nullptr, page_table, selection,
-                                                                  reinterpret_cast<float*>(part_acc), part_ml, M, W,
-                                                                  pages_per_stream, page_size, splits, scale);
+    ws_split<false, false, true, false, false, QEARLY, PB16, true>(smem_raw, q, arena, nullptr, page_table, selection,
+                                                                    reinterpret_cast<float*>(part_acc), part_ml, M, W,
+                                                                    pages_per_stream, page_size, splits, scale);
 }
 #endif
 
@@ -1156,9 +1159,8 @@ sparse_mla_split_wgmma_ws_async_qearly_bulkp16(const bf16* __restrict__ q, const
                                                int pages_per_stream, int page_size, int splits, float scale) {
 #ifdef SPARSE_MLA_WGMMA_ENABLED
     extern __shared__ __align__(1024) unsigned char smem_raw[];
-    ws_split<false, false, true, false, false, true, true, true>(smem_raw, q, arena, nullptr, page_table, selection,
-                                                                 reinterpret_cast<float*>(part_acc), part_ml, M, W,
-                                                                 pages_per_stream, page_size, splits, scale);
+    ws_bulkp<true, true>(smem_raw, q, arena, page_table, selection, part_acc, part_ml, M, W, pages_per_stream, page_size,
+                         splits, scale);
 #else
     __trap();  // compiled without sm_90a: no wgmma (the launcher passes -arch=sm_90a)
 #endif
@@ -1201,6 +1203,22 @@ sparse_mla_split_wgmma_ws_async_bulkp16_pdl(const bf16* __restrict__ q, const bf
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     smla_pdl_enter();
     ws_bulkp<true>(smem_raw, q, arena, page_table, selection, part_acc, part_ml, M, W, pages_per_stream, page_size, splits, scale);
+#else
+    __trap();  // compiled without sm_90a: no wgmma (the launcher passes -arch=sm_90a)
+#endif
+}
+
+// qearly_bulkp16 as the first kernel of a programmatic pair: the three fixed-cost cuts in one kernel.
+extern "C" __global__ void __launch_bounds__(SPARSE_MLA_SPLIT_WGMMA_WS_THREADS, 1)
+sparse_mla_split_wgmma_ws_async_qearly_bulkp16_pdl(const bf16* __restrict__ q, const bf16* __restrict__ arena,
+                                                   const int* __restrict__ page_table, const int* __restrict__ selection,
+                                                   bf16* __restrict__ part_acc, float* __restrict__ part_ml, int M,
+                                                   int W, int pages_per_stream, int page_size, int splits, float scale) {
+#ifdef SPARSE_MLA_WGMMA_ENABLED
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    smla_pdl_enter();
+    ws_bulkp<true, true>(smem_raw, q, arena, page_table, selection, part_acc, part_ml, M, W, pages_per_stream, page_size,
+                         splits, scale);
 #else
     __trap();  // compiled without sm_90a: no wgmma (the launcher passes -arch=sm_90a)
 #endif

@@ -196,6 +196,9 @@ SPLIT_DESIGNS = {
     "split_wgmma_ws_async_bulkp16_pdl": ("split_wgmma_ws.cu", "sparse_mla_split_wgmma_ws_async_bulkp16_pdl",
                                          "SPARSE_MLA_SPLIT_WGMMA_WS_SMEM_BYTES", "SPARSE_MLA_SPLIT_WGMMA_WS_THREADS",
                                          "bf16"),
+    "split_wgmma_ws_async_qearly_bulkp16_pdl": ("split_wgmma_ws.cu", "sparse_mla_split_wgmma_ws_async_qearly_bulkp16_pdl",
+                                                "SPARSE_MLA_SPLIT_WGMMA_WS_SMEM_BYTES",
+                                                "SPARSE_MLA_SPLIT_WGMMA_WS_THREADS", "bf16"),
     "split_wgmma_ws_async_qearly": ("split_wgmma_ws.cu", "sparse_mla_split_wgmma_ws_async_qearly",
                                     "SPARSE_MLA_SPLIT_WGMMA_WS_SMEM_BYTES", "SPARSE_MLA_SPLIT_WGMMA_WS_THREADS", "bf16"),
     "split_wgmma_ws_alt": ("split_wgmma_ws.cu", "sparse_mla_split_wgmma_ws_alt", "SPARSE_MLA_SPLIT_WGMMA_WS_ALT_SMEM_BYTES",
@@ -210,13 +213,15 @@ SPLIT_DESIGNS = {
 # The designs whose partial accumulators are BF16 (the rest: FP32), and the combine kernel each design's
 # partials go through where it is not sparse_mla_combine (FP32) / sparse_mla_combine_bf16p (BF16).
 BF16_PARTIALS = {"split_wgmma_ws_async_bf16p", "split_wgmma_ws_async_bulkp16", "split_wgmma_ws_async_qearly_bulkp16",
-                 "split_wgmma_ws_async_bulkp16_cb", "split_wgmma_ws_async_bulkp16_pdl"}
+                 "split_wgmma_ws_async_bulkp16_cb", "split_wgmma_ws_async_bulkp16_pdl",
+                 "split_wgmma_ws_async_qearly_bulkp16_pdl"}
 BATCHED_COMBINES = {"split_wgmma_ws_async_bulkp_cb": "sparse_mla_combine_batched",
                     "split_wgmma_ws_async_bulkp16_cb": "sparse_mla_combine_bf16p_batched"}
 # The designs launched as a programmatic pair (the step's dependent launch): the split kernel triggers
 # its dependents at entry and the combine waits on griddepcontrol before reading the partials.
 PROGRAMMATIC = {"split_wgmma_ws_async_bulkp_pdl": "sparse_mla_combine_pdl",
-                "split_wgmma_ws_async_bulkp16_pdl": "sparse_mla_combine_bf16p_pdl"}
+                "split_wgmma_ws_async_bulkp16_pdl": "sparse_mla_combine_bf16p_pdl",
+                "split_wgmma_ws_async_qearly_bulkp16_pdl": "sparse_mla_combine_bf16p_pdl"}
 COMBINES = {**BATCHED_COMBINES, **PROGRAMMATIC}
 
 
