@@ -197,14 +197,17 @@ def test_a_programmatic_pair_waits_before_it_reads_what_the_launch_before_wrote(
         source, split_symbol = variants.SPLIT_DESIGNS[name][:2]
         assert variants.combine_kernel(name) == combine
         body = _kernel_body(source, combine)
-        assert body.index("griddepcontrol.wait") < body.index("smla_combine("), name
+        assert body.index("SMLA_GRID_WAIT()") < body.index("smla_combine("), name
         split = _kernel_body(source, split_symbol)
         assert split.index("smla_pdl_enter()") < split.index("ws_bulkp<"), name
         assert (name in variants.BF16_PARTIALS) == ("bf16" in combine), name
     enter = _kernel_body("split_wgmma_ws.cu", "smla_pdl_enter")
     assert enter.index("griddepcontrol.wait") < enter.index("griddepcontrol.launch_dependents")
+    header = (variants.HERE / "sparse_mla_combine.cuh").read_text()
+    assert re.search(r'__CUDA_ARCH__ >= 900\n#define SMLA_GRID_WAIT\(\) asm volatile\("griddepcontrol.wait;"', header)
     for name in set(variants.SPLIT_DESIGNS) - set(variants.PROGRAMMATIC):
-        assert "griddepcontrol" not in _kernel_body(variants.SPLIT_DESIGNS[name][0], variants.combine_kernel(name)), name
+        body = _kernel_body(variants.SPLIT_DESIGNS[name][0], variants.combine_kernel(name))
+        assert "griddepcontrol" not in body and "SMLA_GRID_WAIT" not in body, name
 
 
 def test_the_tma_gather_is_launched_with_what_its_source_declares():

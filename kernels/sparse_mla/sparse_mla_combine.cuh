@@ -143,18 +143,25 @@ sparse_mla_combine_bf16p_batched(const bf16* __restrict__ part_acc, const float*
 
 // The combines of a programmatic pair (split_wgmma_ws.cu, smla_pdl_enter): launched as programmatic
 // dependents of the split kernel, they start before it ends and wait here for its completion and
-// memory before the first read of its partials. Launched plainly the wait is a no-op.
+// memory before the first read of its partials. Launched plainly the wait is a no-op. griddepcontrol
+// needs sm_90, and this header is compiled for older targets too (split_mma.cu and the rest): there the
+// two kernels trap, as the wgmma kernels do without sm_90a.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define SMLA_GRID_WAIT() asm volatile("griddepcontrol.wait;" ::: "memory")
+#else
+#define SMLA_GRID_WAIT() __trap()
+#endif
 extern "C" __global__ void __launch_bounds__(128)
 sparse_mla_combine_pdl(const float* __restrict__ part_acc, const float* __restrict__ part_ml,
                        bf16* __restrict__ out, float* __restrict__ lse, int M, int splits) {
-    asm volatile("griddepcontrol.wait;" ::: "memory");
+    SMLA_GRID_WAIT();
     smla_combine(part_acc, part_ml, out, lse, M, splits);
 }
 
 extern "C" __global__ void __launch_bounds__(128)
 sparse_mla_combine_bf16p_pdl(const bf16* __restrict__ part_acc, const float* __restrict__ part_ml,
                              bf16* __restrict__ out, float* __restrict__ lse, int M, int splits) {
-    asm volatile("griddepcontrol.wait;" ::: "memory");
+    SMLA_GRID_WAIT();
     smla_combine(part_acc, part_ml, out, lse, M, splits);
 }
 

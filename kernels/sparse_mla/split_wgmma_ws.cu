@@ -1172,9 +1172,11 @@ sparse_mla_split_wgmma_ws_async_qearly_bulkp16(const bf16* __restrict__ q, const
 // gap between the two launches, not any overlap of their work. Why trigger at entry: a one-wave split
 // grid is all resident by then (a CTA triggers at its start), the combine's early blocks can only take
 // the SMs no split CTA holds (a split CTA keeps 384 threads x 168 registers of the SM's 65536), and
-// they sit there waiting, ready. The wait at entry keeps this kernel correct as a programmatic
-// dependent itself (a chain of steps: the previous combine reads part_acc, which this grid rewrites);
-// launched plainly both instructions are no-ops, so the kernel is bulkp / bulkp16 to the byte after them.
+// they sit there waiting, ready. The wait at entry is the harness's contract for a step launched as a
+// programmatic dependent of the step before (KernelStep, dependent): where the two steps share buffers,
+// the previous combine still reads part_acc, which this grid rewrites (the sweep's chains give each step
+// its own buffers, so there it guards nothing). Launched plainly both instructions are no-ops, so the
+// kernel is its plain twin to the byte after them.
 __device__ __forceinline__ void smla_pdl_enter() {
     asm volatile("griddepcontrol.wait;" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
