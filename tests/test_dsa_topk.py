@@ -1235,7 +1235,8 @@ def test_the_union_launcher_reads_the_kernel_declarations(geometry):
         re.findall(r"(dsa_topk_union\w*)_c##CS\(", text))
     assert {form: d(dyn) for form, (_, dyn) in topk_variants.UNION_FORMS.items()} == {
         "radix_union": d("UNI_DYN_BYTES"), "radix_union_bulk": d("UNI_BULK_DYN_BYTES"), "radix_union_own": d("UNI_DYN_BYTES"),
-        "radix_union_early3": d("UNI_DYN_BYTES"), "radix_union_early4": d("UNI_DYN_BYTES")}
+        "radix_union_own_wfind": d("UNI_DYN_BYTES"),
+        "radix_union_own_wfind_late": d("UNI_DYN_BYTES"), "radix_union_early3": d("UNI_DYN_BYTES"), "radix_union_early4": d("UNI_DYN_BYTES")}
     comp = registry.get("dsa_topk")
     assert comp.variant("radix_union").sources == (topk_variants.UNION_SOURCE,)
     why = comp.variant("radix_union").supports(geometry, _point(M=1, context=1048576, pooling="per_token"))

@@ -6,6 +6,7 @@ variants' latent dtypes, and a NumPy model of how split_mma_fp8 folds the row sc
 
 from __future__ import annotations
 
+import re
 from types import SimpleNamespace
 
 import numpy as np
@@ -168,6 +169,45 @@ def test_a_split_design_is_launched_with_what_its_source_declares():
             assert variants.source_define(source, threads_define) % 32 == 0, name
     with pytest.raises(RuntimeError, match="defines no NOPE"):
         variants.source_define("split_cc.cu", "NOPE")
+
+
+def _kernel_body(source: str, symbol: str) -> str:
+    """The text of function ``symbol`` in kernels/sparse_mla/``source`` (or a header of the folder),
+    from its name (at the start of a line, or after ``void``) to the closing brace at column 0."""
+    from kernels.sparse_mla import variants
+
+    here = variants.HERE
+    texts = [(here / source).read_text()] + [(here / h).read_text() for h in sorted(p.name for p in here.glob("*.cuh"))]
+    for text in texts:
+        found = re.search(rf"(^|void ){symbol}\(", text, re.MULTILINE)
+        if found:
+            return text[found.start():text.index("\n}", found.start())]
+    raise AssertionError(f"{symbol} not found from {source}")
+
+
+def test_a_programmatic_pair_waits_before_it_reads_what_the_launch_before_wrote():
+    """A design launched as a programmatic pair (PROGRAMMATIC): its combine waits on griddepcontrol
+    before the first read of the partials, and its split kernel waits before its first write (a chain's
+    previous combine reads part_acc) and triggers its dependents; every other design's step stays in plain
+    stream order, where a combine without the wait would read partials still being written."""
+    from kernels.sparse_mla import variants
+
+    assert variants.PROGRAMMATIC
+    for name, combine in variants.PROGRAMMATIC.items():
+        source, split_symbol = variants.SPLIT_DESIGNS[name][:2]
+        assert variants.combine_kernel(name) == combine
+        body = _kernel_body(source, combine)
+        assert body.index("SMLA_GRID_WAIT()") < body.index("smla_combine("), name
+        split = _kernel_body(source, split_symbol)
+        assert split.index("smla_pdl_enter()") < split.index("ws_bulkp<"), name
+        assert (name in variants.BF16_PARTIALS) == ("bf16" in combine), name
+    enter = _kernel_body("split_wgmma_ws.cu", "smla_pdl_enter")
+    assert enter.index("griddepcontrol.wait") < enter.index("griddepcontrol.launch_dependents")
+    header = (variants.HERE / "sparse_mla_combine.cuh").read_text()
+    assert re.search(r'__CUDA_ARCH__ >= 900\n#define SMLA_GRID_WAIT\(\) asm volatile\("griddepcontrol.wait;"', header)
+    for name in set(variants.SPLIT_DESIGNS) - set(variants.PROGRAMMATIC):
+        body = _kernel_body(variants.SPLIT_DESIGNS[name][0], variants.combine_kernel(name))
+        assert "griddepcontrol" not in body and "SMLA_GRID_WAIT" not in body, name
 
 
 def test_the_tma_gather_is_launched_with_what_its_source_declares():

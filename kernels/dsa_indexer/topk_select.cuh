@@ -207,6 +207,64 @@ __device__ __forceinline__ void s2_find(const unsigned* h, unsigned kk, OneShare
 }
 static_assert(ONE_WARPS == 32, "s2_find reads one warp total a lane");
 
+// s2_find's answer (found_bin, found_above; (0, total) when fewer than kk are counted; nothing
+// written when kk is 0, as there) found by warp 0 alone while the other warps wait at the closing
+// barrier. Why: s2_find's two block barriers, with 1024 threads each running two 5-shuffle scans,
+// took 0.59 us over 4096 bins and 0.78 over 1024 in radix_union_own's H200 timeline at M = 32
+// (ec9fb09, reports/2026-12-07-dsa_select-h200-175257): the work is a few thousand counts, the
+// cost the block's barriers and its shuffles through the MIO queue. Here the bins go in chunks of
+// 128 from the top, one uint4 a lane (4 bins; a warp's LDS.128 of 512 contiguous bytes, no bank
+// conflict) summed by one redux a chunk; the chunk holding the kk-th key follows from the chunk
+// counts (warp-uniform), then the lane from one suffix scan of its 4-bin sums over that chunk, and
+// the bin from that lane's 4 counts. One block barrier. h 16-B aligned.
+template <int NB>
+__device__ __forceinline__ void s2_find_warp(const unsigned* h, unsigned kk, OneShared* s) {
+    constexpr unsigned CHUNK = 128u, NCH = NB / CHUNK;
+    static_assert(NCH * CHUNK == NB && NCH >= 1u, "whole chunks of 128 bins");
+    if (threadIdx.x < 32u) {
+        const unsigned lane = threadIdx.x;
+        unsigned above = 0u, chunk = NCH;              // chunk NCH: not found (fewer than kk counted)
+#pragma unroll 8
+        for (unsigned c = NCH; c-- > 0u;) {            // descending: the top chunk first
+            const uint4 v = *reinterpret_cast<const uint4*>(h + c * CHUNK + 4u * lane);
+            const unsigned n = __reduce_add_sync(FULL_MASK, v.x + v.y + v.z + v.w);
+            if (chunk == NCH) {                        // warp-uniform
+                if (above + n >= kk) chunk = c;
+                else above += n;
+            }
+        }
+        if (chunk == NCH) {
+            if (lane == 0u) {
+                s->found_bin = 0u;
+                s->found_above = above;
+            }
+        } else {
+            const uint4 v = *reinterpret_cast<const uint4*>(h + chunk * CHUNK + 4u * lane);
+            const unsigned mine = v.x + v.y + v.z + v.w;
+            unsigned incl = mine;                      // this lane's bins and every higher lane's
+#pragma unroll
+            for (unsigned o = 1; o < 32u; o <<= 1) {
+                const unsigned y = __shfl_down_sync(FULL_MASK, incl, o);
+                if (lane + o < 32u) incl += y;
+            }
+            unsigned before = above + incl - mine;     // counted in the bins above this lane's 4
+            if (before < kk && before + mine >= kk) {  // exactly one lane
+                const unsigned c4[4] = {v.w, v.z, v.y, v.x};   // descending bins 4 lane + 3 .. 4 lane
+#pragma unroll
+                for (unsigned i = 0; i < 4u; ++i) {
+                    if (before + c4[i] >= kk) {
+                        s->found_bin = chunk * CHUNK + 4u * lane + 3u - i;
+                        s->found_above = before;
+                        break;
+                    }
+                    before += c4[i];
+                }
+            }
+        }
+    }
+    __syncthreads();
+}
+
 // For every hit of this lane's batch (bit j of hits), in increasing j: g(key, payload, j).
 template <class Src, class G>
 __device__ __forceinline__ void s2_hits(const Src& src, unsigned b, bool conv, unsigned hits, G&& g) {

@@ -69,6 +69,14 @@ again every key >= bmin << 20; rank 0 then counts it into bmin's window itself (
 union: the ranks' digits disagreed) before the window select; where they agree the select starts at
 the search as above. The float4 slots past a short slice (6 and 7 at
 clusters of 3 on 65536 keys: a quarter of each thread's compares) are neither stored nor compared.
+The own form with its two bin searches by one warp (dsa_topk_union_ownw_c<CS>, union_body's WFIND;
+the same decisions, so topk_model.select_row_union(own=True) emulates it too): the CTA's bound over
+the 4096-bin thread-max histogram and rank 0's window search over 1024 bins by s2_find_warp
+(topk_select.cuh: warp 0 alone, one block barrier) instead of s2_find (1024 threads, two barriers):
+0.59 and 0.78 us of the own form's H200 timeline at M = 32 (ec9fb09), both on its critical path.
+dsa_topk_union_ownwl_c<CS> (LATE) also moves the own form's cluster arrive from under the loads' flight
+to after the read's barrier: the own form's read phase is 0.15 us (H200) to 0.56 us (H100) longer than
+radix_union's, whose loads are the same, and the arrive's release is what it adds to that phase.
 The early forms (dsa_topk_union_early<EV>_c<CS>, union_body's EV = 3 or 4;
 topk_model.select_row_union(early=EV)): the exchanged form with its bound taken from the first EV
 float4 slots of each thread only. The register loads are issued first and the cp.async copies in
@@ -188,10 +196,13 @@ __device__ __forceinline__ unsigned uni_own_top(unsigned tlb) {
 // the row never gets here: no histogram is pushed then). Needs s.cnt and s.n_buf zero (one_reset
 // at the kernel's start; nothing else counts on them before). Block-uniform; 2 block barriers (3
 // with the warp's rank or the refusal).
+template <bool WFIND>
 __device__ __forceinline__ bool uni_window_select(const uint2* u, unsigned nu, unsigned k, const UniWindow& w,
                                                   const unsigned* h, int* __restrict__ orow, OneShared& s) {
     if (nu < k) return false;
-    s2_find<UNI_WINDOW_BINS>(h, k, &s);                // ends with a barrier
+    if constexpr (WFIND) s2_find_warp<UNI_WINDOW_BINS>(h, k, &s);   // ends with a barrier
+    else s2_find<UNI_WINDOW_BINS>(h, k, &s);
+
     const unsigned B = s.found_bin, A = s.found_above, E = h[B], Q = k - A;
     if (Q < E && E > UNI_WARP_BIN) {                   // block-uniform: every thread read the same E
         // every thread past its read of h[B] before any returns: the caller's one_reset zeroes s.h1
@@ -246,7 +257,7 @@ __device__ __forceinline__ bool uni_window_select(const uint2* u, unsigned nu, u
 // slots of each thread only (its registers, then cp.async group A), found and exchanged while
 // group B (slots EV..) is still landing; the thread max over every slot reaches rank 0 by
 // red.shared::cluster.max before the push, for the +inf test only.
-template <unsigned CS, bool BULK, bool OWN, unsigned EV = 0u>
+template <unsigned CS, bool BULK, bool OWN, unsigned EV = 0u, bool WFIND = false, bool LATE = false>
 __device__ __forceinline__ void union_body(const float* __restrict__ scores, int* __restrict__ out, int C_, int k_) {
     constexpr bool EARLY = EV != 0u;
     static_assert(!EARLY || (!BULK && !OWN && EV >= UNI_REG_VECS && EV <= UNI_VECS), "the early form is the exchanged one's");
@@ -339,7 +350,7 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
     if (EARLY && threadIdx.x == 0) kmax_row = 0u;      // rank 0's: the ranks' red.max land after the exchange's barrier
     // OWN: rank 0's n_union and s.h1 zeroed before any rank's push, and every CTA started before any
     // DSMEM access: arrived here, waited for before the push, long after every rank arrived
-    if (OWN) cluster_arrive();
+    if (OWN && !LATE) cluster_arrive();
     // the thread max as a float (fmaxf drops NaN; -0 / +0 share a key): one conversion, not 32
     float xmax = neg_inf();
 #pragma unroll
@@ -370,7 +381,12 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
     if ((threadIdx.x & 31u) == 0u) atomicMax(&kmax_cta, wmax);
     __syncthreads();
     TK_MARK(TK_READ);
-    s2_find<ONE_NB0>(s.h0, (k + CS - 1u) / CS, &s);    // ends with a barrier
+    // LATE: the own form's arrive here, after every load of this thread landed, so that its release
+    // (MEMBAR.ALL.GPU in SASS) has no load in flight to wait for; still after one_reset and long
+    // before the wait ahead of the push
+    if (OWN && LATE) cluster_arrive();
+    if constexpr (WFIND) s2_find_warp<ONE_NB0>(s.h0, (k + CS - 1u) / CS, &s);   // ends with a barrier
+    else s2_find<ONE_NB0>(s.h0, (k + CS - 1u) / CS, &s);
     if (!OWN && threadIdx.x == 0) bound = s.found_bin;
     TK_MARK(TK_DIGIT0);
     unsigned b = ~0u;
@@ -513,7 +529,7 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
         for (unsigned j = threadIdx.x; j < nu; j += ONE_THREADS) atomicAdd(&s.h1[win.digit(u[j].x)], 1u);
         __syncthreads();
     }
-    const bool windowed = window && uni_window_select(u, nu, k, win, s.h1, fout.orow, s);
+    const bool windowed = window && uni_window_select<WFIND>(u, nu, k, win, s.h1, fout.orow, s);
     if (!windowed) {
         one_reset(s);
         if (b != 0u && nu <= UNI_CAP)
@@ -537,6 +553,14 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
     extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(ONE_THREADS, 1)                   \
         dsa_topk_union_own_c##CS(const float* __restrict__ scores, int* __restrict__ out, int C, int k) {    \
         union_body<CS, false, true>(scores, out, C, k);                                                       \
+    }                                                                                                         \
+    extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(ONE_THREADS, 1)                   \
+        dsa_topk_union_ownw_c##CS(const float* __restrict__ scores, int* __restrict__ out, int C, int k) {   \
+        union_body<CS, false, true, 0u, true>(scores, out, C, k);                                             \
+    }                                                                                                         \
+    extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(ONE_THREADS, 1)                   \
+        dsa_topk_union_ownwl_c##CS(const float* __restrict__ scores, int* __restrict__ out, int C, int k) {  \
+        union_body<CS, false, true, 0u, true, true>(scores, out, C, k);                                       \
     }                                                                                                         \
     extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(ONE_THREADS, 1)                   \
         dsa_topk_union_early3_c##CS(const float* __restrict__ scores, int* __restrict__ out, int C, int k) { \

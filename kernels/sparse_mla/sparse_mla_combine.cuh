@@ -8,6 +8,8 @@ exp(score - max)): gmax = max_s max_s, L = sum_s sum_s exp(max_s - gmax),
 out = sum_s part_acc_s exp(max_s - gmax) / L (bf16, round to nearest even), lse = gmax + log L;
 no valid slot at all: out = 0, lse = -inf. sparse_mla_combine_bf16p: the same over part_acc in BF16
 (split_wgmma_ws.cu's bf16-partials kernel), widened exactly to FP32 before the sums.
+sparse_mla_combine_batched / _bf16p_batched: the same results with a batch of splits' loads in flight
+at once (smla_combine_batched, below).
 */
 #ifndef SPARSE_MLA_COMBINE_CUH
 #define SPARSE_MLA_COMBINE_CUH
@@ -21,6 +23,20 @@ __device__ __forceinline__ float4 smla_part4(const bf16* __restrict__ p) {
     return make_float4(bf_lo(w.x), bf_hi(w.x), bf_lo(w.y), bf_hi(w.y));
 }
 
+// The row's gmax (the largest of its splits' maxes) for block (m, h); where no split of the row has a
+// valid slot (gmax -inf) the block writes its zeros and -inf and false is returned.
+__device__ __forceinline__ bool smla_combine_gmax(const float* __restrict__ part_ml, size_t ms0, int splits, int h,
+                                                  bf16* __restrict__ o, float* __restrict__ lse, int mh, float& gmax) {
+    gmax = neg_inf();
+    for (int s = 0; s < splits; ++s) gmax = fmaxf(gmax, part_ml[((ms0 + s) * SMLA_HEADS + h) * 2]);
+    if (gmax == neg_inf()) {  // no valid slot in the whole row
+        st_v2_b32(o, 0u, 0u);
+        if (threadIdx.x == 0) lse[mh] = neg_inf();
+        return false;
+    }
+    return true;
+}
+
 template <typename P>
 __device__ __forceinline__ void smla_combine(const P* __restrict__ part_acc, const float* __restrict__ part_ml,
                                              bf16* __restrict__ out, float* __restrict__ lse, int M, int splits) {
@@ -30,15 +46,9 @@ __device__ __forceinline__ void smla_combine(const P* __restrict__ part_acc, con
     const int d = threadIdx.x * 4;
     const size_t ms0 = (size_t)m * (size_t)splits;
 
-    float gmax = neg_inf();
-    for (int s = 0; s < splits; ++s) gmax = fmaxf(gmax, part_ml[((ms0 + s) * SMLA_HEADS + h) * 2]);
-
     bf16* o = out + (size_t)mh * SMLA_DIM + d;
-    if (gmax == neg_inf()) {  // no valid slot in the whole row
-        st_v2_b32(o, 0u, 0u);
-        if (threadIdx.x == 0) lse[mh] = neg_inf();
-        return;
-    }
+    float gmax;
+    if (!smla_combine_gmax(part_ml, ms0, splits, h, o, lse, mh, gmax)) return;
     float L = 0.f, a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
     for (int s = 0; s < splits; ++s) {
         const size_t r = (ms0 + s) * SMLA_HEADS + h;
@@ -57,6 +67,56 @@ __device__ __forceinline__ void smla_combine(const P* __restrict__ part_acc, con
     if (threadIdx.x == 0) lse[mh] = gmax + __logf(L);
 }
 
+// smla_combine with every split's loads of a batch of SMLA_COMBINE_BATCH issued before any is used.
+// Why: smla_combine's loop reads a split's max, then (a dependent branch) its acc, so a block makes
+// 2 x splits L2 round trips in series, and the grid (M x 64 blocks of 128 threads, one wave) lasts as
+// long as one block's chain: 32 round trips at M = 8 (16 splits), 8 at M = 32, where the H100 timeline
+// put ~12 us of the event outside the split kernel at M = 8 and ~11 at M = 32. Here a batch's maxes,
+// sums and accs load at once (an empty split's acc is loaded and its terms dropped by selects, not a
+// branch), so a batch is one round trip after gmax's. The sums run in smla_combine's order, with the
+// same fmaf's: the same bits out. __launch_bounds__(128, 16): 16 blocks an SM as smla_combine's 32
+// registers allow, so M = 32's 2048 blocks stay one wave on 132 SMs (48 registers: 10 blocks, two waves).
+#define SMLA_COMBINE_BATCH 4   // 8 spills within the 32 registers that keep 16 blocks an SM
+template <typename P>
+__device__ __forceinline__ void smla_combine_batched(const P* __restrict__ part_acc, const float* __restrict__ part_ml,
+                                                     bf16* __restrict__ out, float* __restrict__ lse, int M, int splits) {
+    constexpr int B = SMLA_COMBINE_BATCH;
+    const int mh = blockIdx.x;  // m * 64 + h
+    const int m = mh / SMLA_HEADS, h = mh % SMLA_HEADS;
+    if (m >= M) return;
+    const int d = threadIdx.x * 4;
+    const size_t ms0 = (size_t)m * (size_t)splits;
+
+    bf16* o = out + (size_t)mh * SMLA_DIM + d;
+    float gmax;
+    if (!smla_combine_gmax(part_ml, ms0, splits, h, o, lse, mh, gmax)) return;
+    float L = 0.f, a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
+    for (int s0 = 0; s0 < splits; s0 += B) {
+        float mx[B], sm[B];
+        float4 v[B];
+#pragma unroll
+        for (int i = 0; i < B; ++i) {  // past the last split: split s0's rows again, dropped below
+            const size_t r = (ms0 + (s0 + i < splits ? s0 + i : s0)) * SMLA_HEADS + h;
+            mx[i] = part_ml[r * 2];
+            sm[i] = part_ml[r * 2 + 1];
+            v[i] = smla_part4(part_acc + r * SMLA_DIM + d);
+        }
+#pragma unroll
+        for (int i = 0; i < B; ++i) {
+            // an empty split (max -inf: its sum and acc are 0) or one past the last adds nothing
+            const bool live = s0 + i < splits && mx[i] != neg_inf();
+            const float f = live ? __expf(mx[i] - gmax) : 0.f;
+            L = live ? fmaf(sm[i], f, L) : L;
+            a0 = live ? fmaf(v[i].x, f, a0) : a0;
+            a1 = live ? fmaf(v[i].y, f, a1) : a1;
+            a2 = live ? fmaf(v[i].z, f, a2) : a2;
+            a3 = live ? fmaf(v[i].w, f, a3) : a3;
+        }
+    }
+    st_v2_b32(o, pack_bf16x2(a0 / L, a1 / L), pack_bf16x2(a2 / L, a3 / L));
+    if (threadIdx.x == 0) lse[mh] = gmax + __logf(L);
+}
+
 extern "C" __global__ void __launch_bounds__(128)
 sparse_mla_combine(const float* __restrict__ part_acc, const float* __restrict__ part_ml,
                    bf16* __restrict__ out, float* __restrict__ lse, int M, int splits) {
@@ -66,6 +126,42 @@ sparse_mla_combine(const float* __restrict__ part_acc, const float* __restrict__
 extern "C" __global__ void __launch_bounds__(128)
 sparse_mla_combine_bf16p(const bf16* __restrict__ part_acc, const float* __restrict__ part_ml,
                          bf16* __restrict__ out, float* __restrict__ lse, int M, int splits) {
+    smla_combine(part_acc, part_ml, out, lse, M, splits);
+}
+
+extern "C" __global__ void __launch_bounds__(128, 16)
+sparse_mla_combine_batched(const float* __restrict__ part_acc, const float* __restrict__ part_ml,
+                           bf16* __restrict__ out, float* __restrict__ lse, int M, int splits) {
+    smla_combine_batched(part_acc, part_ml, out, lse, M, splits);
+}
+
+extern "C" __global__ void __launch_bounds__(128, 16)
+sparse_mla_combine_bf16p_batched(const bf16* __restrict__ part_acc, const float* __restrict__ part_ml,
+                                 bf16* __restrict__ out, float* __restrict__ lse, int M, int splits) {
+    smla_combine_batched(part_acc, part_ml, out, lse, M, splits);
+}
+
+// The combines of a programmatic pair (split_wgmma_ws.cu, smla_pdl_enter): launched as programmatic
+// dependents of the split kernel, they start before it ends and wait here for its completion and
+// memory before the first read of its partials. Launched plainly the wait is a no-op. griddepcontrol
+// needs sm_90, and this header is compiled for older targets too (split_mma.cu and the rest): there the
+// two kernels trap, as the wgmma kernels do without sm_90a.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define SMLA_GRID_WAIT() asm volatile("griddepcontrol.wait;" ::: "memory")
+#else
+#define SMLA_GRID_WAIT() __trap()
+#endif
+extern "C" __global__ void __launch_bounds__(128)
+sparse_mla_combine_pdl(const float* __restrict__ part_acc, const float* __restrict__ part_ml,
+                       bf16* __restrict__ out, float* __restrict__ lse, int M, int splits) {
+    SMLA_GRID_WAIT();
+    smla_combine(part_acc, part_ml, out, lse, M, splits);
+}
+
+extern "C" __global__ void __launch_bounds__(128)
+sparse_mla_combine_bf16p_pdl(const bf16* __restrict__ part_acc, const float* __restrict__ part_ml,
+                             bf16* __restrict__ out, float* __restrict__ lse, int M, int splits) {
+    SMLA_GRID_WAIT();
     smla_combine(part_acc, part_ml, out, lse, M, splits);
 }
 

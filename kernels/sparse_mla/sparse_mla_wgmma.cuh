@@ -235,33 +235,43 @@ __device__ __forceinline__ void wg_store_partials_bf16(bf16* __restrict__ part_a
 }
 
 // wg_store_partials through shared memory (the bulk-store epilogue): each consumer thread writes its
-// part of O into a row-major FP32 copy of the CTA's [64][512] partial at `stage` (a shared address;
-// rows PART_PITCH bytes apart), and later wg_bulk_store_rows copies each row to part_acc with one
-// bulk copy. Why: the timeline put the direct epilogue at 4.8 us for 64 scattered 8-byte stores a
-// thread, and BF16 partials (half the bytes in as many stores) made it 7.1 us, so the stores' count
-// and sectors bound there, not their bytes (NOTES.md, 2026-12-07 evening). Measured on the H200
-// (ec9fb09, NOTES.md 2026-12-07 night): this form's epilogue 4.03 us against the direct stores' 4.25,
-// so with few linear requests the 16 MiB that 128 CTAs write at once binds in its turn. The 32-byte pad
-// puts the 8 rows of a warp's v2 store on banks 8 g mod 32: two wavefronts for its 256 bytes, the least
-// there can be.
-#define PART_PITCH 2080   // 512 x 4 bytes + 32
+// part of O into a row-major copy of the CTA's [64][512] partial at `stage` (a shared address), FP32
+// (rows PART_PITCH bytes apart) or, with BF16, packed pairs (PART16_PITCH; sparse_mla_combine_bf16p's
+// input), and later wg_bulk_store_row copies each row to part_acc with one bulk copy. Why: the
+// timeline put the direct epilogue at 4.8 us for 64 scattered 8-byte stores a thread, and BF16
+// partials (half the bytes in as many stores) made it 7.1 us, so the stores' count and sectors bound
+// there (NOTES.md, 2026-12-07 evening); with the FP32 rows bulk-stored the H200's epilogue went only
+// from 4.25 to 4.03 us (ec9fb09), so the 16 MiB binds once the requests are few and linear, and BF16
+// halves it. The pads put a warp's 8 rows on distinct banks: FP32 v2 stores on banks 8 g mod 32 (two
+// wavefronts for 256 bytes, the least there can be), BF16 4-byte stores on 4 g + t4 (one).
+#define PART_PITCH 2080     // 512 x 4 bytes + 32
+#define PART16_PITCH 1040   // 512 x 2 bytes + 16
+template <bool BF16>
 __device__ __forceinline__ void wg_stage_partials(unsigned stage, int h0, int wg, int t4, const float (&o)[128]) {
-    const unsigned row0 = stage + (unsigned)h0 * PART_PITCH + 4u * (unsigned)(256 * wg + 2 * t4);
-    const unsigned row1 = row0 + 8u * PART_PITCH;
+    constexpr unsigned PITCH = BF16 ? PART16_PITCH : PART_PITCH, EB = BF16 ? 2u : 4u;
+    const unsigned row0 = stage + (unsigned)h0 * PITCH + EB * (unsigned)(256 * wg + 2 * t4);
+    const unsigned row1 = row0 + 8u * PITCH;
 #pragma unroll
     for (int n = 0; n < 32; ++n) {
-        asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(row0 + 32u * n), "f"(o[4 * n]), "f"(o[4 * n + 1]) : "memory");
-        asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(row1 + 32u * n), "f"(o[4 * n + 2]), "f"(o[4 * n + 3]) : "memory");
+        if constexpr (BF16) {
+            asm volatile("st.shared.b32 [%0], %1;" ::"r"(row0 + 16u * n), "r"(pack_bf16x2(o[4 * n], o[4 * n + 1])) : "memory");
+            asm volatile("st.shared.b32 [%0], %1;" ::"r"(row1 + 16u * n), "r"(pack_bf16x2(o[4 * n + 2], o[4 * n + 3])) : "memory");
+        } else {
+            asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(row0 + 32u * n), "f"(o[4 * n]), "f"(o[4 * n + 1]) : "memory");
+            asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(row1 + 32u * n), "f"(o[4 * n + 2]), "f"(o[4 * n + 3]) : "memory");
+        }
     }
 }
-// Row r < 64 of the staged partial (wg_stage_partials, made visible to the async proxy and barriered
-// by the caller) to part_acc row (ms, r): one 2 KiB bulk copy, then the wait until its shared-memory
-// source has been read (the CTA may exit then: the global writes complete on their own, as
-// CUTLASS's TMA-store epilogues leave them).
-__device__ __forceinline__ void wg_bulk_store_row(float* __restrict__ part_acc, size_t ms, unsigned stage, int r) {
-    float* dst = part_acc + (ms * SMLA_HEADS + (size_t)r) * SMLA_DIM;
-    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], 2048;" ::"l"(dst),
-                 "r"(stage + (unsigned)r * PART_PITCH) : "memory");
+// Row r < 64 of the staged partial (wg_stage_partials<BF16>, made visible to the async proxy and
+// barriered by the caller) to part_acc row (ms, r) (FP32, or BF16 bits): one bulk copy of 2 or 1 KiB,
+// then the wait until its shared-memory source has been read (the CTA may exit then: the global
+// writes complete on their own, as CUTLASS's TMA-store epilogues leave them).
+template <bool BF16>
+__device__ __forceinline__ void wg_bulk_store_row(void* __restrict__ part_acc, size_t ms, unsigned stage, int r) {
+    constexpr unsigned PITCH = BF16 ? PART16_PITCH : PART_PITCH, ROW = SMLA_DIM * (BF16 ? 2u : 4u);
+    char* dst = reinterpret_cast<char*>(part_acc) + (ms * SMLA_HEADS + (size_t)r) * ROW;
+    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst),
+                 "r"(stage + (unsigned)r * PITCH), "n"(ROW) : "memory");
     asm volatile("cp.async.bulk.commit_group;" ::: "memory");
     asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
 }

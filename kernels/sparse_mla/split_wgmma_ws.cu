@@ -17,6 +17,10 @@ sparse_mla_split_wgmma_ws_async_qearly (QEARLY): the async kernel with the cold 
 sparse_mla_split_wgmma_ws_async_bf16p (PB16): the async kernel writing its partial accumulators in BF16
 (half the bytes; its combine is sparse_mla_combine_bf16p); sparse_mla_split_wgmma_ws_async_bulkp (BULKP):
 the async kernel staging its FP32 partials in the ring and writing them by bulk copies;
+sparse_mla_split_wgmma_ws_async_bulkp16 (BULKP and PB16): the same with BF16 partials;
+sparse_mla_split_wgmma_ws_async_qearly_bulkp16: bulkp16 with QEARLY's cold chain;
+sparse_mla_split_wgmma_ws_async_bulkp_pdl / _bulkp16_pdl / _qearly_bulkp16_pdl: those kernels as the first
+of a programmatic pair with their combine (smla_pdl_enter, below);
 sparse_mla_split_wgmma_ws_async (ASYNC, BF16, no look-ahead): the producer never waits for its own
 copies. The form above has each producer thread wait (cp.async.wait_group 0) until its copies of tile
 t landed before it arrives on full[s] and moves on, so a tile costs the producer its issue plus the
@@ -608,17 +612,17 @@ __device__ __forceinline__ void ws_consumer(unsigned char* smem, unsigned base, 
     // PB16: part_acc holds BF16 (sparse_mla_combine_bf16p reads it); the BF16 latent only (rref = 1).
     // BULKP: staged in the ring and the exchange buffer (free once both warpgroups are past their last
     // PV: named barrier 4; every copy into the ring landed before its tile's full wait returned), then
-    // one bulk copy a row by consumer threads 0..63 (wg_stage_partials)
+    // one bulk copy a row by consumer threads 0..63 (wg_stage_partials, BF16 with PB16)
     if constexpr (BULKP) {
         static_assert(WS_RING_AT + 64 * PART_PITCH <= WS_SCALE_AT, "the staged partial fits the ring and the exchange");
         const unsigned stage_at = base + WS_RING_AT;
         const size_t ms = (size_t)m * (size_t)splits + (size_t)s_split;
         named_sync<4, 256>();  // the other warpgroup's last PV has read the ring and its S the exchange
         if (cw == 0 && t4 == 0) st_part_ml(part_ml, ms, 16 * w + g, m_run, l_run);
-        wg_stage_partials(stage_at, 16 * w + g, cw, t4, o);
+        wg_stage_partials<PB16>(stage_at, 16 * w + g, cw, t4, o);   // PB16: BF16 rows, 1 KiB copies
         fence_proxy_async_shared();  // this thread's staged values, visible to the bulk copies
         named_sync<4, 256>();
-        if (ct < SMLA_HEADS) wg_bulk_store_row(part_acc, ms, stage_at, ct);
+        if (ct < SMLA_HEADS) wg_bulk_store_row<PB16>(part_acc, ms, stage_at, ct);
     } else if constexpr (PB16)
         wg_store_partials_bf16(reinterpret_cast<bf16*>(part_acc), part_ml, (size_t)m * (size_t)splits + (size_t)s_split,
                                16 * w + g, cw, t4, m_run, l_run, o);
@@ -955,7 +959,7 @@ __device__ __forceinline__ void ws_split(unsigned char* smem_raw, const bf16* __
     static_assert(!(FP8 && ASYNC), "the FP8 producer stores its widened codes itself: nothing for a copy to arrive on");
     static_assert(!ALT || (ASYNC && !COOP), "the alternate-tile form: the async producer, the two-kernel contract");
     static_assert(!PB16 || (!FP8 && !COOP && !ALT), "BF16 partials: the BF16 latent's two-kernel form");
-    static_assert(!BULKP || (!FP8 && !COOP && !ALT && !PB16), "bulk-stored partials: the BF16 latent's two-kernel form");
+    static_assert(!BULKP || (!FP8 && !COOP && !ALT), "bulk-stored partials: the BF16 latent's two-kernel form");
     if (dynamic_smem_bytes() < (ALT ? ALT_USED : WS_USED) + 1024) __trap();
     const unsigned raw_addr = smem_addr(smem_raw);
     const unsigned pad = wg_align_pad(raw_addr);
@@ -1098,6 +1102,22 @@ sparse_mla_split_wgmma_ws_async_bf16p(const bf16* __restrict__ q, const bf16* __
 #endif
 }
 
+#ifdef SPARSE_MLA_WGMMA_ENABLED
+// The bulk-store forms' kernel body (the async producer, partials staged and bulk-copied): FP32 partials,
+// or BF16 (PB16) ones in part_acc's bf16 bits; QEARLY: q's copies under the first tokens' flight.
+// Shared by the plain and the programmatic kernels below.
+template <bool PB16, bool QEARLY = false, typename P>
+__device__ __forceinline__ void ws_bulkp(unsigned char* smem_raw, const bf16* __restrict__ q,
+                                         const bf16* __restrict__ arena, const int* __restrict__ page_table,
+                                         const int* __restrict__ selection, P* __restrict__ part_acc,
+                                         float* __restrict__ part_ml, int M, int W, int pages_per_stream, int page_size,
+                                         int splits, float scale) {
+    ws_split<false, false, true, false, false, QEARLY, PB16, true>(smem_raw, q, arena, nullptr, page_table, selection,
+                                                                    reinterpret_cast<float*>(part_acc), part_ml, M, W,
+                                                                    pages_per_stream, page_size, splits, scale);
+}
+#endif
+
 // split_wgmma_ws_async with its FP32 partials staged in shared memory and written by one bulk copy a
 // row (wg_stage_partials / wg_bulk_store_row): the same bytes as the direct stores, in 64 linear 2 KiB
 // requests instead of 64 scattered 8-byte stores a consumer thread.
@@ -1108,9 +1128,99 @@ sparse_mla_split_wgmma_ws_async_bulkp(const bf16* __restrict__ q, const bf16* __
                                       int pages_per_stream, int page_size, int splits, float scale) {
 #ifdef SPARSE_MLA_WGMMA_ENABLED
     extern __shared__ __align__(1024) unsigned char smem_raw[];
-    ws_split<false, false, true, false, false, false, false, true>(smem_raw, q, arena, nullptr, page_table, selection,
-                                                                   part_acc, part_ml, M, W, pages_per_stream, page_size,
-                                                                   splits, scale);
+    ws_bulkp<false>(smem_raw, q, arena, page_table, selection, part_acc, part_ml, M, W, pages_per_stream, page_size, splits, scale);
+#else
+    __trap();  // compiled without sm_90a: no wgmma (the launcher passes -arch=sm_90a)
+#endif
+}
+
+// The bulk-store epilogue with BF16 partials (wg_stage_partials<true> / wg_bulk_store_row<true>): the
+// bf16p form's bytes in the bulkp form's 64 linear requests a CTA, 1 KiB each; part_acc
+// [M][splits][64][512] bf16, read by sparse_mla_combine_bf16p.
+extern "C" __global__ void __launch_bounds__(SPARSE_MLA_SPLIT_WGMMA_WS_THREADS, 1)
+sparse_mla_split_wgmma_ws_async_bulkp16(const bf16* __restrict__ q, const bf16* __restrict__ arena,
+                                        const int* __restrict__ page_table, const int* __restrict__ selection,
+                                        bf16* __restrict__ part_acc, float* __restrict__ part_ml, int M, int W,
+                                        int pages_per_stream, int page_size, int splits, float scale) {
+#ifdef SPARSE_MLA_WGMMA_ENABLED
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    ws_bulkp<true>(smem_raw, q, arena, page_table, selection, part_acc, part_ml, M, W, pages_per_stream, page_size, splits, scale);
+#else
+    __trap();  // compiled without sm_90a: no wgmma (the launcher passes -arch=sm_90a)
+#endif
+}
+
+// bulkp16 with q's copies issued early (QEARLY, as sparse_mla_split_wgmma_ws_async_qearly): the two
+// fixed costs the H200 timeline measured apart, the cold chain and the epilogue, cut in one kernel.
+extern "C" __global__ void __launch_bounds__(SPARSE_MLA_SPLIT_WGMMA_WS_THREADS, 1)
+sparse_mla_split_wgmma_ws_async_qearly_bulkp16(const bf16* __restrict__ q, const bf16* __restrict__ arena,
+                                               const int* __restrict__ page_table, const int* __restrict__ selection,
+                                               bf16* __restrict__ part_acc, float* __restrict__ part_ml, int M, int W,
+                                               int pages_per_stream, int page_size, int splits, float scale) {
+#ifdef SPARSE_MLA_WGMMA_ENABLED
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    ws_bulkp<true, true>(smem_raw, q, arena, page_table, selection, part_acc, part_ml, M, W, pages_per_stream, page_size,
+                         splits, scale);
+#else
+    __trap();  // compiled without sm_90a: no wgmma (the launcher passes -arch=sm_90a)
+#endif
+}
+
+// bulkp / bulkp16 as the first kernel of a programmatic pair (PDL): the combine is launched with the
+// programmatic-serialisation attribute and may start once every CTA here has triggered; its blocks
+// wait (griddepcontrol.wait) for this grid's completion and memory, so what the pair saves is the
+// gap between the two launches, not any overlap of their work. Why trigger at entry: a one-wave split
+// grid is all resident by then (a CTA triggers at its start), the combine's early blocks can only take
+// the SMs no split CTA holds (a split CTA keeps 384 threads x 168 registers of the SM's 65536), and
+// they sit there waiting, ready. The wait at entry is the harness's contract for a step launched as a
+// programmatic dependent of the step before (KernelStep, dependent): where the two steps share buffers,
+// the previous combine still reads part_acc, which this grid rewrites (the sweep's chains give each step
+// its own buffers, so there it guards nothing). Launched plainly both instructions are no-ops, so the
+// kernel is its plain twin to the byte after them.
+__device__ __forceinline__ void smla_pdl_enter() {
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
+extern "C" __global__ void __launch_bounds__(SPARSE_MLA_SPLIT_WGMMA_WS_THREADS, 1)
+sparse_mla_split_wgmma_ws_async_bulkp_pdl(const bf16* __restrict__ q, const bf16* __restrict__ arena,
+                                          const int* __restrict__ page_table, const int* __restrict__ selection,
+                                          float* __restrict__ part_acc, float* __restrict__ part_ml, int M, int W,
+                                          int pages_per_stream, int page_size, int splits, float scale) {
+#ifdef SPARSE_MLA_WGMMA_ENABLED
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    smla_pdl_enter();
+    ws_bulkp<false>(smem_raw, q, arena, page_table, selection, part_acc, part_ml, M, W, pages_per_stream, page_size, splits, scale);
+#else
+    __trap();  // compiled without sm_90a: no wgmma (the launcher passes -arch=sm_90a)
+#endif
+}
+
+extern "C" __global__ void __launch_bounds__(SPARSE_MLA_SPLIT_WGMMA_WS_THREADS, 1)
+sparse_mla_split_wgmma_ws_async_bulkp16_pdl(const bf16* __restrict__ q, const bf16* __restrict__ arena,
+                                            const int* __restrict__ page_table, const int* __restrict__ selection,
+                                            bf16* __restrict__ part_acc, float* __restrict__ part_ml, int M, int W,
+                                            int pages_per_stream, int page_size, int splits, float scale) {
+#ifdef SPARSE_MLA_WGMMA_ENABLED
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    smla_pdl_enter();
+    ws_bulkp<true>(smem_raw, q, arena, page_table, selection, part_acc, part_ml, M, W, pages_per_stream, page_size, splits, scale);
+#else
+    __trap();  // compiled without sm_90a: no wgmma (the launcher passes -arch=sm_90a)
+#endif
+}
+
+// qearly_bulkp16 as the first kernel of a programmatic pair: the three fixed-cost cuts in one kernel.
+extern "C" __global__ void __launch_bounds__(SPARSE_MLA_SPLIT_WGMMA_WS_THREADS, 1)
+sparse_mla_split_wgmma_ws_async_qearly_bulkp16_pdl(const bf16* __restrict__ q, const bf16* __restrict__ arena,
+                                                   const int* __restrict__ page_table, const int* __restrict__ selection,
+                                                   bf16* __restrict__ part_acc, float* __restrict__ part_ml, int M,
+                                                   int W, int pages_per_stream, int page_size, int splits, float scale) {
+#ifdef SPARSE_MLA_WGMMA_ENABLED
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    smla_pdl_enter();
+    ws_bulkp<true, true>(smem_raw, q, arena, page_table, selection, part_acc, part_ml, M, W, pages_per_stream, page_size,
+                         splits, scale);
 #else
     __trap();  // compiled without sm_90a: no wgmma (the launcher passes -arch=sm_90a)
 #endif

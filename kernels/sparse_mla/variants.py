@@ -180,6 +180,25 @@ SPLIT_DESIGNS = {
                                    "SPARSE_MLA_SPLIT_WGMMA_WS_SMEM_BYTES", "SPARSE_MLA_SPLIT_WGMMA_WS_THREADS", "bf16"),
     "split_wgmma_ws_async_bulkp": ("split_wgmma_ws.cu", "sparse_mla_split_wgmma_ws_async_bulkp",
                                    "SPARSE_MLA_SPLIT_WGMMA_WS_SMEM_BYTES", "SPARSE_MLA_SPLIT_WGMMA_WS_THREADS", "bf16"),
+    "split_wgmma_ws_async_bulkp16": ("split_wgmma_ws.cu", "sparse_mla_split_wgmma_ws_async_bulkp16",
+                                     "SPARSE_MLA_SPLIT_WGMMA_WS_SMEM_BYTES", "SPARSE_MLA_SPLIT_WGMMA_WS_THREADS", "bf16"),
+    "split_wgmma_ws_async_qearly_bulkp16": ("split_wgmma_ws.cu", "sparse_mla_split_wgmma_ws_async_qearly_bulkp16",
+                                            "SPARSE_MLA_SPLIT_WGMMA_WS_SMEM_BYTES", "SPARSE_MLA_SPLIT_WGMMA_WS_THREADS",
+                                            "bf16"),
+    # the bulk-store designs again, their partials merged by the batched combine (COMBINES)
+    "split_wgmma_ws_async_bulkp_cb": ("split_wgmma_ws.cu", "sparse_mla_split_wgmma_ws_async_bulkp",
+                                      "SPARSE_MLA_SPLIT_WGMMA_WS_SMEM_BYTES", "SPARSE_MLA_SPLIT_WGMMA_WS_THREADS", "bf16"),
+    "split_wgmma_ws_async_bulkp16_cb": ("split_wgmma_ws.cu", "sparse_mla_split_wgmma_ws_async_bulkp16",
+                                        "SPARSE_MLA_SPLIT_WGMMA_WS_SMEM_BYTES", "SPARSE_MLA_SPLIT_WGMMA_WS_THREADS", "bf16"),
+    # the bulk-store designs as a programmatic pair with their combine (PROGRAMMATIC)
+    "split_wgmma_ws_async_bulkp_pdl": ("split_wgmma_ws.cu", "sparse_mla_split_wgmma_ws_async_bulkp_pdl",
+                                       "SPARSE_MLA_SPLIT_WGMMA_WS_SMEM_BYTES", "SPARSE_MLA_SPLIT_WGMMA_WS_THREADS", "bf16"),
+    "split_wgmma_ws_async_bulkp16_pdl": ("split_wgmma_ws.cu", "sparse_mla_split_wgmma_ws_async_bulkp16_pdl",
+                                         "SPARSE_MLA_SPLIT_WGMMA_WS_SMEM_BYTES", "SPARSE_MLA_SPLIT_WGMMA_WS_THREADS",
+                                         "bf16"),
+    "split_wgmma_ws_async_qearly_bulkp16_pdl": ("split_wgmma_ws.cu", "sparse_mla_split_wgmma_ws_async_qearly_bulkp16_pdl",
+                                                "SPARSE_MLA_SPLIT_WGMMA_WS_SMEM_BYTES",
+                                                "SPARSE_MLA_SPLIT_WGMMA_WS_THREADS", "bf16"),
     "split_wgmma_ws_async_qearly": ("split_wgmma_ws.cu", "sparse_mla_split_wgmma_ws_async_qearly",
                                     "SPARSE_MLA_SPLIT_WGMMA_WS_SMEM_BYTES", "SPARSE_MLA_SPLIT_WGMMA_WS_THREADS", "bf16"),
     "split_wgmma_ws_alt": ("split_wgmma_ws.cu", "sparse_mla_split_wgmma_ws_alt", "SPARSE_MLA_SPLIT_WGMMA_WS_ALT_SMEM_BYTES",
@@ -191,9 +210,26 @@ SPLIT_DESIGNS = {
     "split_wgmma_seesaw": ("split_wgmma_seesaw.cu", "sparse_mla_split_wgmma_seesaw", "SPARSE_MLA_SEESAW_SMEM_BYTES",
                            "SPARSE_MLA_SEESAW_THREADS", "bf16"),
 }
-# The designs whose partial accumulators are BF16, and the combine kernel that reads them (the rest:
-# FP32 partials, sparse_mla_combine).
-BF16_PARTIALS = {"split_wgmma_ws_async_bf16p": "sparse_mla_combine_bf16p"}
+# The designs whose partial accumulators are BF16 (the rest: FP32), and the combine kernel each design's
+# partials go through where it is not sparse_mla_combine (FP32) / sparse_mla_combine_bf16p (BF16).
+BF16_PARTIALS = {"split_wgmma_ws_async_bf16p", "split_wgmma_ws_async_bulkp16", "split_wgmma_ws_async_qearly_bulkp16",
+                 "split_wgmma_ws_async_bulkp16_cb", "split_wgmma_ws_async_bulkp16_pdl",
+                 "split_wgmma_ws_async_qearly_bulkp16_pdl"}
+BATCHED_COMBINES = {"split_wgmma_ws_async_bulkp_cb": "sparse_mla_combine_batched",
+                    "split_wgmma_ws_async_bulkp16_cb": "sparse_mla_combine_bf16p_batched"}
+# The designs launched as a programmatic pair (the step's dependent launch): the split kernel triggers
+# its dependents at entry and the combine waits on griddepcontrol before reading the partials.
+PROGRAMMATIC = {"split_wgmma_ws_async_bulkp_pdl": "sparse_mla_combine_pdl",
+                "split_wgmma_ws_async_bulkp16_pdl": "sparse_mla_combine_bf16p_pdl",
+                "split_wgmma_ws_async_qearly_bulkp16_pdl": "sparse_mla_combine_bf16p_pdl"}
+COMBINES = {**BATCHED_COMBINES, **PROGRAMMATIC}
+
+
+def combine_kernel(name: str) -> str:
+    """The combine kernel that reads design ``name``'s partials."""
+    return COMBINES.get(name, "sparse_mla_combine_bf16p" if name in BF16_PARTIALS else "sparse_mla_combine")
+
+
 # The designs that compile with extra NVRTC options (the rest with none): every wgmma source.
 SPLIT_OPTIONS = {name: WGMMA_OPTIONS for name, design in SPLIT_DESIGNS.items()
                  if design[0] in ("split_wgmma.cu", "split_wgmma_ws.cu", "split_wgmma_seesaw.cu")}
@@ -203,12 +239,14 @@ def _supports_split(name: str):
     return _supports_latent(name, SPLIT_DESIGNS[name][4], _supports_cuda)
 
 
-def _attention_step(backend, kernels: list, buffers: dict, poison: dict, note: str) -> KernelStep:
+def _attention_step(backend, kernels: list, buffers: dict, poison: dict, note: str,
+                    dependent: bool = False) -> KernelStep:
     """A sparse MLA design's step over its buffers, read back as the component's out (bf16 decoded)
-    and lse; plain stream order; poisoned and ready."""
+    and lse; poisoned and ready. Plain stream order, or with ``dependent`` each kernel after the first
+    a programmatic dependent of the one before (every kernel of the step waits on griddepcontrol)."""
     step = KernelStep(backend, kernels, buffers, {}, poison, lambda b: {
         "out": _bf16(backend.to_host(b["out"])), "lse": backend.to_host(b["lse"]).astype(np.float64)},
-        dependent=False)
+        dependent=dependent)
     step.note = note
     return step.ready()
 
@@ -235,7 +273,7 @@ def _make_split_build(name: str, one_wave: bool = False):
         smem = source_define(source, smem_define)
         threads = source_define(source, threads_define) if threads_define else THREADS
         split_fn = get_kernel(backend, HERE / source, symbol, smem, options=options)
-        combine_fn = get_kernel(backend, HERE / source, BF16_PARTIALS.get(name, "sparse_mla_combine"), options=options)
+        combine_fn = get_kernel(backend, HERE / source, combine_kernel(name), options=options)
         part_dtype = cp.uint16 if name in BF16_PARTIALS else cp.float32   # bf16 bits, or FP32
         with backend.stream:
             buffers = {"part_acc": cp.empty((Mn, splits, H, D), part_dtype),
@@ -251,7 +289,9 @@ def _make_split_build(name: str, one_wave: bool = False):
         ]
         poison = {"part_acc": 0xFFFF if name in BF16_PARTIALS else np.float32(np.nan), "part_ml": np.float32(np.nan),
                   "out": 0xFFFF, "lse": np.float32(np.nan)}
-        return _attention_step(backend, kernels, buffers, poison, f"{splits} splits per stream")
+        return _attention_step(backend, kernels, buffers, poison, f"{splits} splits per stream"
+                               + (", the combine a programmatic dependent" if name in PROGRAMMATIC else ""),
+                               dependent=name in PROGRAMMATIC)
 
     build.__name__ = f"build_{name}{'_1wave' if one_wave else ''}"
     return build
@@ -789,6 +829,29 @@ MLA_VARIANTS = (
                 "bytes: two wavefronts a warp store) and written by one 2 KiB bulk copy a row: the same bytes in "
                 "64 linear requests a CTA, where BF16 partials showed the scattered stores' count binds",
             supports=_supports_split("split_wgmma_ws_async_bulkp"), sources=("split_wgmma_ws.cu",)),
+    Variant("split_wgmma_ws_async_bulkp16_1wave", "cuda", _make_split_build("split_wgmma_ws_async_bulkp16", one_wave=True),
+            why="split_wgmma_ws_async_bulkp_1wave with BF16 partials (staged rows of 1040 bytes, one 1 KiB bulk "
+                "copy a row; sparse_mla_combine_bf16p): the bulk form's epilogue fell only from 4.25 to 4.03 us "
+                "on the H200, so with few linear requests the 16 MiB of FP32 partials bind, and half of them go",
+            supports=_supports_split("split_wgmma_ws_async_bulkp16"), sources=("split_wgmma_ws.cu",)),
+    Variant("split_wgmma_ws_async_qearly_bulkp16_1wave", "cuda",
+            _make_split_build("split_wgmma_ws_async_qearly_bulkp16", one_wave=True),
+            why="split_wgmma_ws_async_bulkp16_1wave with qearly's cold chain (q's copies issued under the first "
+                "tokens' flight): the two fixed costs the timeline measured, cut together",
+            supports=_supports_split("split_wgmma_ws_async_qearly_bulkp16"), sources=("split_wgmma_ws.cu",)),
+    *(Variant(f"{design}_1wave", "cuda", _make_split_build(design, one_wave=True),
+              why=f"{design.removesuffix('_cb')}_1wave with its partials merged by the batched combine "
+                  f"({BATCHED_COMBINES[design]}: every split's loads of a batch of 4 in flight at once, where the "
+                  "combine's loop made two dependent L2 round trips a split, 32 in series at M = 8's 16 splits); "
+                  "the same bits out",
+              supports=_supports_split(design), sources=("split_wgmma_ws.cu",)) for design in BATCHED_COMBINES),
+    # Issue 13: the gap between the two launches (the timeline: ~11 us of the event outside the split's span).
+    *(Variant(f"{design}_1wave", "cuda", _make_split_build(design, one_wave=True),
+              why=f"{design.removesuffix('_pdl')}_1wave with its combine ({PROGRAMMATIC[design]}) launched as a "
+                  "programmatic dependent: the split kernel triggers at entry, so the combine's blocks are "
+                  "launched while it runs and wait on griddepcontrol for its partials; the second launch's gap "
+                  "leaves the step",
+              supports=_supports_split(design), sources=("split_wgmma_ws.cu",)) for design in PROGRAMMATIC),
     # Issue 13: the cold chain (ncu: a third of the kernel's samples run once a CTA).
     Variant("split_wgmma_ws_async_qearly_1wave", "cuda", _make_split_build("split_wgmma_ws_async_qearly", one_wave=True),
             why="split_wgmma_ws_async_1wave with q's 32 copies a producer thread issued while the first tiles' "
