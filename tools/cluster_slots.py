@@ -6,7 +6,8 @@ A cluster's CTAs share one GPC, so with one CTA an SM the answer is the sum over
 floor(SMs in the GPC / size), which the SM count alone does not give: topk_model.CLUSTER_SLOTS_132
 holds the answers for the 132-SM H100 / H200 that radix_union's cluster pick uses. The probe asks the
 driver for a kernel of the given block and dynamic shared memory (enough of it that one CTA fills an
-SM), launched with the cluster size as a launch attribute. Prints one line a size.
+SM; less lets several CTAs share one, and the CTAs a line prints then exceed the SMs), launched with the
+cluster size as a launch attribute. Prints one line a size.
 """
 
 from __future__ import annotations
@@ -61,7 +62,8 @@ def main() -> None:
     print(f"{dev['name'].decode()}: {sms} SMs, {args.threads} threads and {args.smem} B of dynamic shared memory a CTA")
     for size in (int(s) for s in args.sizes.split(",")):
         n = max_active_clusters(ptr, size, args.threads, args.smem)
-        print(f"cluster size {size}: {n} clusters at once ({n * size} SMs)")
+        # CTAs, not SMs: where --threads and --smem let several CTAs share an SM, n * size exceeds the SMs
+        print(f"cluster size {size}: {n} clusters at once ({n * size} CTAs)")
 
 
 if __name__ == "__main__":
