@@ -77,6 +77,8 @@ the 4096-bin thread-max histogram and rank 0's window search over 1024 bins by s
 dsa_topk_union_ownwl_c<CS> (LATE) also moves the own form's cluster arrive from under the loads' flight
 to after the read's barrier: the own form's read phase is 0.15 us (H200) to 0.56 us (H100) longer than
 radix_union's, whose loads are the same, and the arrive's release is what it adds to that phase.
+Measured, both correct and slower: 0.4-0.5 us over the own form at M = 8, 32 and 64 (H100, 797aadc;
+TOPK_NOTES.md, Stop 40), so the two searches' barriers are not what those phases cost; kept as variants.
 The early forms (dsa_topk_union_early<EV>_c<CS>, union_body's EV = 3 or 4;
 topk_model.select_row_union(early=EV)): the exchanged form with its bound taken from the first EV
 float4 slots of each thread only. The register loads are issued first and the cp.async copies in
