@@ -23,11 +23,27 @@ __device__ __forceinline__ float4 smla_part4(const bf16* __restrict__ p) {
     return make_float4(bf_lo(w.x), bf_hi(w.x), bf_lo(w.y), bf_hi(w.y));
 }
 
-// The row's gmax (the largest of its splits' maxes) for block (m, h); where no split of the row has a
-// valid slot (gmax -inf) the block writes its zeros and -inf and false is returned.
-__device__ __forceinline__ bool smla_combine_gmax(const float* __restrict__ part_ml, size_t ms0, int splits, int h,
-                                                  bf16* __restrict__ o, float* __restrict__ lse, int mh, float& gmax) {
-    gmax = neg_inf();
+// What both combines know of their block's row (m, h) before the sums: mh = m * 64 + h, h, the row's
+// first split ms0, this thread's 4 output columns o and the row's gmax (the largest of its splits' maxes).
+struct SmlaCombineRow {
+    int mh, h;
+    size_t ms0;
+    bf16* o;
+    float gmax;
+};
+
+// Block (m, h)'s row; false where the block has nothing left to do: m >= M, or no split of the row has
+// a valid slot (gmax -inf), where the block writes its zeros and -inf first.
+__device__ __forceinline__ bool smla_combine_row(const float* __restrict__ part_ml, bf16* __restrict__ out,
+                                                 float* __restrict__ lse, int M, int splits, SmlaCombineRow& row) {
+    const int mh = blockIdx.x;  // m * 64 + h
+    const int m = mh / SMLA_HEADS, h = mh % SMLA_HEADS;
+    if (m >= M) return false;
+    const int d = threadIdx.x * 4;
+    const size_t ms0 = (size_t)m * (size_t)splits;
+    bf16* o = out + (size_t)mh * SMLA_DIM + d;
+    row = SmlaCombineRow{mh, h, ms0, o, neg_inf()};
+    float& gmax = row.gmax;
     for (int s = 0; s < splits; ++s) gmax = fmaxf(gmax, part_ml[((ms0 + s) * SMLA_HEADS + h) * 2]);
     if (gmax == neg_inf()) {  // no valid slot in the whole row
         st_v2_b32(o, 0u, 0u);
@@ -40,15 +56,10 @@ __device__ __forceinline__ bool smla_combine_gmax(const float* __restrict__ part
 template <typename P>
 __device__ __forceinline__ void smla_combine(const P* __restrict__ part_acc, const float* __restrict__ part_ml,
                                              bf16* __restrict__ out, float* __restrict__ lse, int M, int splits) {
-    const int mh = blockIdx.x;  // m * 64 + h
-    const int m = mh / SMLA_HEADS, h = mh % SMLA_HEADS;
-    if (m >= M) return;
+    SmlaCombineRow row;
+    if (!smla_combine_row(part_ml, out, lse, M, splits, row)) return;
+    const auto [mh, h, ms0, o, gmax] = row;
     const int d = threadIdx.x * 4;
-    const size_t ms0 = (size_t)m * (size_t)splits;
-
-    bf16* o = out + (size_t)mh * SMLA_DIM + d;
-    float gmax;
-    if (!smla_combine_gmax(part_ml, ms0, splits, h, o, lse, mh, gmax)) return;
     float L = 0.f, a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
     for (int s = 0; s < splits; ++s) {
         const size_t r = (ms0 + s) * SMLA_HEADS + h;
@@ -81,15 +92,10 @@ template <typename P>
 __device__ __forceinline__ void smla_combine_batched(const P* __restrict__ part_acc, const float* __restrict__ part_ml,
                                                      bf16* __restrict__ out, float* __restrict__ lse, int M, int splits) {
     constexpr int B = SMLA_COMBINE_BATCH;
-    const int mh = blockIdx.x;  // m * 64 + h
-    const int m = mh / SMLA_HEADS, h = mh % SMLA_HEADS;
-    if (m >= M) return;
+    SmlaCombineRow row;
+    if (!smla_combine_row(part_ml, out, lse, M, splits, row)) return;
+    const auto [mh, h, ms0, o, gmax] = row;
     const int d = threadIdx.x * 4;
-    const size_t ms0 = (size_t)m * (size_t)splits;
-
-    bf16* o = out + (size_t)mh * SMLA_DIM + d;
-    float gmax;
-    if (!smla_combine_gmax(part_ml, ms0, splits, h, o, lse, mh, gmax)) return;
     float L = 0.f, a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
     for (int s0 = 0; s0 < splits; s0 += B) {
         float mx[B], sm[B];
