@@ -185,7 +185,7 @@ SPLIT_DESIGNS = {
     "split_wgmma_ws_async_qearly_bulkp16": ("split_wgmma_ws.cu", "sparse_mla_split_wgmma_ws_async_qearly_bulkp16",
                                             "SPARSE_MLA_SPLIT_WGMMA_WS_SMEM_BYTES", "SPARSE_MLA_SPLIT_WGMMA_WS_THREADS",
                                             "bf16"),
-    # the bulk-store designs again, their partials merged by the batched combine (COMBINES)
+    # the bulk-store designs again, their partials merged by the batched combine (BATCHED_COMBINES)
     "split_wgmma_ws_async_bulkp_cb": ("split_wgmma_ws.cu", "sparse_mla_split_wgmma_ws_async_bulkp",
                                       "SPARSE_MLA_SPLIT_WGMMA_WS_SMEM_BYTES", "SPARSE_MLA_SPLIT_WGMMA_WS_THREADS", "bf16"),
     "split_wgmma_ws_async_bulkp16_cb": ("split_wgmma_ws.cu", "sparse_mla_split_wgmma_ws_async_bulkp16",
@@ -210,24 +210,24 @@ SPLIT_DESIGNS = {
     "split_wgmma_seesaw": ("split_wgmma_seesaw.cu", "sparse_mla_split_wgmma_seesaw", "SPARSE_MLA_SEESAW_SMEM_BYTES",
                            "SPARSE_MLA_SEESAW_THREADS", "bf16"),
 }
-# The designs whose partial accumulators are BF16 (the rest: FP32), and the combine kernel each design's
-# partials go through where it is not sparse_mla_combine (FP32) / sparse_mla_combine_bf16p (BF16).
+# The designs whose partial accumulators are BF16 (the rest: FP32): their combine is
+# sparse_mla_combine_bf16p (the rest: sparse_mla_combine).
 BF16_PARTIALS = {"split_wgmma_ws_async_bf16p", "split_wgmma_ws_async_bulkp16", "split_wgmma_ws_async_qearly_bulkp16",
                  "split_wgmma_ws_async_bulkp16_cb", "split_wgmma_ws_async_bulkp16_pdl",
                  "split_wgmma_ws_async_qearly_bulkp16_pdl"}
-BATCHED_COMBINES = {"split_wgmma_ws_async_bulkp_cb": "sparse_mla_combine_batched",
-                    "split_wgmma_ws_async_bulkp16_cb": "sparse_mla_combine_bf16p_batched"}
+# The designs whose partials go through that combine's batched form (<combine>_batched).
+BATCHED_COMBINES = ("split_wgmma_ws_async_bulkp_cb", "split_wgmma_ws_async_bulkp16_cb")
 # The designs launched as a programmatic pair (the step's dependent launch): the split kernel triggers
-# its dependents at entry and the combine waits on griddepcontrol before reading the partials.
-PROGRAMMATIC = {"split_wgmma_ws_async_bulkp_pdl": "sparse_mla_combine_pdl",
-                "split_wgmma_ws_async_bulkp16_pdl": "sparse_mla_combine_bf16p_pdl",
-                "split_wgmma_ws_async_qearly_bulkp16_pdl": "sparse_mla_combine_bf16p_pdl"}
-COMBINES = {**BATCHED_COMBINES, **PROGRAMMATIC}
+# its dependents at entry and the combine's programmatic form (<combine>_pdl) waits on griddepcontrol
+# before reading the partials.
+PROGRAMMATIC = ("split_wgmma_ws_async_bulkp_pdl", "split_wgmma_ws_async_bulkp16_pdl",
+                "split_wgmma_ws_async_qearly_bulkp16_pdl")
 
 
 def combine_kernel(name: str) -> str:
     """The combine kernel that reads design ``name``'s partials."""
-    return COMBINES.get(name, "sparse_mla_combine_bf16p" if name in BF16_PARTIALS else "sparse_mla_combine")
+    combine = "sparse_mla_combine_bf16p" if name in BF16_PARTIALS else "sparse_mla_combine"
+    return combine + ("_batched" if name in BATCHED_COMBINES else "_pdl" if name in PROGRAMMATIC else "")
 
 
 # The designs that compile with extra NVRTC options (the rest with none): every wgmma source.
@@ -841,13 +841,13 @@ MLA_VARIANTS = (
             supports=_supports_split("split_wgmma_ws_async_qearly_bulkp16"), sources=("split_wgmma_ws.cu",)),
     *(Variant(f"{design}_1wave", "cuda", _make_split_build(design, one_wave=True),
               why=f"{design.removesuffix('_cb')}_1wave with its partials merged by the batched combine "
-                  f"({BATCHED_COMBINES[design]}: every split's loads of a batch of 4 in flight at once, where the "
+                  f"({combine_kernel(design)}: every split's loads of a batch of 4 in flight at once, where the "
                   "combine's loop made two dependent L2 round trips a split, 32 in series at M = 8's 16 splits); "
                   "the same bits out",
               supports=_supports_split(design), sources=("split_wgmma_ws.cu",)) for design in BATCHED_COMBINES),
     # Issue 13: the gap between the two launches (the timeline: ~11 us of the event outside the split's span).
     *(Variant(f"{design}_1wave", "cuda", _make_split_build(design, one_wave=True),
-              why=f"{design.removesuffix('_pdl')}_1wave with its combine ({PROGRAMMATIC[design]}) launched as a "
+              why=f"{design.removesuffix('_pdl')}_1wave with its combine ({combine_kernel(design)}) launched as a "
                   "programmatic dependent: the split kernel triggers at entry, so the combine's blocks are "
                   "launched while it runs and wait on griddepcontrol for its partials; the second launch's gap "
                   "leaves the step",
