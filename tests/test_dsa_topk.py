@@ -1230,15 +1230,91 @@ def test_the_union_launcher_reads_the_kernel_declarations(geometry):
     assert d("UNI_BULK_DYN_BYTES") + 45216 <= 232448
     text = (topk_variants.HERE / topk_variants.UNION_SOURCE).read_text()
     assert all(f"DSA_TOPK_UNION_KERNEL({cs})" in text for cs in topk_model.UNION_SIZES)
-    # each form's kernels are the macro's, and its shared memory a #define the launcher reads
-    assert {prefix for prefix, _ in topk_variants.UNION_FORMS.values()} == set(
-        re.findall(r"(dsa_topk_union\w*)_c##CS\(", text))
-    assert {form: d(dyn) for form, (_, dyn) in topk_variants.UNION_FORMS.items()} == {
+    # each form's kernels are its source's macro's, and its shared memory a #define the launcher reads
+    # from that source
+    for geo, macro in ((topk_model.UNION, "DSA_TOPK_UNION_KERNEL"), (topk_model.UNION_HALF, "DSA_TOPK_UNION_HALF_KERNEL")):
+        src = (topk_variants.HERE / geo.source).read_text()
+        assert {f.prefix for f in topk_variants.UNION_FORMS.values() if f.geo == geo} == set(
+            re.findall(r"DSA_TOPK_UNION_FORM\((dsa_topk_union\w*), CS", src)), geo.source
+        assert set(re.findall(rf"^{macro}\((\d+)\)", src, re.M)) == {str(cs) for cs in geo.sizes}, geo.source
+    assert {form: d(f.dyn, f.geo.source) for form, f in topk_variants.UNION_FORMS.items()} == {
         "radix_union": d("UNI_DYN_BYTES"), "radix_union_bulk": d("UNI_BULK_DYN_BYTES"), "radix_union_own": d("UNI_DYN_BYTES"),
         "radix_union_own_wfind": d("UNI_DYN_BYTES"),
-        "radix_union_own_wfind_late": d("UNI_DYN_BYTES"), "radix_union_early3": d("UNI_DYN_BYTES"), "radix_union_early4": d("UNI_DYN_BYTES")}
+        "radix_union_own_wfind_late": d("UNI_DYN_BYTES"), "radix_union_early3": d("UNI_DYN_BYTES"), "radix_union_early4": d("UNI_DYN_BYTES"),
+        "radix_union_half": 65536, "radix_union_half_own": 65536}
     comp = registry.get("dsa_topk")
     assert comp.variant("radix_union").sources == (topk_variants.UNION_SOURCE,)
     why = comp.variant("radix_union").supports(geometry, _point(M=1, context=1048576, pooling="per_token"))
     assert why and "at most 8 CTAs a row (262144 candidates); this row has 1048576" in why
+
+
+def test_the_half_union_source_declares_half_sm_ctas():
+    """topk_union_half.cu: 512 threads, the model's slots a thread and keys a CTA, its ring and held
+    part and union in its dynamic shared memory, and two CTAs of it in an SM's 233472 B (ptxas: at
+    most 45216 B static) where the one-SM source's CTA takes the SM."""
+    geo = topk_model.UNION_HALF
+
+    def d(name):
+        return topk_variants.union_define(name, geo.source)
+    assert d("ONE_THREADS") == geo.threads == 512 and topk_variants.union_define("ONE_THREADS") == 1024
+    assert d("UNI_VECS") == geo.vecs and d("UNI_KEYS") == geo.keys == 4 * geo.vecs * geo.threads
+    assert d("UNI_HELD_BYTES") == (d("UNI_VECS") - d("UNI_REG_VECS")) * geo.threads * 16
+    assert d("S2_RING_BYTES") == 4 * 2 * geo.threads * 16 == d("UNI_DYN_BYTES") == d("UNI_HELD_BYTES") + d("UNI_CAP") * 8
+    assert d("UNI_CTAS_PER_SM") == geo.ctas_per_sm == 2
+    assert geo.ctas_per_sm * (d("UNI_DYN_BYTES") + 45216 + 1024) <= 233472
+    assert 2 * (topk_variants.union_define("UNI_DYN_BYTES") + 45216 + 1024) > 233472
+
+
+@pytest.mark.parametrize("M,C,expect", [(32, 65536, 7), (30, 65536, 8), (8, 65536, 8), (33, 65536, 6), (39, 65536, 6),
+                                        (64, 65536, 6), (32, 16384, 6), (1, 98304, 8), (1, 98305, None), (1, 262144, None)])
+def test_the_half_union_pick(M, C, expect):
+    """Half-SM CTAs (12288 keys each): 65536 needs 6; 7 while 32 clusters of 7 fit (32 at once), 8 while
+    30 do; past 39 rows no size fits at once and the fewest that hold the row run in waves; 16384 keys
+    keep 4096 a CTA at no size (the fewest that hold it, 6); past 8 x 12288 keys a row, none."""
+    assert topk_model.pick_union(M, C, 132, topk_model.UNION_HALF) == expect
+    assert topk_model.pick_union(32, 65536, 264, topk_model.UNION_HALF) == 8    # elsewhere: 2 SMs // size
+
+
+def test_the_half_union_thread_maxes_follow_the_element_mapping():
+    """At 512 threads key j of thread t is element 4 (q 512 + t) + e."""
+    key = np.ones(12288, np.int64)
+    key[4 * (5 * 512 + 17) + 3] = 99
+    tm = topk_model.thread_maxes(key, geo=topk_model.UNION_HALF)
+    assert len(tm) == 512 and tm[17] == 99 and (np.delete(tm, 17) == 1).all()
+    assert (topk_model.thread_maxes(np.ones(2052, np.int64), geo=topk_model.UNION_HALF)[513:] == 0).all()
+    assert topk_model.thread_maxes(key, 5, topk_model.UNION_HALF)[17] == 1       # the early form's first 5 slots
+
+
+@pytest.mark.parametrize("own", [False, True], ids=["exchanged", "own"])
+@pytest.mark.parametrize("union_cap", [16, 16384], ids=["cap16-row", "served"])
+@pytest.mark.parametrize("cs", topk_model.UNION_HALF.sizes)
+@pytest.mark.parametrize("kind", (*KINDS, "one_level"))
+def test_the_half_union_emulation_gives_the_reference_set(kind, cs, union_cap, own):
+    """The half-SM geometry (512 threads, 6 slots a thread) on every row kind at irregular lengths:
+    the reference's set exactly, members first, then -1."""
+    rng = np.random.default_rng(zlib.crc32(repr(("half", kind, cs, union_cap, own)).encode()))
+    for C, k in ((1, 1), (7, 3), (2049, 512), (5000, 6000), (30001, 700), (65536, 512)):
+        row = _rows(kind, C, min(k, C), rng)
+        out, _ = topk_model.select_row_union(row, k, cs, union_cap, 2560, rng, own, geo=topk_model.UNION_HALF)
+        res = _strict_ok(out, row, k)
+        assert res.ok, (kind, C, k, cs, union_cap, own, res.describe())
+
+
+@pytest.mark.parametrize("own", [False, True], ids=["exchanged", "own"])
+@pytest.mark.parametrize("M", [8, 32, 64])
+def test_the_half_union_serves_the_pooled_rows(M, own):
+    """512 of 65536 on N(0, 1) rows at the half pick (8, 7, 6 CTAs): the union serves with under 4k
+    keys, the window finishes it, and the bound is at most the k-th key; the own form's ranks mostly
+    agree (the second round otherwise)."""
+    union_cap, cap = _union_caps()
+    cs = topk_model.pick_union(M, 65536, topk_variants.H200_SMS, topk_model.UNION_HALF)
+    rng = np.random.default_rng(M + 71)
+    agree = 0
+    for _ in range(6):
+        row = rng.standard_normal(65536).astype(np.float32)
+        out, tr = topk_model.select_row_union(row, 512, cs, union_cap, cap, rng, own, geo=topk_model.UNION_HALF)
+        assert tr.served and 512 <= tr.n_union < 4 * 512 and tr.T >= tr.b << 20, (M, cs, tr.n_union)
+        assert tr.final in ("window", "window_warp") and _strict_ok(out, row, 512).ok
+        agree += tr.agree
+    assert agree >= 4, agree
 

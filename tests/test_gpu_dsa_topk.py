@@ -1,6 +1,7 @@
 """GPU: every CUDA variant of dsa_topk (ours and the peers) against reference.topk through the
 runner's own verification, at random, tied, few-eligible and sorted rows, at model and irregular
-shapes (C % 4 != 0: the scalar path; every cluster size 1, 2, 3, 4, 8 through M; the resident
+shapes (C % 4 != 0: the scalar path; every cluster size 1, 2, 3, 4, 8 through M, and the half-SM
+union's 6, 7, 8; the resident
 kernel's 1, 2 and 4 CTAs a row through C); and ours on
 degenerate rows built by hand (all -inf, NaN, +inf, -0 / +0, a tie level across every slice, 400
 levels cut at the k-th as the DSA layer's rows: the split designs' buffered tie take),
@@ -158,9 +159,10 @@ def test_split_runs_in_waves_and_leaves_its_counters_zero(backend, M, context, p
         assert not count.any(), f"launch {attempt}: row counters left {count[count != 0][:8]}"
 
 
-@pytest.mark.parametrize("M", [8, 32, 64], ids=lambda m: f"M{m}")   # clusters of 8, 3 and 2 at 65536
+@pytest.mark.parametrize("M", [8, 32, 64], ids=lambda m: f"M{m}")   # clusters of 8, 3 and 2 at 65536 (half: 8, 7, 6)
 @pytest.mark.parametrize("variant", ["radix_union", "radix_union_own", "radix_union_own_wfind",
-                                     "radix_union_own_wfind_late", "radix_union_early3", "radix_union_early4"])
+                                     "radix_union_own_wfind_late", "radix_union_early3", "radix_union_early4",
+                                     "radix_union_half", "radix_union_half_own"])
 def test_union_rows_whose_cluster_bounds_differ(backend, variant, M):
     """Rows whose slices differ in level (the second half shifted up by 0.3, so the ranks' bounds
     fall in different bins; the own form's second round and rank 0's recount), beside random rows
@@ -174,23 +176,25 @@ def test_union_rows_whose_cluster_bounds_differ(backend, variant, M):
     _assert_strict(COMP.variant(variant), point, inputs, backend)
 
 
-@pytest.mark.parametrize("M", [8, 32, 64], ids=lambda m: f"M{m}")   # clusters of 8, 3 and 2 at 65536
+@pytest.mark.parametrize("M", [8, 32, 64], ids=lambda m: f"M{m}")   # clusters of 8, 3 and 2 at 65536 (half: 8, 7, 6)
 @pytest.mark.parametrize("variant", ["radix_union", "radix_union_own", "radix_union_own_wfind",
-                                     "radix_union_own_wfind_late", "radix_union_early3", "radix_union_early4"])
+                                     "radix_union_own_wfind_late", "radix_union_early3", "radix_union_early4",
+                                     "radix_union_half", "radix_union_half_own"])
 def test_union_rows_with_inf_only_in_a_late_slot(backend, variant, M):
     """+inf in one CTA's last float4 slot only (the early forms' second cp.async group, which lands
     after their bound: rank 0 learns of it only from the thread maxes sent after the push) and a
     NaN beside it: +inf is a member written -1, the window select must not run, the set is the
     reference's."""
-    from kernels.dsa_indexer import topk_model
+    from kernels.dsa_indexer import topk_model, topk_variants
 
     point = _p(M, 262144, "pooled", 2048, "random")
     inputs, _ = runner._case(COMP, GEOMETRY, point, 47, None, backend)
     C = inputs["scores"].shape[1]
-    slices = topk_model.split_slices(C, topk_model.pick_union(M, C, int(backend.props["multiProcessorCount"])))
+    geo = topk_variants.UNION_FORMS[variant].geo
+    slices = topk_model.split_slices(C, topk_model.pick_union(M, C, int(backend.props["multiProcessorCount"]), geo))
     lo, hi = slices[-1]
-    last = (hi - lo - 1) // (4 * topk_model.UNI_THREADS)          # the slice's last slot holding keys
-    at = lo + 4 * last * topk_model.UNI_THREADS + 1               # thread 0, lane 1 of that slot
+    last = (hi - lo - 1) // (4 * geo.threads)                     # the slice's last slot holding keys
+    at = lo + 4 * last * geo.threads + 1                          # thread 0, lane 1 of that slot
     assert at < hi
     for m in range(0, M, 2):
         inputs["scores"][m, at] = np.inf

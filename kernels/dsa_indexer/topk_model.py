@@ -734,35 +734,65 @@ CLUSTER_SLOTS_132 = {1: 132, 2: 66, 3: 39, 4: 30, 8: 15}
 UNION_MIN_SLICE = 4096                 # keys a CTA at least when pick_union grows a cluster (4 a thread)
 
 
-def cluster_slots(cs: int, sms: int) -> int:
-    """Clusters of ``cs`` one-SM CTAs that run at once on a GPU of ``sms`` SMs."""
-    return CLUSTER_SLOTS_132[cs] if sms == 132 else sms // cs
 
 
-def pick_union(M: int, C: int, sms: int) -> int | None:
-    """CTAs a row (one cluster) for dsa_topk_union: of the sizes in UNION_SIZES whose slices
-    (split_slices) hold at most UNI_KEYS keys, the one with the most SMs reading the rows (M cs)
-    while the M clusters still run at once (cluster_slots) and each slice keeps at least
-    UNION_MIN_SLICE keys (past that the cluster's fixed cost outweighs the shorter read); the fewest
-    that hold the row when no larger one qualifies; None when 8 CTAs cannot hold the row. Why the
-    SMs: each SM reads its slice at a rate of its own (radix_union's timelines: ~23 GB/s an SM with
-    64 or 128 SMs reading), so the read shortens with the SMs, not with the cluster size."""
-    need = next((cs for cs in UNION_SIZES if split_slices(C, cs)[0][1] <= UNI_KEYS), None)
+@dataclasses.dataclass(frozen=True)
+class UnionGeometry:
+    """A union source's CTA shape: ``threads`` a CTA, ``vecs`` float4 slots a thread (UNI_VECS; keys
+    a CTA 4 vecs threads), ``ctas_per_sm`` resident at once, the cluster ``sizes`` it instantiates and
+    ``slots``: the clusters of each size a 132-SM H100 / H200 holds at once, as the driver counts them
+    (tools/cluster_slots.py)."""
+
+    source: str
+    threads: int
+    vecs: int
+    ctas_per_sm: int
+    sizes: tuple[int, ...]
+    slots: dict
+
+    @property
+    def keys(self) -> int:
+        return 4 * self.vecs * self.threads
+
+
+# topk_union.cu: 1024-thread CTAs, one an SM
+UNION = UnionGeometry("topk_union.cu", UNI_THREADS, UNI_VECS, 1, UNION_SIZES, CLUSTER_SLOTS_132)
+# topk_union_half.cu: 512-thread CTAs, two an SM (512 threads and 100000 B a CTA on an H100, d62b05c:
+# 39 clusters of 6, 32 of 7, 30 of 8 at once; reports/2026-12-07-sparse_mla-h100-215508/cluster_slots.txt)
+UNION_HALF = UnionGeometry("topk_union_half.cu", 512, 6, 2, (6, 7, 8), {6: 39, 7: 32, 8: 30})
+
+
+def cluster_slots(cs: int, sms: int, geo: UnionGeometry = UNION) -> int:
+    """Clusters of ``cs`` CTAs of ``geo``'s shape that run at once on a GPU of ``sms`` SMs."""
+    return geo.slots[cs] if sms == 132 else sms * geo.ctas_per_sm // cs
+
+
+def pick_union(M: int, C: int, sms: int, geo: UnionGeometry = UNION) -> int | None:
+    """CTAs a row (one cluster) for dsa_topk_union (``geo``: its source's CTA shape): of the sizes
+    in geo.sizes whose slices (split_slices) hold at most geo.keys keys, the one with the most CTAs
+    reading the rows (M cs) while the M clusters still run at once (cluster_slots) and each slice
+    keeps at least UNION_MIN_SLICE keys (past that the cluster's fixed cost outweighs the shorter
+    read); the fewest that hold the row when no larger one qualifies; None when the largest size
+    cannot hold the row. Why the CTAs: each SM reads its slice at a rate of its own (radix_union's
+    timelines: ~23 GB/s an SM with 64 or 128 SMs reading), so the read shortens with the SMs, not
+    with the cluster size."""
+    need = next((cs for cs in geo.sizes if split_slices(C, cs)[0][1] <= geo.keys), None)
     if need is None:
         return None
-    grown = [cs for cs in UNION_SIZES
-             if cs > need and M <= cluster_slots(cs, sms) and C >= cs * UNION_MIN_SLICE]
+    grown = [cs for cs in geo.sizes
+             if cs > need and M <= cluster_slots(cs, sms, geo) and C >= cs * UNION_MIN_SLICE]
     return max(grown, default=need)
 
 
-def thread_maxes(key: np.ndarray, vecs: int = UNI_VECS) -> np.ndarray:
-    """Every thread's largest key over a slice's keys [n <= UNI_KEYS] int64: key j of thread t is
-    element 4 (q 1024 + t) + e of the slice (q = j / 4, e = j % 4), key 0 past its end; over its
-    float4 slots q < ``vecs`` only (the early form's bound: the slots that land first)."""
-    assert len(key) <= UNI_KEYS and 1 <= vecs <= UNI_VECS
-    padded = np.zeros(UNI_KEYS, np.int64)
+def thread_maxes(key: np.ndarray, vecs: int | None = None, geo: UnionGeometry = UNION) -> np.ndarray:
+    """Every thread's largest key over a slice's keys [n <= geo.keys] int64: key j of thread t is
+    element 4 (q T + t) + e of the slice (T = geo.threads, q = j / 4, e = j % 4), key 0 past its end;
+    over its float4 slots q < ``vecs`` only (the early form's bound: the slots that land first)."""
+    vecs = geo.vecs if vecs is None else vecs
+    assert len(key) <= geo.keys and 1 <= vecs <= geo.vecs
+    padded = np.zeros(geo.keys, np.int64)
     padded[:len(key)] = key
-    return padded.reshape(UNI_VECS, UNI_THREADS, 4)[:vecs].max(axis=(0, 2))
+    return padded.reshape(geo.vecs, geo.threads, 4)[:vecs].max(axis=(0, 2))
 
 
 UNI_WARP_BIN = 32                      # topk_union.cu: the most keys of the k-th key's window bin one warp ranks
@@ -822,8 +852,9 @@ def window_select(ukey: np.ndarray, uidx: np.ndarray, k: int, tlb: int, kmax: in
 
 def select_row_union(scores: np.ndarray, k: int, cs: int, union_cap: int, cap: int,
                      rng: np.random.Generator | None = None, own: bool = False,
-                     early: int = 0) -> tuple[np.ndarray, UnionTrace]:
-    """One row as dsa_topk_union's cluster of ``cs``: ``(out [k] int32, trace)``.
+                     early: int = 0, geo: UnionGeometry = UNION) -> tuple[np.ndarray, UnionTrace]:
+    """One row as dsa_topk_union's cluster of ``cs`` CTAs of ``geo``'s shape (UNION, or UNION_HALF:
+    dsa_topk_union_half): ``(out [k] int32, trace)``.
 
     Each slice's thread maxes (thread_maxes), their nonzero digit 0 counted, b_r the bin of the
     ceil(k / cs)-th largest (_find_desc; 0 when fewer); b the least b_r. b != 0: every key >= tlb = b << 20
@@ -851,9 +882,9 @@ def select_row_union(scores: np.ndarray, k: int, cs: int, union_cap: int, cap: i
     C = len(key)
     bounds, kmax = [], 0
     for lo, hi in split_slices(C, cs):
-        tm = thread_maxes(key[lo:hi], early or UNI_VECS)
+        tm = thread_maxes(key[lo:hi], early or None, geo)
         bounds.append(_find_desc(np.bincount(tm[tm != 0] >> 20, minlength=4096), -(-k // cs))[0])
-        kmax = max(kmax, int(thread_maxes(key[lo:hi]).max()))
+        kmax = max(kmax, int(thread_maxes(key[lo:hi], None, geo).max()))
     agree = all(b_r == bounds[0] for b_r in bounds)
     b = min(bounds)
     idx = rng.permutation(np.flatnonzero(key >= b << 20)) if b else np.zeros(0, np.int64)
@@ -881,9 +912,9 @@ def select_row_union(scores: np.ndarray, k: int, cs: int, union_cap: int, cap: i
 
 
 def select_union(scores: np.ndarray, k: int, union_cap: int, cap: int, sms: int, own: bool = False,
-                 early: int = 0) -> np.ndarray:
+                 early: int = 0, geo: UnionGeometry = UNION) -> np.ndarray:
     """Every row of ``scores`` [M, C] float32 -> [M, k] int32 (select_row_union at pick_union's size)."""
     rng = np.random.default_rng(5)
-    cs = pick_union(len(scores), scores.shape[1], sms)
-    assert cs is not None, f"dsa_topk_union holds at most {UNION_SIZES[-1] * UNI_KEYS} keys a row"
-    return np.stack([select_row_union(row, k, cs, union_cap, cap, rng, own, early)[0] for row in scores])
+    cs = pick_union(len(scores), scores.shape[1], sms, geo)
+    assert cs is not None, f"{geo.source} holds at most {geo.sizes[-1] * geo.keys} keys a row"
+    return np.stack([select_row_union(row, k, cs, union_cap, cap, rng, own, early, geo)[0] for row in scores])

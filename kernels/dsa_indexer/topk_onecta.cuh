@@ -20,7 +20,11 @@
 #include "topk_common.cuh"
 #include "topk_timeline.cuh"
 
+// A CTA's threads: 1024 everywhere but where a source defines it before this header
+// (topk_union_half.cu: 512, two CTAs an SM); every loop and search below is written for either.
+#ifndef ONE_THREADS
 #define ONE_THREADS 1024
+#endif
 #define ONE_WARPS (ONE_THREADS / 32)
 #define ONE_CAP 2560                // buffered (key, index) entries of the threshold bin
 #define ONE_NB0 4096                // digit 0: key bits 31..20
@@ -47,7 +51,7 @@ __device__ __forceinline__ unsigned one_block_scan(unsigned v, unsigned* scratch
 
 // The bin of histogram h (NB bins, complete: called after a barrier) holding the kk-th largest
 // counted key, and the count in the bins above it, into s->found_bin / found_above; (0, total)
-// when fewer than kk are counted. Thread t owns bins [NB - P (t + 1), NB - P t), P = NB / 1024, so
+// when fewer than kk are counted. Thread t owns bins [NB - P (t + 1), NB - P t), P = NB / ONE_THREADS, so
 // thread order is descending bin order. Ends with a barrier: every thread may read the result.
 template <int NB>
 __device__ __forceinline__ void one_find(const unsigned* h, unsigned kk, OneShared* s) {
@@ -149,8 +153,12 @@ __device__ __forceinline__ void one_batches(const float* __restrict__ row, unsig
 // Histograms and counters zeroed; ends with a barrier.
 __device__ __forceinline__ void one_reset(OneShared& s) {
     for (unsigned b = threadIdx.x; b < ONE_NB0; b += ONE_THREADS) s.h0[b] = 0u;
-    s.h1[threadIdx.x] = 0u;
-    s.h2[threadIdx.x] = 0u;
+    static_assert(ONE_NB1 % ONE_THREADS == 0 && ONE_NB2 == ONE_NB1, "whole bins a thread");
+#pragma unroll
+    for (unsigned b = 0; b < ONE_NB1; b += ONE_THREADS) {
+        s.h1[b + threadIdx.x] = 0u;
+        s.h2[b + threadIdx.x] = 0u;
+    }
     if (threadIdx.x == 0) {
         s.n_buf = 0u;
         s.cnt = 0u;

@@ -10,7 +10,9 @@
 
 #define S2_VECS 2                       // float4 a thread a batch
 #define S2_RING_BATCHES 4               // batches in the ring (3-4 in flight)
+#ifndef S2_RING_BYTES                   // a source of 512-thread CTAs defines its own (65536)
 #define S2_RING_BYTES 131072            // S2_RING_BATCHES x S2_VECS x ONE_THREADS x 16 B, dynamic
+#endif
 
 static_assert(S2_RING_BYTES == S2_RING_BATCHES * S2_VECS * ONE_THREADS * 16, "the ring's bytes");
 
@@ -130,15 +132,16 @@ struct S2Src {
 // c[i][b] = the count of bin top - 1 - b (descending), thread t owning bins [NB - PB (t + 1),
 // NB - PB t), so that descending bin order is thread order: one_find's answer with 2 block
 // barriers, whatever NT. Each warp scans its lanes, lane 31 publishes the warp's total; after one
-// barrier every warp reads the 32 totals and scans them itself, so each thread knows its exclusive
-// prefix and the one thread holding the crossing writes the answer. Ends with a barrier. scan
-// (NT x 32 words): free on entry (every earlier reader passed a barrier since), free again on exit.
+// barrier every warp reads the ONE_WARPS totals (a lane each, 0 past them) and scans them itself, so
+// each thread knows its exclusive prefix and the one thread holding the crossing writes the answer.
+// Ends with a barrier. scan (NT x ONE_WARPS words): free on entry (every earlier reader passed a
+// barrier since), free again on exit.
 template <int NB, int NT>
 __device__ __forceinline__ void s2_find_counts(const unsigned (&c)[NT][NB / ONE_THREADS], const unsigned (&kk)[NT],
                                                unsigned* scan, unsigned* const (&bin)[NT],
                                                unsigned* const (&above)[NT]) {
     constexpr unsigned PB = NB / ONE_THREADS;
-    static_assert(PB * ONE_THREADS == NB && (PB == 1 || PB == 4), "1 or 4 bins a thread");
+    static_assert(PB * ONE_THREADS == NB && (PB == 1 || PB == 2 || PB == 4 || PB == 8), "1, 2, 4 or 8 bins a thread");
     const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
     const unsigned top = NB - PB * threadIdx.x;
     unsigned mine[NT], incl[NT];
@@ -148,12 +151,12 @@ __device__ __forceinline__ void s2_find_counts(const unsigned (&c)[NT][NB / ONE_
 #pragma unroll
         for (unsigned b = 0; b < PB; ++b) mine[i] += c[i][b];
         incl[i] = topk_warp_inclusive_sum(mine[i]);
-        if (lane == 31u) scan[32 * i + warp] = incl[i];
+        if (lane == 31u) scan[ONE_WARPS * i + warp] = incl[i];
     }
     __syncthreads();
 #pragma unroll
     for (int i = 0; i < NT; ++i) {
-        const unsigned wv = scan[32 * i + lane];   // ONE_WARPS == 32: one warp total a lane
+        const unsigned wv = lane < ONE_WARPS ? scan[ONE_WARPS * i + lane] : 0u;   // one warp total a lane
         const unsigned wincl = topk_warp_inclusive_sum(wv);
         const unsigned total = __shfl_sync(FULL_MASK, wincl, 31);
         unsigned before = __shfl_sync(FULL_MASK, wincl - wv, warp) + incl[i] - mine[i];
@@ -186,9 +189,15 @@ __device__ __forceinline__ void s2_find_n(const unsigned* const (&h)[NT], const 
     unsigned c[NT][PB];   // c[i][b - 1] = h[i][top - b]: descending
 #pragma unroll
     for (int i = 0; i < NT; ++i) {
-        if constexpr (PB == 4) {
-            const uint4 v = *reinterpret_cast<const uint4*>(h[i] + top - 4u);
-            c[i][0] = v.w, c[i][1] = v.z, c[i][2] = v.y, c[i][3] = v.x;
+        if constexpr (PB >= 4) {                       // 4 or 8 bins: one or two uint4
+#pragma unroll
+            for (unsigned q = 0; q < PB / 4u; ++q) {
+                const uint4 v = *reinterpret_cast<const uint4*>(h[i] + top - 4u * (q + 1u));
+                c[i][4 * q] = v.w, c[i][4 * q + 1] = v.z, c[i][4 * q + 2] = v.y, c[i][4 * q + 3] = v.x;
+            }
+        } else if constexpr (PB == 2) {
+            const uint2 v = *reinterpret_cast<const uint2*>(h[i] + top - 2u);
+            c[i][0] = v.y, c[i][1] = v.x;
         } else {
             c[i][0] = h[i][top - 1u];
         }
@@ -205,7 +214,7 @@ __device__ __forceinline__ void s2_find(const unsigned* h, unsigned kk, OneShare
     unsigned* const aboves[1] = {&s->found_above};
     s2_find_n<NB, 1>(hs, ks, s->scan, bins, aboves);
 }
-static_assert(ONE_WARPS == 32, "s2_find reads one warp total a lane");
+static_assert(ONE_WARPS <= 32, "s2_find reads one warp total a lane");
 
 // s2_find's answer (found_bin, found_above; (0, total) when fewer than kk are counted; nothing
 // written when kk is 0, as there) found by warp 0 alone while the other warps wait at the closing
@@ -293,7 +302,8 @@ template <class Out>
 __device__ __forceinline__ void s2_take_buffered(unsigned T, unsigned Q, unsigned at, unsigned nbuf, const Out& out,
                                                  OneShared& s) {
     constexpr unsigned WBITS = ONE_NB0 * 32u;
-    static_assert(ONE_NB0 == 4u * ONE_THREADS, "4 bitmap words (one uint4) a thread");
+    constexpr unsigned WV = ONE_NB0 / (4u * ONE_THREADS);   // uint4 of bitmap words a thread: 1 (2 at 512 threads)
+    static_assert(WV * 4u * ONE_THREADS == ONE_NB0 && WV >= 1u, "whole uint4 of bitmap words a thread");
     __syncthreads();                                   // every thread past its reads of s.found_bin
     if (threadIdx.x == 0) s.found_bin = ~0u;
     __syncthreads();
@@ -305,22 +315,28 @@ __device__ __forceinline__ void s2_take_buffered(unsigned T, unsigned Q, unsigne
     __syncthreads();
     unsigned w0 = s.found_bin, taken = 0u;
     while (taken < Q) {                                // block-uniform: taken adds the scans' totals
-        reinterpret_cast<uint4*>(s.h0)[threadIdx.x] = make_uint4(0u, 0u, 0u, 0u);
+#pragma unroll
+        for (unsigned q = 0; q < WV; ++q) reinterpret_cast<uint4*>(s.h0)[WV * threadIdx.x + q] = make_uint4(0u, 0u, 0u, 0u);
         __syncthreads();
         for (unsigned j = threadIdx.x; j < nbuf; j += ONE_THREADS) {
             const unsigned d = s.buf_idx[j] - w0;      // wraps past WBITS below the window
             if (s.buf_key[j] == T && d < WBITS) atomicOr(&s.h0[d >> 5], 1u << (d & 31u));
         }
         __syncthreads();
-        const uint4 v = reinterpret_cast<const uint4*>(s.h0)[threadIdx.x];
-        const unsigned w[4] = {v.x, v.y, v.z, v.w};
-        unsigned total;                                // the scan's barriers also free s.h0 for the next window
-        unsigned r = taken + topk_block_scan<ONE_WARPS>(__popc(v.x) + __popc(v.y) + __popc(v.z) + __popc(v.w),
-                                                        s.scan, &total);
+        unsigned w[4 * WV], n = 0u;                    // this thread's words 4 WV t .. 4 WV t + 4 WV - 1
 #pragma unroll
-        for (unsigned i = 0; i < 4u; ++i) {
+        for (unsigned q = 0; q < WV; ++q) {
+            const uint4 v = reinterpret_cast<const uint4*>(s.h0)[WV * threadIdx.x + q];
+            w[4 * q] = v.x, w[4 * q + 1] = v.y, w[4 * q + 2] = v.z, w[4 * q + 3] = v.w;
+            const unsigned nq = __popc(v.x) + __popc(v.y) + __popc(v.z) + __popc(v.w);
+            n = q == 0u ? nq : n + nq;
+        }
+        unsigned total;                                // the scan's barriers also free s.h0 for the next window
+        unsigned r = taken + topk_block_scan<ONE_WARPS>(n, s.scan, &total);
+#pragma unroll
+        for (unsigned i = 0; i < 4u * WV; ++i) {
             for (unsigned bits = w[i]; bits != 0u && r < Q; bits &= bits - 1u, ++r)
-                out.put(at + r, w0 + 32u * (4u * threadIdx.x + i) + (__ffs(bits) - 1u), T);
+                out.put(at + r, w0 + 32u * (4u * WV * threadIdx.x + i) + (__ffs(bits) - 1u), T);
         }
         taken += total;
         w0 += WBITS;

@@ -40,7 +40,9 @@
   ``radix_union_early3`` / ``radix_union_early4`` (ours):
   radix_union with each CTA's bound from its first 3 or 4 float4 slots (the registers' loads, issued
   first, and the first cp.async group), found and exchanged while the rest of the slice lands
-  (``dsa_topk_union_early<EV>_c<CS>``).
+  (``dsa_topk_union_early<EV>_c<CS>``). ``radix_union_half`` / ``radix_union_half_own`` (ours):
+  ``topk_union_half.cu``, radix_union and radix_union_own in CTAs of 512 threads, two an SM, clusters of
+  6-8 (topk_model.pick_union at UNION_HALF: at M = 32, 7 CTAs a row on ~112 SMs).
 - ``torch_topk`` (peer): ``torch.topk`` unsorted on our stream, non-finite picks mapped to -1 as a
   caller would.
 - ``flashinfer_topk`` / ``flashinfer_topk_lower`` (peers): ``flashinfer.top_k(x, k)`` as called by
@@ -52,8 +54,9 @@
   (topk_model.select_row_onecta); ``model_split`` (CPU): topk_split.cu's
   (topk_model.select_row_split); ``model_sample`` (CPU): dsa_topk_sample's (topk_model.select_row_sample);
   ``model_share`` (CPU): dsa_topk_share's (topk_model.select_row_share); ``model_union`` /
-  ``model_union_own`` / ``model_union_early3`` / ``model_union_early4`` (CPU): dsa_topk_union's,
-  dsa_topk_union_own's and dsa_topk_union_early<EV>'s (topk_model.select_row_union).
+  ``model_union_own`` / ``model_union_early3`` / ``model_union_early4`` / ``model_union_half`` /
+  ``model_union_half_own`` (CPU): dsa_topk_union's, dsa_topk_union_own's, dsa_topk_union_early<EV>'s and
+  the half forms' (topk_model.select_row_union).
 
 Nothing here imports cupy, torch or flashinfer at import time.
 """
@@ -63,6 +66,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import pathlib
+from typing import NamedTuple
 
 import numpy as np
 
@@ -308,21 +312,29 @@ def _split_step(geometry, point, inputs, backend, P_fixed: int | None, design: s
     return step.ready()
 
 
-UNION_SOURCE = "topk_union.cu"
+UNION_SOURCE = topk_model.UNION.source
+UNION_HALF_SOURCE = topk_model.UNION_HALF.source
 
 
-def union_define(name: str) -> int:
-    """A ``#define`` of topk_union.cu (keys a CTA, the union's pairs, dynamic shared memory)."""
-    return source_define(str(HERE / UNION_SOURCE), name)
+def union_define(name: str, source: str = UNION_SOURCE) -> int:
+    """A ``#define`` of a union source (keys a CTA, the union's pairs, dynamic shared memory, threads)."""
+    return source_define(str(HERE / source), name)
 
 
-def _supports_union(geometry, point) -> str | None:
-    C = spec.n_candidates(geometry, point)
-    if topk_model.pick_union(int(point["M"]), C, H200_SMS) is None:
-        return (f"dsa_topk_union holds {union_define('UNI_KEYS')} keys a CTA and at most "
-                f"{topk_model.UNION_SIZES[-1]} CTAs a row ({topk_model.UNION_SIZES[-1] * union_define('UNI_KEYS')} "
-                f"candidates); this row has {C}")
-    return _supports_radix(geometry, point)
+def _supports_union_for(geo: topk_model.UnionGeometry):
+    """The rows a union source's clusters hold (topk_model.pick_union at ``geo``)."""
+    def supports(geometry, point) -> str | None:
+        C = spec.n_candidates(geometry, point)
+        if topk_model.pick_union(int(point["M"]), C, H200_SMS, geo) is None:
+            keys = union_define("UNI_KEYS", geo.source)
+            return (f"{geo.source} holds {keys} keys a CTA and at most {geo.sizes[-1]} CTAs a row "
+                    f"({geo.sizes[-1] * keys} candidates); this row has {C}")
+        return _supports_radix(geometry, point)
+    return supports
+
+
+_supports_union = _supports_union_for(topk_model.UNION)
+_supports_union_half = _supports_union_for(topk_model.UNION_HALF)
 
 
 def _make_union_build(design: str):
@@ -339,26 +351,35 @@ def _union_build(geometry, point, inputs, backend, design: str) -> KernelStep:
         buffers = {"scores": scores, "indices": cp.empty((Mn, k), cp.int32)}
     step = KernelStep(backend, [tk.call(Mn, C, k, "scores", "indices")], buffers, {}, {"indices": topk_model.POISON},
                       lambda b: {"indices": backend.to_host(b["indices"])}, dependent=False)
-    step.note = (f"{tk.note} ({Mn * tk.ctas} CTAs), "
+    step.note = (f"{tk.note} ({Mn * tk.ctas} CTAs of {tk.threads} threads), "
                  f"{topk_model.split_slices(C, tk.ctas)[0][1]} keys a CTA held on chip, a union of "
-                 f"{union_define('UNI_CAP')} pairs at most in rank 0")
+                 f"{union_define('UNI_CAP', UNION_FORMS[design].geo.source)} pairs at most in rank 0")
     return step.ready()
 
 
+class UnionForm(NamedTuple):
+    """A form of radix_union: its kernel's name prefix, its dynamic shared memory's #define and its
+    source's CTA shape (topk_model.UnionGeometry: the source, threads, cluster sizes)."""
+
+    prefix: str
+    dyn: str
+    geo: topk_model.UnionGeometry
+
+
+# radix_union's forms (the load, the bound, the CTA's size)
+UNION_FORMS = {"radix_union": UnionForm("dsa_topk_union", "UNI_DYN_BYTES", topk_model.UNION),
+               "radix_union_bulk": UnionForm("dsa_topk_union_bulk", "UNI_BULK_DYN_BYTES", topk_model.UNION),
+               "radix_union_own": UnionForm("dsa_topk_union_own", "UNI_DYN_BYTES", topk_model.UNION),
+               "radix_union_own_wfind": UnionForm("dsa_topk_union_ownw", "UNI_DYN_BYTES", topk_model.UNION),
+               "radix_union_own_wfind_late": UnionForm("dsa_topk_union_ownwl", "UNI_DYN_BYTES", topk_model.UNION),
+               "radix_union_early3": UnionForm("dsa_topk_union_early3", "UNI_DYN_BYTES", topk_model.UNION),
+               "radix_union_early4": UnionForm("dsa_topk_union_early4", "UNI_DYN_BYTES", topk_model.UNION),
+               "radix_union_half": UnionForm("dsa_topk_union_half", "UNI_DYN_BYTES", topk_model.UNION_HALF),
+               "radix_union_half_own": UnionForm("dsa_topk_union_half_own", "UNI_DYN_BYTES", topk_model.UNION_HALF)}
 # The top-k designs a multi-kernel step embeds (indexer_select's unfused pairs, the DSA layer) ->
 # their source; topk_launch builds any of them.
 STEP_DESIGNS = {"radix_split2": SPLIT2_SOURCE, "radix_sample": SPLIT2_SOURCE, "radix_share": SPLIT2_SOURCE,
-                "radix_union": UNION_SOURCE, "radix_union_bulk": UNION_SOURCE, "radix_union_own": UNION_SOURCE,
-                "radix_union_own_wfind": UNION_SOURCE,
-                "radix_union_own_wfind_late": UNION_SOURCE, "radix_union_early3": UNION_SOURCE, "radix_union_early4": UNION_SOURCE}
-# radix_union's forms (the load, the bound): its kernel's name prefix and its dynamic shared memory's #define
-UNION_FORMS = {"radix_union": ("dsa_topk_union", "UNI_DYN_BYTES"),
-               "radix_union_bulk": ("dsa_topk_union_bulk", "UNI_BULK_DYN_BYTES"),
-               "radix_union_own": ("dsa_topk_union_own", "UNI_DYN_BYTES"),
-               "radix_union_own_wfind": ("dsa_topk_union_ownw", "UNI_DYN_BYTES"),
-               "radix_union_own_wfind_late": ("dsa_topk_union_ownwl", "UNI_DYN_BYTES"),
-               "radix_union_early3": ("dsa_topk_union_early3", "UNI_DYN_BYTES"),
-               "radix_union_early4": ("dsa_topk_union_early4", "UNI_DYN_BYTES")}
+                **{design: form.geo.source for design, form in UNION_FORMS.items()}}
 
 
 @dataclasses.dataclass
@@ -399,14 +420,19 @@ def topk_launch(backend, design: str, M: int, C: int, k: int) -> TopkLaunch:
         raise ValueError(f"design: {design!r}; allowed: {sorted(STEP_DESIGNS)}")
     threads = onecta_define("ONE_THREADS")
     if design in UNION_FORMS:
-        prefix, dyn_define = UNION_FORMS[design]
-        cs = topk_model.pick_union(M, C, int(backend.props["multiProcessorCount"]))
+        prefix, dyn_define, geo = UNION_FORMS[design]
+        cs = topk_model.pick_union(M, C, int(backend.props["multiProcessorCount"]), geo)
         if cs is None:
             raise ValueError(f"{prefix}: {C} candidates a row; allowed: at most "
-                             f"{topk_model.UNION_SIZES[-1] * union_define('UNI_KEYS')}")
-        dyn = union_define(dyn_define)
-        fn = get_kernel(backend, HERE / UNION_SOURCE, f"{prefix}_c{cs}", dyn_smem=dyn)
-        return TopkLaunch(fn, cs, threads, dyn, 0, f"{prefix}_c{cs}: {design}, a cluster of {cs} CTAs a row")
+                             f"{geo.sizes[-1] * union_define('UNI_KEYS', geo.source)}")
+        dyn = union_define(dyn_define, geo.source)
+        fn = get_kernel(backend, HERE / geo.source, f"{prefix}_c{cs}", dyn_smem=dyn)
+        if geo.ctas_per_sm > 1 and hasattr(type(fn), "preferred_shared_memory_carveout"):
+            # the most shared memory an SM, so that ctas_per_sm CTAs (and the clusters the pick
+            # counted on) fit at once
+            fn.preferred_shared_memory_carveout = 100
+        return TopkLaunch(fn, cs, union_define("ONE_THREADS", geo.source), dyn, 0,
+                          f"{prefix}_c{cs}: {design}, a cluster of {cs} CTAs a row")
     split = design.removeprefix("radix_")
     fn, P, _, dyn, _ = split_launch(backend, M, C, k, split)
     return TopkLaunch(fn, P, threads, dyn, split_ws_pairs(split, k), f"{design}: {P} CTAs a row")
@@ -579,8 +605,10 @@ def _model_share_rows(scores: np.ndarray, k: int) -> np.ndarray:
                                    split_define("SMP_DYN_BYTES", "share") // 8)
 
 
-def _model_union_rows(scores: np.ndarray, k: int, own: bool = False, early: int = 0) -> np.ndarray:
-    return topk_model.select_union(scores, k, union_define("UNI_CAP"), onecta_define("ONE_CAP"), H200_SMS, own, early)
+def _model_union_rows(scores: np.ndarray, k: int, own: bool = False, early: int = 0,
+                      geo: topk_model.UnionGeometry = topk_model.UNION) -> np.ndarray:
+    return topk_model.select_union(scores, k, union_define("UNI_CAP", geo.source), onecta_define("ONE_CAP"), H200_SMS,
+                                   own, early, geo)
 
 
 def _model_resident_rows(scores: np.ndarray, k: int) -> np.ndarray:
@@ -708,6 +736,16 @@ TOPK_VARIANTS = (
                   "512 of 65536, clusters of 3: ~1000-1500 keys against ~800); the window fixed by the bound as "
                   "the own form's",
               supports=_supports_union, sources=(UNION_SOURCE,)) for ev in (3, 4)),
+    Variant("radix_union_half", "cuda", _make_union_build("radix_union_half"),
+            why="radix_union in CTAs of half an SM (512 threads, two an SM) so that more SMs read at M = 32: its "
+                "read runs at a rate an SM, and clusters of 3 one-SM CTAs read with 96 SMs, while 32 clusters of 7 "
+                "half-SM CTAs fit at once (~112 SMs; 30 of 8); the same union_body, 24 keys a thread",
+            supports=_supports_union_half, sources=(UNION_HALF_SOURCE,)),
+    Variant("radix_union_half_own", "cuda", _make_union_build("radix_union_half_own"),
+            why="radix_union_own (no exchange before the push; the M = 32 design in clusters of 3) in the half-SM "
+                "CTAs of radix_union_half: 7 ranks' bounds agree in ~97 % of N(0, 1) rows at 512 of 65536 (the CPU "
+                "model), else the second round",
+            supports=_supports_union_half, sources=(UNION_HALF_SOURCE,)),
     Variant("torch_topk", "cuda", lambda g, p, i, b: _TorchTopk(g, p, i, b),
             why="torch.topk(k, sorted=False) on our stream, non-finite picks mapped to -1",
             supports=lambda g, p: _torch_ready(), peer=True),
@@ -757,6 +795,17 @@ TOPK_VARIANTS = (
               why=f"dsa_topk_union_early{ev}'s logic emulated in NumPy (topk_model.select_row_union, early={ev}): "
                   f"model_union with each rank's bound from its first {ev} float4 slots and the own form's window",
               supports=_supports_union, sources=("topk_model.py",)) for ev in (3, 4)),
+    Variant("model_union_half", "cpu",
+            lambda g, p, i, b: _HostTopk(lambda s, k: _model_union_rows(s, k, geo=topk_model.UNION_HALF), g, p, i),
+            why="dsa_topk_union_half's logic emulated in NumPy (topk_model.select_row_union, geo=UNION_HALF): "
+                "model_union with 512 threads a CTA, 6 float4 slots a thread and pick_union's half-SM sizes",
+            supports=_supports_union_half, sources=("topk_model.py",)),
+    Variant("model_union_half_own", "cpu",
+            lambda g, p, i, b: _HostTopk(lambda s, k: _model_union_rows(s, k, True, geo=topk_model.UNION_HALF),
+                                         g, p, i),
+            why="dsa_topk_union_half_own's logic emulated in NumPy (topk_model.select_row_union, own=True, "
+                "geo=UNION_HALF)",
+            supports=_supports_union_half, sources=("topk_model.py",)),
     Variant("model_resident", "cpu", lambda g, p, i, b: _HostTopk(_model_resident_rows, g, p, i),
             why="topk_resident.cu's logic emulated in NumPy (topk_model.select_row_resident) at resident's "
                 "CTA pick: the (j, t, s) element mapping, the packed tie scan, the counter claims",
