@@ -104,6 +104,8 @@ def test_the_tool_expands_points_and_lists_the_probed_variants():
             tool.expand_points(comp, geometry, bad)
     probed = tool.probed_variants(comp, tool.family("dsa_topk"))
     assert {"radix_lean", "radix_bound", "resident", "resident_wide", "radix_onecta"} <= set(probed)
+    # marks in a local header count: the union forms' are in topk_union.cuh, beside both their sources
+    assert {"radix_union", "radix_union_own", "radix_union_half", "radix_union_half_own"} <= set(probed)
     assert "torch_topk" not in probed and "model_radix" not in probed
     rows = tool.result_table([{"event_us": 20.0, "span_us": 12.5}])
     assert rows.outside_span_us.tolist() == [7.5]

@@ -170,7 +170,7 @@ def _cta_probed_sources() -> list[tuple[pathlib.Path, str]]:
     for module in tool.FAMILIES.values():
         fam = importlib.import_module(module)
         here = pathlib.Path(fam.__file__).parent
-        out += [(p, fam.LAYOUT.option) for p in sorted(here.glob("*.cu")) if fam.MARK_MACRO in p.read_text()]
+        out += [(p, fam.LAYOUT.option) for p in sorted(here.glob("*.cu")) if tool.carries_probes(p, fam)]
     return out
 
 

@@ -38,6 +38,7 @@ from harness import cta_probes, registry, runner, timing
 from harness.backends import CudaBackend
 from harness.config import TimingConf
 from harness.fuel import load_fuel
+from harness.sources import compiled_files
 
 # component -> the module that declares its probes (COMPONENT, MARK_MACRO, LAYOUT)
 FAMILIES = {"dsa_topk": "kernels.dsa_indexer.topk_timeline", "sparse_mla": "kernels.sparse_mla.timeline"}
@@ -51,6 +52,12 @@ def family(component: str):
     return importlib.import_module(FAMILIES[component])
 
 
+def carries_probes(path: pathlib.Path, fam) -> bool:
+    """Whether the .cu ``path`` compiles the family's probes: its mark macro in the source or in a
+    local header it includes (topk_union.cu's marks are in topk_union.cuh)."""
+    return any(fam.MARK_MACRO in f.read_text() for f in compiled_files(path))
+
+
 def probed_variants(comp, fam) -> dict[str, pathlib.Path]:
     """{variant: its .cu source} for every CUDA variant whose source carries the family's probes."""
     here = pathlib.Path(fam.__file__).parent
@@ -58,7 +65,7 @@ def probed_variants(comp, fam) -> dict[str, pathlib.Path]:
     for v in comp.variants:
         for name in v.sources:
             path = here / name
-            if v.backend == "cuda" and path.suffix == ".cu" and fam.MARK_MACRO in path.read_text():
+            if v.backend == "cuda" and path.suffix == ".cu" and carries_probes(path, fam):
                 out[v.name] = path
     return out
 
