@@ -11,6 +11,12 @@ an SM (512 threads and 100000 B each) the driver fits 32 clusters of 7 at once a
 d62b05c, reports/2026-12-07-sparse_mla-h100-215508/cluster_slots.txt): clusters of 7 hold M = 32's
 rows in 224 CTAs on ~112 SMs. Predicted: ~0.5 us off the read (75 KiB an SM against 87), less what
 7 ranks add to the bound exchange and the push (TOPK_NOTES.md, Stop 40).
+Measured (H100, b47346a, held, 512 of 65536 pooled; TOPK_NOTES.md, Stop 41): correct (76 GPU tests),
+and slower where it was meant to help: at M = 32 13.31 us against radix_union's 12.99 and
+radix_union_own's 12.74; the own form in halves 14.46 (7 ranks' bounds disagree in ~4 % of rows in the
+CPU model, so most launches hold a row that pays the second round). At M = 8 (clusters of 8) 10.46,
+level with the fastest form there; at M = 64 two waves (39 clusters of 6 at once), 21.1. Kept as
+measured variants; which phase grew at M = 32 is not yet measured (the timeline).
 
 Geometry (the launcher reads these #defines from this file): 6 float4 a thread (12288 keys a CTA,
 65536 in clusters of 6 and more), 2 of them in registers (64 registers a thread at two CTAs an SM,

@@ -743,7 +743,7 @@ TOPK_VARIANTS = (
             supports=_supports_union_half, sources=(UNION_HALF_SOURCE,)),
     Variant("radix_union_half_own", "cuda", _make_union_build("radix_union_half_own"),
             why="radix_union_own (no exchange before the push; the M = 32 design in clusters of 3) in the half-SM "
-                "CTAs of radix_union_half: 7 ranks' bounds agree in ~97 % of N(0, 1) rows at 512 of 65536 (the CPU "
+                "CTAs of radix_union_half: 7 ranks' bounds agree in ~96 % of N(0, 1) rows at 512 of 65536 (the CPU "
                 "model), else the second round",
             supports=_supports_union_half, sources=(UNION_HALF_SOURCE,)),
     Variant("torch_topk", "cuda", lambda g, p, i, b: _TorchTopk(g, p, i, b),
