@@ -734,8 +734,6 @@ CLUSTER_SLOTS_132 = {1: 132, 2: 66, 3: 39, 4: 30, 8: 15}
 UNION_MIN_SLICE = 4096                 # keys a CTA at least when pick_union grows a cluster (4 a thread)
 
 
-
-
 @dataclasses.dataclass(frozen=True)
 class UnionGeometry:
     """A union source's CTA shape: ``threads`` a CTA, ``vecs`` float4 slots a thread (UNI_VECS; keys
