@@ -55,6 +55,14 @@ class ProbeLayout:
             raise ValueError(f"timeline buffer holds {words.size} words; {n_ctas} CTAs need {n_ctas * self.slots}")
         return words[: n_ctas * self.slots].reshape(n_ctas, self.slots)
 
+    def entry_ns(self, raw: np.ndarray, n_ctas: int) -> int:
+        """The earliest entry mark's %globaltimer (ns) over the CTAs: :meth:`parse`'s time zero."""
+        gt = self._slots(raw, n_ctas)[:, 2]
+        written = gt[gt != 0]
+        if not len(written):
+            raise ValueError(f"no CTA wrote an entry probe: was the kernel built with {self.option}?")
+        return int(written.min())
+
     def parse(self, raw: np.ndarray, n_ctas: int) -> pd.DataFrame:
         """One row per (CTA, mark written): ``cta, sm, rank, mark, t_us`` (globaltimer, µs from the
         earliest entry of any CTA) and ``clk`` (clock64, cycles). Raises ValueError when a CTA wrote
@@ -170,6 +178,52 @@ class ProbeLayout:
         fig.tight_layout()
         fig.savefig(path, dpi=100)
         plt.close(fig)
+
+
+@dataclass(frozen=True)
+class GridProbe:
+    """A later kernel of the step (sparse MLA's combine) probed as one grid, not per CTA: each block
+    folds its %globaltimer at mark n into the grid's first (word 2 n, an atomic min) and last (word
+    2 n + 1, an atomic max) time, and the last word counts the blocks that exited. What it is for:
+    the gap between one grid's last CTA and the next grid's first block, which neither grid's own
+    marks hold. ``kernel`` names it in the columns, ``symbol`` is its buffer in the same module."""
+
+    kernel: str
+    marks: tuple[str, ...]
+    symbol: str
+
+    @property
+    def words(self) -> int:
+        return 2 * len(self.marks) + 1
+
+    def fresh(self) -> np.ndarray:
+        """The buffer before a launch: every first time all ones (an atomic min's identity), the
+        last times and the block count 0."""
+        w = np.zeros(self.words, dtype=np.uint64)
+        w[0 : 2 * len(self.marks) : 2] = np.iinfo(np.uint64).max
+        return w
+
+    def read(self, raw: np.ndarray, t0_ns: int) -> dict[str, float]:
+        """``<kernel>_<mark>_first_us`` / ``_last_us`` from ``t0_ns`` (the step's first CTA entry,
+        :meth:`ProbeLayout.entry_ns`) and ``<kernel>_blocks``; {} where the buffer is as
+        :meth:`fresh` left it (the step launched no such kernel: a design whose combine is in its
+        split kernel). Raises ValueError when some marks were written and others not."""
+        w = np.asarray(raw, dtype=np.uint64)
+        if w.size != self.words:
+            raise ValueError(f"{self.symbol} holds {w.size} words; {self.kernel}'s probe has {self.words}")
+        if np.array_equal(w, self.fresh()):
+            return {}
+        unset = np.iinfo(np.uint64).max
+        out: dict[str, float] = {}
+        for n, mark in enumerate(self.marks):
+            first, last = w[2 * n], w[2 * n + 1]
+            if first == unset or last == 0:
+                raise ValueError(f"{self.kernel}: no block wrote mark {mark!r} where others were written: "
+                                 f"was {self.symbol} reset before the launch?")
+            out[f"{self.kernel}_{mark}_first_us"] = (int(first) - t0_ns) / 1e3
+            out[f"{self.kernel}_{mark}_last_us"] = (int(last) - t0_ns) / 1e3
+        out[f"{self.kernel}_blocks"] = float(w[-1])
+        return out
 
 
 def save(out: pathlib.Path, name: str, marks: pd.DataFrame) -> None:

@@ -213,3 +213,63 @@ def test_a_counter_no_thread_wrote_reads_missing_and_a_zero_count_reads_zero():
     counters = L.counter_table(_smla_buffer(plan, 1), 1)
     assert np.isnan(counters.full_wait_cycles[0])
     assert counters.empty_wait_cycles[0] == 0 and counters.tiles[0] == 1
+
+
+def _combine_words(blocks: list[dict[str, int]]) -> np.ndarray:
+    """What the combine's blocks leave in its grid probe: each block's {mark: ns from T0} folded by
+    min and max as smc_mark does on the GPU, the exits counted."""
+    probe = smla.COMBINE_PROBE
+    w = probe.fresh()
+    for block in blocks:
+        for mark, ns in block.items():
+            n = probe.marks.index(mark)
+            w[2 * n] = min(int(w[2 * n]), T0 + ns)
+            w[2 * n + 1] = max(int(w[2 * n + 1]), T0 + ns)
+        w[-1] += 1
+    return w
+
+
+def test_the_combine_grid_probe_reads_its_first_and_last_blocks_on_the_split_ctas_axis():
+    """Two programmatic combine blocks: one launched early (in at 2 µs, on an idle SM) that waits
+    until the split grid is done, one launched after; the times are from the split's first CTA entry
+    (entry_ns of its per-CTA buffer), and the line the tool prints says the gap after the last CTA."""
+    raw = _smla_buffer(SMLA_PLAN, len(SMLA_PLAN))
+    t0 = smla.LAYOUT.entry_ns(raw, len(SMLA_PLAN))
+    assert t0 == T0 + min(marks["entry"] for _, marks, _ in SMLA_PLAN.values())   # CTA 0's, at 0 ns
+    w = _combine_words([{"entry": 2000, "waited": 40000, "exit": 41000},
+                        {"entry": 39500, "waited": 39600, "exit": 42500}])
+    got = smla.COMBINE_PROBE.read(w, T0)
+    assert got == pytest.approx({"combine_entry_first_us": 2.0, "combine_entry_last_us": 39.5,
+                                 "combine_waited_first_us": 39.6, "combine_waited_last_us": 40.0,
+                                 "combine_exit_first_us": 41.0, "combine_exit_last_us": 42.5, "combine_blocks": 2})
+    tool = _tool()
+    line = tool.grid_probe_line(smla.COMBINE_PROBE, got, span_us=38.0)
+    assert "2 blocks" in line and "+1.60 after the last CTA's exit" in line and "last out at 42.50 (2.90" in line
+
+
+def test_a_step_without_the_combine_reads_nothing_and_a_half_written_probe_is_refused():
+    """A cooperative design (its combine in the split kernel) leaves the buffer as reset: no columns,
+    no line; a buffer with one mark missing was not reset before the launch: refused."""
+    probe = smla.COMBINE_PROBE
+    assert probe.read(probe.fresh(), T0) == {}
+    assert _tool().grid_probe_line(probe, {}, span_us=1.0) == ""
+    w = _combine_words([{"entry": 1000, "exit": 3000}])
+    with pytest.raises(ValueError, match="'waited'"):
+        probe.read(w, T0)
+    with pytest.raises(ValueError, match="holds 3 words"):
+        probe.read(np.zeros(3, np.uint64), T0)
+
+
+def test_the_combine_probe_constants_match_the_cuda_header():
+    src = (REPO_ROOT / "kernels/sparse_mla/sparse_mla_combine.cuh").read_text()
+    defs = {m.group(1).lower(): int(m.group(2)) for m in re.finditer(r"^#define SMC_([A-Z]+) (\d+)$", src, re.M)}
+    n = defs.pop("marks")
+    assert [k for k, _ in sorted(defs.items(), key=lambda x: x[1])] == list(smla.COMBINE_MARKS) and n == 3
+    assert f"sparse_mla_combine_timeline[2 * SMC_MARKS + 1]" in src and smla.COMBINE_PROBE.words == 2 * n + 1
+    # every combine kernel marks its entry, its wait's end and its exit, the wait between the first two
+    for m in re.finditer(r"__global__ void[^\n]*\n(sparse_mla_combine\w*)\(.*?\n}", src, re.S):
+        body = m.group(0)
+        at = [body.index(f"SMC_MARK(SMC_{k.upper()})") for k in smla.COMBINE_MARKS]
+        assert at == sorted(at), m.group(1)
+        if m.group(1).endswith("_pdl"):
+            assert at[0] < body.index("SMLA_GRID_WAIT()") < at[1], m.group(1)

@@ -151,13 +151,43 @@ def empty_floor_us(backend, grid=(1,), threads=32, smem=0, cluster=1) -> float:
     return _flushed_floor_us(backend, lambda: fn(tuple(grid), (threads,), (), shared_mem=smem, stream=backend.stream))
 
 
-def record(backend, layout, step, primer, source, launches: int, mode: str) -> tuple[np.ndarray, float]:
-    """Raw probe words of the last of ``launches`` samples and the median event-timed µs of the whole
-    step; a sample is a flush, in ``primed`` mode the primer step, then the timed step between two
-    events."""
+def grid_buffers(cp, module, probes) -> dict:
+    """{probe: its device words} for each of the family's grid probes whose buffer the module holds
+    (a module without the kernel has no such symbol)."""
+    out = {}
+    for probe in probes:
+        try:
+            ptr = module.get_global(probe.symbol)
+        except Exception:  # CuPy raises its driver error for a symbol the module lacks
+            continue
+        out[probe] = cp.ndarray((probe.words,), dtype=cp.uint64, memptr=ptr)
+    return out
+
+
+def grid_probe_line(probe, read: dict, span_us: float) -> str:
+    """One line on a grid probe's reading against the per-CTA span (first entry to last exit, µs):
+    when its first block entered, the gap from the last CTA's exit to its first block past the wait,
+    and its own span to its last exit; "" where the step launched no such kernel."""
+    k = probe.kernel
+    if f"{k}_blocks" not in read:
+        return ""
+    first_in, waited, last_out = (read[f"{k}_{probe.marks[0]}_first_us"], read[f"{k}_{probe.marks[1]}_first_us"],
+                                  read[f"{k}_{probe.marks[-1]}_last_us"])
+    return (f"  {k}: {int(read[f'{k}_blocks'])} blocks; first in at {first_in:.2f} µs, first past its wait at "
+            f"{waited:.2f} ({waited - span_us:+.2f} after the last CTA's exit), last out at {last_out:.2f} "
+            f"({last_out - waited:.2f} from the first past its wait)")
+
+
+def record(backend, layout, step, primer, source, launches: int, mode: str, n_ctas: int,
+           grid_probes=()) -> tuple[np.ndarray, float, dict]:
+    """Raw probe words of the last of ``launches`` samples, the median event-timed µs of the whole
+    step, and the grid probes' reading of that sample (their columns; {} where the step launched no
+    probed later kernel); a sample is a flush, in ``primed`` mode the primer step, then the timed step
+    between two events (the grid buffers reset after the primer, so they hold the timed step's)."""
     cp = backend.cp
     module = backend.compiled[pathlib.Path(source).resolve()]
     words = cp.ndarray((layout.capacity,), dtype=cp.uint64, memptr=module.get_global(layout.symbol))
+    grids = grid_buffers(cp, module, grid_probes)
     flush = timing.flusher(backend)
     start, end = cp.cuda.Event(), cp.cuda.Event()
     times = []
@@ -168,12 +198,20 @@ def record(backend, layout, step, primer, source, launches: int, mode: str) -> t
             primer()
         with backend.stream:
             words.fill(0)
+            for probe, buf in grids.items():
+                buf.set(probe.fresh(), stream=backend.stream)
         start.record(backend.stream)
         step()
         end.record(backend.stream)
         end.synchronize()
         times.append(cp.cuda.get_elapsed_time(start, end) * 1e3)
-    return cp.asnumpy(words), float(np.median(times))
+    raw = cp.asnumpy(words)
+    read: dict = {}
+    if grids:
+        t0 = layout.entry_ns(raw, n_ctas)
+        for probe, buf in grids.items():
+            read.update(probe.read(cp.asnumpy(buf), t0))
+    return raw, float(np.median(times)), read
 
 
 def main() -> None:
@@ -222,7 +260,8 @@ def main() -> None:
                                  f"holds {layout.capacity}")
             shape_floor = empty_floor_us(backend, grid, k0.threads, k0.smem, cluster_width(backend, k0.fn))
             for mode in MODES:
-                raw, event_us = record(backend, layout, step, primer, probed[name], args.launches, mode)
+                raw, event_us, later = record(backend, layout, step, primer, probed[name], args.launches, mode,
+                                              n_ctas, getattr(fam, "GRID_PROBES", ()))
                 marks = layout.parse(raw, n_ctas)
                 run = f"{name}_{p_i}_{mode}"
                 cta_probes.save(args.out, run, marks)
@@ -238,9 +277,13 @@ def main() -> None:
                     counters.append(count.reset_index().assign(cycles_per_us=rate, **label))
                 rows.append({**label, "grid": str(grid), "threads": k0.threads, "smem": k0.smem, "note": step.note,
                              "floor_us": floor, "shape_floor_us": shape_floor, "event_us": event_us,
-                             **layout.span(marks), "cycles_per_us": rate})
+                             **layout.span(marks), "cycles_per_us": rate, **later})
                 print(f"\n{name} | {point_label(point)} | {mode}: event {event_us:.2f} µs, "
                       f"span {rows[-1]['span_us']:.2f} µs, empty kernel of this shape {shape_floor:.2f} µs")
+                for probe in getattr(fam, "GRID_PROBES", ()):
+                    line = grid_probe_line(probe, later, rows[-1]["span_us"])
+                    if line:
+                        print(line)
                 print(table.to_string(index=False, float_format=lambda x: f"{x:.2f}"))
                 if len(between):
                     print(between.to_string(index=False, float_format=lambda x: f"{x:.2f}"))

@@ -16,6 +16,33 @@ at once (smla_combine_batched, below).
 
 #include "sparse_mla_common.cuh"
 
+// The combine's grid probes (-DSPARSE_MLA_TIMELINE, only in tools/cta_timeline.py's builds): the split
+// kernel's per-CTA marks (sparse_mla_timeline.cuh) end where the combine begins, and the gap between
+// the two grids, the one thing a programmatic pair changes, is in neither. So thread 0 of each combine
+// block folds its %globaltimer at three marks (SMC_ENTRY: its first instruction; SMC_WAITED: past
+// griddepcontrol.wait, at once in a plain launch; SMC_EXIT: its stores issued) into the grid's first
+// (word 2 n, atomicMin) and last (word 2 n + 1, atomicMax) time, and counts its blocks in the last word:
+// one grid's span per mark, 2 x 3 + 1 words (kernels/sparse_mla/timeline.py COMBINE_PROBE reads them;
+// the tool sets the first-time words to all ones before each launch). Nothing without the define.
+#define SMC_ENTRY 0
+#define SMC_WAITED 1
+#define SMC_EXIT 2
+#define SMC_MARKS 3
+#ifdef SPARSE_MLA_TIMELINE
+__device__ unsigned long long sparse_mla_combine_timeline[2 * SMC_MARKS + 1];
+__device__ __forceinline__ void smc_mark(unsigned mark) {
+    if (threadIdx.x != 0) return;
+    unsigned long long g;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g)::"memory");
+    atomicMin(sparse_mla_combine_timeline + 2 * mark, g);
+    atomicMax(sparse_mla_combine_timeline + 2 * mark + 1, g);
+    if (mark == SMC_EXIT) atomicAdd(sparse_mla_combine_timeline + 2 * SMC_MARKS, 1ull);
+}
+#define SMC_MARK(mark) smc_mark(mark)
+#else
+#define SMC_MARK(mark) ((void)0)
+#endif
+
 // Four consecutive partial values at p as FP32 (a 16-B load for FP32, an 8-B one for BF16).
 __device__ __forceinline__ float4 smla_part4(const float* __restrict__ p) { return *reinterpret_cast<const float4*>(p); }
 __device__ __forceinline__ float4 smla_part4(const bf16* __restrict__ p) {
@@ -126,25 +153,37 @@ __device__ __forceinline__ void smla_combine_batched(const P* __restrict__ part_
 extern "C" __global__ void __launch_bounds__(128)
 sparse_mla_combine(const float* __restrict__ part_acc, const float* __restrict__ part_ml,
                    bf16* __restrict__ out, float* __restrict__ lse, int M, int splits) {
+    SMC_MARK(SMC_ENTRY);
+    SMC_MARK(SMC_WAITED);
     smla_combine(part_acc, part_ml, out, lse, M, splits);
+    SMC_MARK(SMC_EXIT);
 }
 
 extern "C" __global__ void __launch_bounds__(128)
 sparse_mla_combine_bf16p(const bf16* __restrict__ part_acc, const float* __restrict__ part_ml,
                          bf16* __restrict__ out, float* __restrict__ lse, int M, int splits) {
+    SMC_MARK(SMC_ENTRY);
+    SMC_MARK(SMC_WAITED);
     smla_combine(part_acc, part_ml, out, lse, M, splits);
+    SMC_MARK(SMC_EXIT);
 }
 
 extern "C" __global__ void __launch_bounds__(128, 16)
 sparse_mla_combine_batched(const float* __restrict__ part_acc, const float* __restrict__ part_ml,
                            bf16* __restrict__ out, float* __restrict__ lse, int M, int splits) {
+    SMC_MARK(SMC_ENTRY);
+    SMC_MARK(SMC_WAITED);
     smla_combine_batched(part_acc, part_ml, out, lse, M, splits);
+    SMC_MARK(SMC_EXIT);
 }
 
 extern "C" __global__ void __launch_bounds__(128, 16)
 sparse_mla_combine_bf16p_batched(const bf16* __restrict__ part_acc, const float* __restrict__ part_ml,
                                  bf16* __restrict__ out, float* __restrict__ lse, int M, int splits) {
+    SMC_MARK(SMC_ENTRY);
+    SMC_MARK(SMC_WAITED);
     smla_combine_batched(part_acc, part_ml, out, lse, M, splits);
+    SMC_MARK(SMC_EXIT);
 }
 
 // The combines of a programmatic pair (split_wgmma_ws.cu, smla_pdl_enter): launched as programmatic
@@ -160,15 +199,21 @@ sparse_mla_combine_bf16p_batched(const bf16* __restrict__ part_acc, const float*
 extern "C" __global__ void __launch_bounds__(128)
 sparse_mla_combine_pdl(const float* __restrict__ part_acc, const float* __restrict__ part_ml,
                        bf16* __restrict__ out, float* __restrict__ lse, int M, int splits) {
+    SMC_MARK(SMC_ENTRY);
     SMLA_GRID_WAIT();
+    SMC_MARK(SMC_WAITED);
     smla_combine(part_acc, part_ml, out, lse, M, splits);
+    SMC_MARK(SMC_EXIT);
 }
 
 extern "C" __global__ void __launch_bounds__(128)
 sparse_mla_combine_bf16p_pdl(const bf16* __restrict__ part_acc, const float* __restrict__ part_ml,
                              bf16* __restrict__ out, float* __restrict__ lse, int M, int splits) {
+    SMC_MARK(SMC_ENTRY);
     SMLA_GRID_WAIT();
+    SMC_MARK(SMC_WAITED);
     smla_combine(part_acc, part_ml, out, lse, M, splits);
+    SMC_MARK(SMC_EXIT);
 }
 
 #endif  // SPARSE_MLA_COMBINE_CUH

@@ -5,7 +5,7 @@ builds and launches the probed variants (every variant of split_wgmma_ws.cu)."""
 
 from __future__ import annotations
 
-from harness.cta_probes import ProbeLayout
+from harness.cta_probes import GridProbe, ProbeLayout
 
 COMPONENT = "sparse_mla"
 MARK_MACRO = "SMT_MARK("  # a source whose text holds this carries the probes
@@ -29,3 +29,10 @@ INTERVALS = (
 )
 LAYOUT = ProbeLayout(marks=MARKS, slots=SMT_SLOTS, capacity=SMT_CAPACITY, symbol="sparse_mla_timeline",
                      option="-DSPARSE_MLA_TIMELINE", counters=COUNTERS, intervals=INTERVALS)
+# The combine, probed as one grid (sparse_mla_combine.cuh's SMC_* marks, in id order): its first and
+# last block's entry, past griddepcontrol.wait (a programmatic pair's combine; at once when launched
+# plainly) and exit, on the split CTAs' globaltimer axis. Where the pair's gap goes (NOTES.md, the
+# M = 8 penalty of the programmatic pair).
+COMBINE_MARKS = ("entry", "waited", "exit")
+COMBINE_PROBE = GridProbe(kernel="combine", marks=COMBINE_MARKS, symbol="sparse_mla_combine_timeline")
+GRID_PROBES = (COMBINE_PROBE,)   # read by tools/cta_timeline.py after the per-CTA layout
