@@ -183,7 +183,8 @@ def test_reference_samples_streams_only_for_large_rows(geometry):
 
 
 @pytest.mark.parametrize("variant", ["ref_topk", "model_radix", "model_bound", "model_resident", "model_onecta",
-                                     "model_split", "model_union", "model_union_own", "model_union_early3",
+                                     "model_split", "model_union", "model_union_own", "model_union_own_regions",
+                                     "model_union_early3",
                                      "model_union_early4"])
 @pytest.mark.parametrize("kind", spec.SCORE_ROW_KINDS)
 def test_cpu_variants_pass_through_the_runner(geometry, variant, kind):
@@ -1019,8 +1020,8 @@ def _union_caps():
 
 
 # The union's forms as select_row_union's keywords: the exchanged bound, the own form, the early forms
-FORMS = pytest.mark.parametrize("form", [{}, {"own": True}, {"early": 3}, {"early": 4}],
-                                ids=["exchanged", "own", "early3", "early4"])
+FORMS = pytest.mark.parametrize("form", [{}, {"own": True}, {"own": True, "regions": True}, {"early": 3}, {"early": 4}],
+                                ids=["exchanged", "own", "own_regions", "early3", "early4"])
 
 
 @FORMS
@@ -1087,6 +1088,32 @@ def test_the_own_union_serves_rows_whose_bounds_disagree_by_a_second_round():
         row = rng.standard_normal(65536).astype(np.float32)
         out, tr = topk_model.select_row_union(row, 512, 3, union_cap, cap, rng, own=True)
         assert tr.agree and tr.final in ("window", "window_warp") and _strict_ok(out, row, 512).ok, trial
+
+
+def test_the_regions_refuse_a_rank_past_its_region_where_the_whole_union_would_fit():
+    """The own form's regions (dsa_topk_union_owns): the second slice shifted down by 0.8, so the
+    least bound is its own and the first slice holds ~2500 keys above it, past its region of
+    UNI_CAP / 2 = 2048 pairs, while the union (~2500) fits UNI_CAP: the own form serves from the
+    union, the regions send the row to the row's select; both give the reference's set. On random
+    rows the regions serve as the own form does, with the same union."""
+    rng = np.random.default_rng(79)
+    union_cap, cap = _union_caps()
+    for trial in range(3):
+        row = rng.standard_normal(65536).astype(np.float32)
+        row[32768:] -= np.float32(0.8)
+        out_own, own = topk_model.select_row_union(row, 512, 2, union_cap, cap, rng, own=True)
+        out_reg, reg = topk_model.select_row_union(row, 512, 2, union_cap, cap, rng, own=True, regions=True)
+        above = (topk_model.keys(row[:32768]).astype(np.int64) >= reg.b << 20).sum()
+        assert above > union_cap // 2 and reg.n_union <= union_cap, (trial, above, reg.n_union)
+        assert own.served and not reg.served and reg.final == "select", trial
+        assert _strict_ok(out_own, row, 512).ok and _strict_ok(out_reg, row, 512).ok, trial
+        row = rng.standard_normal(65536).astype(np.float32)
+        out, tr = topk_model.select_row_union(row, 512, 3, union_cap, cap, rng, own=True, regions=True)
+        _, ref = topk_model.select_row_union(row, 512, 3, union_cap, cap, rng, own=True)
+        assert tr.served and tr.n_union == ref.n_union and tr.final in ("window", "window_warp"), trial
+        assert _strict_ok(out, row, 512).ok, trial
+    with pytest.raises(AssertionError, match="own form's"):
+        topk_model.select_row_union(row, 512, 3, union_cap, cap, rng, regions=True)
 
 
 def test_the_own_window_top_is_one_octave_above_the_bound_saturating():
@@ -1224,7 +1251,7 @@ def test_the_union_launcher_reads_the_kernel_declarations(geometry):
     assert d("UNI_KEYS") == topk_model.UNI_KEYS and d("UNI_VECS") == topk_model.UNI_VECS
     assert d("UNI_HELD_BYTES") + d("UNI_CAP") * 8 == d("UNI_DYN_BYTES") == topk_variants.split_define("S2_RING_BYTES", "split2")
     assert d("UNI_HELD_BYTES") == (d("UNI_VECS") - d("UNI_REG_VECS")) * 1024 * 16
-    assert d("UNI_DYN_BYTES") + 45280 <= 232448                         # one CTA an SM (ptxas: 45216 B static, own c8 45280)
+    assert d("UNI_DYN_BYTES") + 45312 <= 232448                         # one CTA an SM (ptxas: 45216 B static, owns c8 45312)
     # the bulk form: the whole slice, then the union; the fallback's ring over the slice
     assert d("UNI_BULK_HELD_BYTES") == 4 * d("UNI_KEYS") and d("UNI_BULK_HELD_BYTES") + d("UNI_CAP") * 8 == d("UNI_BULK_DYN_BYTES")
     assert d("UNI_BULK_DYN_BYTES") + 45216 <= 232448
@@ -1239,7 +1266,7 @@ def test_the_union_launcher_reads_the_kernel_declarations(geometry):
         assert set(re.findall(rf"^{macro}\((\d+)\)", src, re.M)) == {str(cs) for cs in geo.sizes}, geo.source
     assert {form: d(f.dyn, f.geo.source) for form, f in topk_variants.UNION_FORMS.items()} == {
         "radix_union": d("UNI_DYN_BYTES"), "radix_union_bulk": d("UNI_BULK_DYN_BYTES"), "radix_union_own": d("UNI_DYN_BYTES"),
-        "radix_union_own_wfind": d("UNI_DYN_BYTES"),
+        "radix_union_own_wfind": d("UNI_DYN_BYTES"), "radix_union_own_regions": d("UNI_DYN_BYTES"),
         "radix_union_own_wfind_late": d("UNI_DYN_BYTES"), "radix_union_early3": d("UNI_DYN_BYTES"), "radix_union_early4": d("UNI_DYN_BYTES"),
         "radix_union_half": 65536, "radix_union_half_own": 65536}
     comp = registry.get("dsa_topk")

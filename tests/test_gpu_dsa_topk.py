@@ -161,8 +161,8 @@ def test_split_runs_in_waves_and_leaves_its_counters_zero(backend, M, context, p
 
 @pytest.mark.parametrize("M", [8, 32, 64], ids=lambda m: f"M{m}")   # clusters of 8, 3 and 2 at 65536 (half: 8, 7, 6)
 @pytest.mark.parametrize("variant", ["radix_union", "radix_union_own", "radix_union_own_wfind",
-                                     "radix_union_own_wfind_late", "radix_union_early3", "radix_union_early4",
-                                     "radix_union_half", "radix_union_half_own"])
+                                     "radix_union_own_wfind_late", "radix_union_own_regions", "radix_union_early3",
+                                     "radix_union_early4", "radix_union_half", "radix_union_half_own"])
 def test_union_rows_whose_cluster_bounds_differ(backend, variant, M):
     """Rows whose slices differ in level (the second half shifted up by 0.3, so the ranks' bounds
     fall in different bins; the own form's second round and rank 0's recount), beside random rows
@@ -178,8 +178,8 @@ def test_union_rows_whose_cluster_bounds_differ(backend, variant, M):
 
 @pytest.mark.parametrize("M", [8, 32, 64], ids=lambda m: f"M{m}")   # clusters of 8, 3 and 2 at 65536 (half: 8, 7, 6)
 @pytest.mark.parametrize("variant", ["radix_union", "radix_union_own", "radix_union_own_wfind",
-                                     "radix_union_own_wfind_late", "radix_union_early3", "radix_union_early4",
-                                     "radix_union_half", "radix_union_half_own"])
+                                     "radix_union_own_wfind_late", "radix_union_own_regions", "radix_union_early3",
+                                     "radix_union_early4", "radix_union_half", "radix_union_half_own"])
 def test_union_rows_with_inf_only_in_a_late_slot(backend, variant, M):
     """+inf in one CTA's last float4 slot only (the early forms' second cp.async group, which lands
     after their bound: rank 0 learns of it only from the thread maxes sent after the push) and a

@@ -850,7 +850,7 @@ def window_select(ukey: np.ndarray, uidx: np.ndarray, k: int, tlb: int, kmax: in
 
 def select_row_union(scores: np.ndarray, k: int, cs: int, union_cap: int, cap: int,
                      rng: np.random.Generator | None = None, own: bool = False,
-                     early: int = 0, geo: UnionGeometry = UNION) -> tuple[np.ndarray, UnionTrace]:
+                     early: int = 0, geo: UnionGeometry = UNION, regions: bool = False) -> tuple[np.ndarray, UnionTrace]:
     """One row as dsa_topk_union's cluster of ``cs`` CTAs of ``geo``'s shape (UNION, or UNION_HALF:
     dsa_topk_union_half): ``(out [k] int32, trace)``.
 
@@ -873,8 +873,13 @@ def select_row_union(scores: np.ndarray, k: int, cs: int, union_cap: int, cap: i
     ``early`` (dsa_topk_union_early<early>): each rank's b_r from the thread maxes over its first
     ``early`` float4 slots only (those land first; the exchange runs while the rest lands), a lower
     bound still (they are distinct keys of the slice); the window is the own form's, fixed by the
-    bound (the row's largest key reaches rank 0 only with the push), kmax still from every key."""
+    bound (the row's largest key reaches rank 0 only with the push), kmax still from every key.
+
+    ``regions`` (dsa_topk_union_owns, with ``own``): each rank pushes into its own region of
+    ``union_cap // cs`` pairs of rank 0's union, so the union serves only where every rank's keys
+    >= tlb fit its region (not where the total fits ``union_cap``); the rest is the own form's."""
     assert not (own and early), "the early form is the exchanged one's"
+    assert own or not regions, "the regions are the own form's"
     rng = rng or np.random.default_rng(0)
     key = keys(scores).astype(np.int64)
     C = len(key)
@@ -887,7 +892,11 @@ def select_row_union(scores: np.ndarray, k: int, cs: int, union_cap: int, cap: i
     b = min(bounds)
     idx = rng.permutation(np.flatnonzero(key >= b << 20)) if b else np.zeros(0, np.int64)
     ties = _ties_of_row(key, 0, C)
-    served = b != 0 and len(idx) <= union_cap
+    if regions:
+        fits = all(int((key[lo:hi] >= b << 20).sum()) <= union_cap // cs for lo, hi in split_slices(C, cs))
+    else:
+        fits = len(idx) <= union_cap
+    served = b != 0 and fits
     if served:
         assert len(idx) >= k, "the cs ceil(k / cs) thread maxes >= tlb are distinct keys"
 
@@ -910,9 +919,9 @@ def select_row_union(scores: np.ndarray, k: int, cs: int, union_cap: int, cap: i
 
 
 def select_union(scores: np.ndarray, k: int, union_cap: int, cap: int, sms: int, own: bool = False,
-                 early: int = 0, geo: UnionGeometry = UNION) -> np.ndarray:
+                 early: int = 0, geo: UnionGeometry = UNION, regions: bool = False) -> np.ndarray:
     """Every row of ``scores`` [M, C] float32 -> [M, k] int32 (select_row_union at pick_union's size)."""
     rng = np.random.default_rng(5)
     cs = pick_union(len(scores), scores.shape[1], sms, geo)
     assert cs is not None, f"{geo.source} holds at most {geo.sizes[-1] * geo.keys} keys a row"
-    return np.stack([select_row_union(row, k, cs, union_cap, cap, rng, own, early, geo)[0] for row in scores])
+    return np.stack([select_row_union(row, k, cs, union_cap, cap, rng, own, early, geo, regions)[0] for row in scores])

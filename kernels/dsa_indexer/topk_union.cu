@@ -79,6 +79,20 @@ to after the read's barrier: the own form's read phase is 0.15 us (H200) to 0.56
 radix_union's, whose loads are the same, and the arrive's release is what it adds to that phase.
 Measured, both correct and slower: 0.4-0.5 us over the own form at M = 8, 32 and 64 (H100, 797aadc;
 TOPK_NOTES.md, Stop 40), so the two searches' barriers are not what those phases cost; kept as variants.
+The own form with regions (dsa_topk_union_owns_c<CS>, union_body's SEG;
+topk_model.select_row_union(own=True, regions=True)): rank r pushes into its own region of rank 0's
+union, pairs [r UNI_CAP / CS, (r + 1) UNI_CAP / CS), its slots claimed by one atomic a warp on a
+counter in its own shared memory, and each warp adds its count to rank 0's region_n[r] by a
+red.shared::cluster that nobody waits for (the cluster barrier ending the round publishes it). Why: in the own form every
+warp of every rank waits for the return of an atomic on rank 0's one counter (96 such at clusters of
+3), and the push is the largest phase after the read (1.41 us of the own form's H200 timeline at
+M = 32, ec9fb09); the per-rank segments tried at b785159 took the push from 1.51 to 0.89 us (H100)
+and lost it in rank 0's compaction. Here rank 0 reads the regions in place (UniRegions: a pair's
+region from the regions' prefix counts, CS compares) in the window select and its recount, and moves
+them into one run only on the fallback path (ties, +inf). The union is the own form's set in another
+order; a region past UNI_CAP / CS pairs sends the row to the row's select, as a union past UNI_CAP
+does (the CPU model, N(0, 1) rows: at 512 of 65536 the largest region held 132 of 512 pairs in
+clusters of 8; at 2048 of 262144 in clusters of 8, 477 of 512 over 1500 rows, a thin margin).
 The early forms (dsa_topk_union_early<EV>_c<CS>, union_body's EV = 3 or 4;
 topk_model.select_row_union(early=EV)): the exchanged form with its bound taken from the first EV
 float4 slots of each thread only. The register loads are issued first and the cp.async copies in
@@ -93,9 +107,10 @@ red.shared::cluster.max before the push (zeroed by rank 0 before the exchange's 
 the push's), for the +inf test alone.
 No workspace and no counter in global memory: a launch leaves nothing behind. Cluster barriers: 2
 (the own form: 2, 3 where the bounds differ).
-Shared memory: OneShared (45,200 B) + 4 words (+ the bulk form's mbarrier; ptxas: 45,216 B and
-45,232 B static) + UNI_DYN_BYTES dynamic (UNI_BULK_DYN_BYTES for the bulk form: the held part, then
-the union; the fallback's ring over the held part, rank 0's being dead by then); one CTA an SM;
+Shared memory: OneShared (45,200 B) + 4 words (+ the bulk form's mbarrier, the regions form's CS
+counts; ptxas: 45,216 B to 45,312 B static) + UNI_DYN_BYTES dynamic (UNI_BULK_DYN_BYTES for the
+bulk form: the held part, then the union; the fallback's ring over the held part, rank 0's being
+dead by then); one CTA an SM;
 __launch_bounds__(1024, 1). __cluster_dims__ at compile time (a plain launch of grid (CS, M) runs
 it); a launch of another cluster shape traps.
 */
@@ -120,6 +135,7 @@ it); a launch of another cluster shape traps.
     DSA_TOPK_UNION_FORM(dsa_topk_union_own, CS, false, true)               \
     DSA_TOPK_UNION_FORM(dsa_topk_union_ownw, CS, false, true, 0u, true)    \
     DSA_TOPK_UNION_FORM(dsa_topk_union_ownwl, CS, false, true, 0u, true, true) \
+    DSA_TOPK_UNION_FORM(dsa_topk_union_owns, CS, false, true, 0u, false, false, true) \
     DSA_TOPK_UNION_FORM(dsa_topk_union_early3, CS, false, false, 3u)       \
     DSA_TOPK_UNION_FORM(dsa_topk_union_early4, CS, false, false, 4u)
 

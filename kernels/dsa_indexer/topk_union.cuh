@@ -82,6 +82,59 @@ __device__ __forceinline__ unsigned uni_own_top(unsigned tlb) {
     return tlb > 0xFFFFFFFFu - UNI_OWN_SPAN ? 0xFFFFFFFFu : tlb + UNI_OWN_SPAN;
 }
 
+// The union as rank 0 reads it, pair j of nu by at(j). UniFlat: one run, u[0 .. nu) (the pushes'
+// slots claimed on rank 0's n_union). UniRegions (SEG): rank i's pushes in its own region of
+// uni_region<CS>() pairs at u[i uni_region], its count published to rank 0's region_n[i]; pair j is in
+// region i where pre[i] <= j < pre[i + 1] (pre: the pairs of the regions before).
+struct UniFlat {
+    const uint2* u;
+    __device__ __forceinline__ uint2 at(unsigned j) const { return u[j]; }
+};
+template <unsigned CS>
+__host__ __device__ constexpr unsigned uni_region() { return UNI_CAP / CS; }
+template <unsigned CS>
+struct UniRegions {
+    const uint2* u;
+    unsigned pre[CS];
+    __device__ __forceinline__ uint2 at(unsigned j) const {
+        unsigned at = j;
+#pragma unroll
+        for (unsigned i = 1; i < CS; ++i)
+            if (j >= pre[i]) at = i * uni_region<CS>() + (j - pre[i]);
+        return u[at];
+    }
+};
+
+template <bool SEG, unsigned CS>
+struct UniViewOf {
+    using type = UniFlat;
+};
+template <unsigned CS>
+struct UniViewOf<true, CS> {
+    using type = UniRegions<CS>;
+};
+
+// UniRegions' pairs moved into one run u[0 .. nu) for the fallback select, which reads the union as one
+// array (s2_select's SmpBufSrc / ShrFinalOut; a tie level or +inf: rare). Every pair read into
+// registers before any is written (the run overlaps the regions). Block-uniform; 2 block barriers.
+template <unsigned CS>
+__device__ __forceinline__ void uni_gather_regions(uint2* u, const UniRegions<CS>& v, unsigned nu) {
+    constexpr unsigned PER = UNI_CAP / ONE_THREADS;
+    uint2 held[PER];
+#pragma unroll
+    for (unsigned p = 0; p < PER; ++p) {
+        const unsigned j = p * ONE_THREADS + threadIdx.x;
+        if (j < nu) held[p] = v.at(j);
+    }
+    __syncthreads();
+#pragma unroll
+    for (unsigned p = 0; p < PER; ++p) {
+        const unsigned j = p * ONE_THREADS + threadIdx.x;
+        if (j < nu) u[j] = held[p];
+    }
+    __syncthreads();
+}
+
 // Rank 0's select over the union u (nu pairs, every row key >= the row's k-th among them) from the
 // window histogram h the push built (every pushed key counted in rank 0's h by red.shared::cluster,
 // so rank 0 makes no pass of its own before the search), topk_model.window_select: s2_find over h
@@ -93,8 +146,8 @@ __device__ __forceinline__ unsigned uni_own_top(unsigned tlb) {
 // the row never gets here: no histogram is pushed then). Needs s.cnt and s.n_buf zero (one_reset
 // at the kernel's start; nothing else counts on them before). Block-uniform; 2 block barriers (3
 // with the warp's rank or the refusal).
-template <bool WFIND>
-__device__ __forceinline__ bool uni_window_select(const uint2* u, unsigned nu, unsigned k, const UniWindow& w,
+template <bool WFIND, class View>
+__device__ __forceinline__ bool uni_window_select(const View& u, unsigned nu, unsigned k, const UniWindow& w,
                                                   const unsigned* h, int* __restrict__ orow, OneShared& s) {
     if (nu < k) return false;
     if constexpr (WFIND) s2_find_warp<UNI_WINDOW_BINS>(h, k, &s);   // ends with a barrier
@@ -112,7 +165,7 @@ __device__ __forceinline__ bool uni_window_select(const uint2* u, unsigned nu, u
     const unsigned lane = threadIdx.x & 31u, below = (1u << lane) - 1u;
     for (unsigned base = 0; base < nu; base += ONE_THREADS) {   // block-uniform trip count
         const unsigned j = base + threadIdx.x;
-        const uint2 v = j < nu ? u[j] : make_uint2(0u, 0u);
+        const uint2 v = j < nu ? u.at(j) : make_uint2(0u, 0u);
         const unsigned d = j < nu ? w.digit(v.x) : 0u;
         const bool member = j < nu && (d > B || (whole && d == B));
         const bool listed = j < nu && !whole && d == B;
@@ -154,17 +207,24 @@ __device__ __forceinline__ bool uni_window_select(const uint2* u, unsigned nu, u
 // slots of each thread only (its registers, then cp.async group A), found and exchanged while
 // group B (slots EV..) is still landing; the thread max over every slot reaches rank 0 by
 // red.shared::cluster.max before the push, for the +inf test only.
-template <unsigned CS, bool BULK, bool OWN, unsigned EV = 0u, bool WFIND = false, bool LATE = false>
+// SEG (the own form's regions, dsa_topk_union_owns_c<CS>): each rank pushes into its own region of rank
+// 0's union (UniRegions), its slots claimed on a counter in its own shared memory, so no warp waits
+// for a remote atomic's return; each warp adds its count to rank 0's region_n[r] by
+// red.shared::cluster, which the cluster barrier ending the round publishes. A region past uni_region<CS>() pairs sends the row to the row's select, as
+// a union past UNI_CAP does.
+template <unsigned CS, bool BULK, bool OWN, unsigned EV = 0u, bool WFIND = false, bool LATE = false, bool SEG = false>
 __device__ __forceinline__ void union_body(const float* __restrict__ scores, int* __restrict__ out, int C_, int k_) {
     constexpr bool EARLY = EV != 0u;
     static_assert(!EARLY || (!BULK && !OWN && EV >= UNI_REG_VECS && EV <= UNI_VECS), "the early form is the exchanged one's");
+    static_assert(!SEG || (OWN && !BULK), "the regions are the own form's");
     constexpr unsigned REG = BULK ? 0u : UNI_REG_VECS;   // float4 a thread in registers
     auto is_reg = [](unsigned q) {                     // q < REG, which nvcc warns of as q < 0u when REG is 0
         if constexpr (REG == 0u) return false; else return q < REG;
     };
     constexpr unsigned HELD_BYTES = BULK ? UNI_BULK_HELD_BYTES : UNI_HELD_BYTES;
     __shared__ __align__(16) OneShared s;
-    __shared__ unsigned n_union;                       // rank 0's: pairs pushed (may pass UNI_CAP)
+    __shared__ unsigned n_union;                       // rank 0's: pairs pushed (may pass UNI_CAP); SEG: this rank's
+    __shared__ unsigned region_n[SEG ? CS : 1];        // SEG, rank 0's: rank i's pairs pushed (may pass its region)
     __shared__ unsigned bound;                         // this CTA's bound bin b_r
     __shared__ unsigned kmax_cta, kmax_row;            // this CTA's largest thread max; the row's
     __shared__ __align__(8) unsigned long long loaded; // BULK: the slice's copies complete (phase 0)
@@ -244,6 +304,7 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
     if (threadIdx.x == 0) kmax_cta = 0u;              // before one_reset's barrier: every warp's atomicMax after it
     one_reset(s);                                      // under the loads' flight; ends with a barrier
     if (threadIdx.x == 0) n_union = 0u;
+    if (SEG && threadIdx.x < CS) region_n[threadIdx.x] = 0u;   // before the arrive: every rank's red.add after its wait
     if (EARLY && threadIdx.x == 0) kmax_row = 0u;      // rank 0's: the ranks' red.max land after the exchange's barrier
     // OWN: rank 0's n_union and s.h1 zeroed before any rank's push, and every CTA started before any
     // DSMEM access: arrived here, waited for before the push, long after every rank arrived
@@ -346,8 +407,17 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
         const unsigned n = __popc(hits);
         const unsigned incl = topk_warp_inclusive_sum(n);
         unsigned base = 0u;
-        if (lane == 31u && incl != 0u) base = uni_atom_add(uni_mapa(&n_union, 0u), incl);
+        if (lane == 31u && incl != 0u) {
+            if constexpr (SEG) {                       // the slots from this rank's counter; the count into rank 0's
+                base = atomicAdd(&n_union, incl);      // region_n[r], which nobody waits for (the round's barrier publishes it)
+                uni_red_add(uni_mapa(region_n + r, 0u), incl);
+            } else {
+                base = uni_atom_add(uni_mapa(&n_union, 0u), incl);
+            }
+        }
         unsigned slot = __shfl_sync(FULL_MASK, base, 31) + incl - n;
+        constexpr unsigned SLOTS = SEG ? uni_region<CS>() : UNI_CAP;   // the slots this rank may fill
+        const unsigned first = SEG ? r * uni_region<CS>() : 0u;        // and the first of them
         const unsigned u0 = uni_mapa(u, 0u);
         const unsigned h0r = uni_mapa(s.h1, 0u);
         // this lane's hits in increasing j (~1% of its keys): a register key picked by an unrolled
@@ -366,7 +436,7 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
                 v = reinterpret_cast<const float*>(held(q))[e];
             }
             const unsigned key = topk_key(v);
-            if (slot < UNI_CAP) uni_st_v2(u0 + 8u * slot, key, elem(q, e));
+            if (slot < SLOTS) uni_st_v2(u0 + 8u * (first + slot), key, elem(q, e));
             if (count) uni_red_add(h0r + 4u * win.digit(key), 1u);
             ++slot;
         }
@@ -415,21 +485,37 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
     }
 
     // 4: rank 0 selects the row's k best
-    const unsigned nu = n_union;
+    // SEG: the regions' counts (the last round's barrier published them); fits: every region held its pushes
+    unsigned nu = n_union;
+    bool regions_fit = true;
+    typename UniViewOf<SEG, CS>::type view{u};
+    if constexpr (SEG) {
+        nu = 0u;
+#pragma unroll
+        for (unsigned i = 0; i < CS; ++i) {
+            view.pre[i] = nu;
+            nu += region_n[i];
+            regions_fit = regions_fit && region_n[i] <= uni_region<CS>();
+        }
+    }
     const S2FinalOut fout{row, C, out + (size_t)m * k};
-    // block-uniform: b, nu and kmax_row are the same in every thread
+    // block-uniform: b, nu, fits and kmax_row are the same in every thread
     const unsigned kmax = OWN ? own_kr : kmax_row;
-    const bool window = b != 0u && nu <= UNI_CAP && kmax != DSA_TOPK_KEY_POSINF;
+    const bool fits = SEG ? regions_fit : nu <= UNI_CAP;
+    const bool window = b != 0u && fits && kmax != DSA_TOPK_KEY_POSINF;
     const UniWindow win(b << 20, OWN || EARLY ? uni_own_top(b << 20) : kmax);
     if (OWN && window && !agree) {                     // block-uniform: the ranks' digits disagreed, recount
         one_reset(s);                                  // s.h1, s.cnt, s.n_buf zero; ends with a barrier
-        for (unsigned j = threadIdx.x; j < nu; j += ONE_THREADS) atomicAdd(&s.h1[win.digit(u[j].x)], 1u);
+        for (unsigned j = threadIdx.x; j < nu; j += ONE_THREADS) atomicAdd(&s.h1[win.digit(view.at(j).x)], 1u);
         __syncthreads();
     }
-    const bool windowed = window && uni_window_select<WFIND>(u, nu, k, win, s.h1, fout.orow, s);
+    const bool windowed = window && uni_window_select<WFIND>(view, nu, k, win, s.h1, fout.orow, s);
     if (!windowed) {
         one_reset(s);
-        if (b != 0u && nu <= UNI_CAP)
+        if constexpr (SEG) {
+            if (b != 0u && fits) uni_gather_regions(u, view, nu);   // block-uniform
+        }
+        if (b != 0u && fits)
             s2_select<true, 2>(SmpBufSrc{u, nu}, ShrFinalOut{fout, u, nu, s.buf_idx, &s.n_buf}, k, s);
         else
             s2_select<true, 2>(S2Src<false>{row, C, 0u, vec, dyn}, fout, k, s);
@@ -439,7 +525,7 @@ __device__ __forceinline__ void union_body(const float* __restrict__ scores, int
 }
 
 
-// One form's kernel NAME_c<CS>: union_body<CS, ARGS...> (BULK, OWN, EV, WFIND, LATE after CS). The
+// One form's kernel NAME_c<CS>: union_body<CS, ARGS...> (BULK, OWN, EV, WFIND, LATE, SEG after CS). The
 // cluster shape is compiled in (a plain launch of grid (CS, M) runs it; another shape traps).
 #define DSA_TOPK_UNION_FORM(NAME, CS, ...)                                                                   \
     extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(ONE_THREADS, UNI_CTAS_PER_SM)    \

@@ -36,7 +36,8 @@
   the slice are neither stored nor compared. ``radix_union_own_wfind`` (ours): the own form with its two
   bin searches by one warp (``s2_find_warp``, one block barrier; ``dsa_topk_union_ownw_c<CS>``).
   ``radix_union_own_wfind_late`` (ours): that form with its cluster arrive after the read
-  (``dsa_topk_union_ownwl_c<CS>``).
+  (``dsa_topk_union_ownwl_c<CS>``). ``radix_union_own_regions`` (ours): the own form with each rank's
+  pushes in its own region of rank 0's union, claimed on a local counter (``dsa_topk_union_owns_c<CS>``).
   ``radix_union_early3`` / ``radix_union_early4`` (ours):
   radix_union with each CTA's bound from its first 3 or 4 float4 slots (the registers' loads, issued
   first, and the first cp.async group), found and exchanged while the rest of the slice lands
@@ -54,9 +55,9 @@
   (topk_model.select_row_onecta); ``model_split`` (CPU): topk_split.cu's
   (topk_model.select_row_split); ``model_sample`` (CPU): dsa_topk_sample's (topk_model.select_row_sample);
   ``model_share`` (CPU): dsa_topk_share's (topk_model.select_row_share); ``model_union`` /
-  ``model_union_own`` / ``model_union_early3`` / ``model_union_early4`` / ``model_union_half`` /
-  ``model_union_half_own`` (CPU): dsa_topk_union's, dsa_topk_union_own's, dsa_topk_union_early<EV>'s and
-  the half forms' (topk_model.select_row_union).
+  ``model_union_own`` / ``model_union_own_regions`` / ``model_union_early3`` / ``model_union_early4`` /
+  ``model_union_half`` / ``model_union_half_own`` (CPU): dsa_topk_union's, dsa_topk_union_own's,
+  dsa_topk_union_owns's, dsa_topk_union_early<EV>'s and the half forms' (topk_model.select_row_union).
 
 Nothing here imports cupy, torch or flashinfer at import time.
 """
@@ -372,6 +373,7 @@ UNION_FORMS = {"radix_union": UnionForm("dsa_topk_union", "UNI_DYN_BYTES", topk_
                "radix_union_own": UnionForm("dsa_topk_union_own", "UNI_DYN_BYTES", topk_model.UNION),
                "radix_union_own_wfind": UnionForm("dsa_topk_union_ownw", "UNI_DYN_BYTES", topk_model.UNION),
                "radix_union_own_wfind_late": UnionForm("dsa_topk_union_ownwl", "UNI_DYN_BYTES", topk_model.UNION),
+               "radix_union_own_regions": UnionForm("dsa_topk_union_owns", "UNI_DYN_BYTES", topk_model.UNION),
                "radix_union_early3": UnionForm("dsa_topk_union_early3", "UNI_DYN_BYTES", topk_model.UNION),
                "radix_union_early4": UnionForm("dsa_topk_union_early4", "UNI_DYN_BYTES", topk_model.UNION),
                "radix_union_half": UnionForm("dsa_topk_union_half", "UNI_DYN_BYTES", topk_model.UNION_HALF),
@@ -606,9 +608,9 @@ def _model_share_rows(scores: np.ndarray, k: int) -> np.ndarray:
 
 
 def _model_union_rows(scores: np.ndarray, k: int, own: bool = False, early: int = 0,
-                      geo: topk_model.UnionGeometry = topk_model.UNION) -> np.ndarray:
+                      geo: topk_model.UnionGeometry = topk_model.UNION, regions: bool = False) -> np.ndarray:
     return topk_model.select_union(scores, k, union_define("UNI_CAP", geo.source), onecta_define("ONE_CAP"), H200_SMS,
-                                   own, early, geo)
+                                   own, early, geo, regions)
 
 
 def _model_resident_rows(scores: np.ndarray, k: int) -> np.ndarray:
@@ -728,6 +730,13 @@ TOPK_VARIANTS = (
                 "flight: the own form's read phase runs 0.15-0.56 us longer than radix_union's over the same loads, "
                 "and the arrive's release (MEMBAR.ALL.GPU) is what it adds there",
             supports=_supports_union, sources=(UNION_SOURCE,)),
+    Variant("radix_union_own_regions", "cuda", _make_union_build("radix_union_own_regions"),
+            why="radix_union_own with each rank pushing into its own region of rank 0's union (UNI_CAP / CS "
+                "pairs), its slots claimed on a counter in its own shared memory: no warp waits for the return of "
+                "a remote atomic, where the own form's 32 warps a rank each wait for one on rank 0's one counter "
+                "(the push, 1.41 us of its H200 timeline at M = 32, the largest phase after the read). Rank 0 reads "
+                "the regions in place (no compaction on the window path)",
+            supports=_supports_union, sources=(UNION_SOURCE,)),
     *(Variant(f"radix_union_early{ev}", "cuda", _make_union_build(f"radix_union_early{ev}"),
               why=f"radix_union with each CTA's bound from its first {ev} float4 slots of 8 (the register loads, "
                   "now issued first, and the first cp.async group), found and exchanged through the cluster "
@@ -789,6 +798,11 @@ TOPK_VARIANTS = (
     Variant("model_union_own", "cpu", lambda g, p, i, b: _HostTopk(lambda s, k: _model_union_rows(s, k, True), g, p, i),
             why="dsa_topk_union_own's logic emulated in NumPy (topk_model.select_row_union, own=True): "
                 "model_union with each rank's own bound and window, the agreement test and the second round",
+            supports=_supports_union, sources=("topk_model.py",)),
+    Variant("model_union_own_regions", "cpu",
+            lambda g, p, i, b: _HostTopk(lambda s, k: _model_union_rows(s, k, True, regions=True), g, p, i),
+            why="dsa_topk_union_owns's logic emulated in NumPy (topk_model.select_row_union, own=True, "
+                "regions=True): model_union_own, served only where every rank's keys above the bound fit its region",
             supports=_supports_union, sources=("topk_model.py",)),
     *(Variant(f"model_union_early{ev}", "cpu",
               lambda g, p, i, b, ev=ev: _HostTopk(lambda s, k: _model_union_rows(s, k, early=ev), g, p, i),
