@@ -18,6 +18,13 @@
 #   run costs the call only that much; the process's exit frees the GPU for the sweeps),
 #   PROFILE="<command>" (run last, e.g. ncu on tools/profile_variants.py; output in
 #   $OUT/profile.txt). The GPU tests' full output is $OUT/pytest.txt.
+#   ONLY_ON=<name part> (e.g. H200): the GPU tests and sweeps run only where the card's name holds it,
+#   since the goals are that card's figures and a lent H100 has been given for an H200; the log says
+#   when they are skipped, and the timelines below run on any card (their phases compare within a call).
+#   TIMELINES="<cta_timeline args>; <args> ..." (e.g. "dsa_topk radix_union_own --point M=32"): each
+#   run by tools/cta_timeline.py after the sweeps, stopped after TIMELINE_TIMEOUT seconds (default
+#   150), into timeline_<i>/ with its printed output as cta_timeline_output.txt, all packed without
+#   the raw per-run marks as $OUT/timelines.tgz (tar xzf it into /tmp; copy what a report needs).
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT="${OUT:-/tmp/attnbench-out}"
@@ -39,13 +46,20 @@ pack() {
   mapfile -t paths < <(new_sweeps; sort -u "$state/reports")
   if [ ${#paths[@]} -gt 0 ]; then tar czf "$OUT/results.tgz" "${paths[@]}"; else echo "pack: this call stored no sweep"; fi
 }
+card="$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
+run_here=1
+if [ -n "${ONLY_ON:-}" ] && [[ "$card" != *"$ONLY_ON"* ]]; then run_here=0; fi
 {
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv
   python3 -c "import torch, cupy; print('torch', torch.__version__, 'cupy', cupy.__version__, torch.cuda.get_device_name())"
   # the whole pytest output goes to $OUT/pytest.txt, a line a test (-v: a run stopped by PYTEST_TIMEOUT
   # still names the tests that ran, where -q's dots did not); the log keeps every FAILED/ERROR line and
   # the tally (a plain tail lost the names of failing tests when a traceback was long)
-  if [ -z "${SKIP_TESTS:-}" ]; then
+  if [ $run_here -eq 0 ]; then
+    echo "ONLY_ON=$ONLY_ON: this card is '$card', so no GPU tests and no sweeps here (timelines only)"
+    experiments=()
+  fi
+  if [ -z "${SKIP_TESTS:-}" ] && [ $run_here -eq 1 ]; then
     ${PYTEST_TIMEOUT:+timeout $PYTEST_TIMEOUT} python3 -m pytest -v -rsfE ${PYTEST_FILES:-tests/test_gpu_*.py tests/test_kda_cuda.py} ${PYTEST_K:+-k "$PYTEST_K"} > "$OUT/pytest.txt" 2>&1
     rc=$?
     if [ $rc -eq 124 ]; then
@@ -55,7 +69,7 @@ pack() {
     grep -E "^(FAILED|ERROR) " "$OUT/pytest.txt" | head -60
     tail -1 "$OUT/pytest.txt"
   fi
-  for e in ${experiments[@]}; do
+  for e in ${experiments[@]+${experiments[@]}}; do
     own="SWEEP_ARGS_${e}"
     # report only a sweep that ran (exit 0, or 1: it stored rows and some failed); after a refused
     # sweep (2) "latest" would be an older one
@@ -70,6 +84,20 @@ pack() {
     pack
   done
 } 2>&1 | tee "$OUT/log.txt"
+if [ -n "${TIMELINES:-}" ]; then
+  tl_root="$(mktemp -d)"; i=0
+  IFS=';' read -ra tl_runs <<< "$TIMELINES"
+  for args in "${tl_runs[@]}"; do
+    [ -z "${args// /}" ] && continue
+    dir="$tl_root/timeline_$i"; mkdir -p "$dir"
+    # word splitting of the args is wanted here: they are the tool's command line
+    timeout "${TIMELINE_TIMEOUT:-150}" python3 tools/cta_timeline.py $args --out "$dir" > "$dir/cta_timeline_output.txt" 2>&1
+    echo "timeline_$i ($args): exit $?" | tee -a "$OUT/log.txt"
+    tail -25 "$dir/cta_timeline_output.txt"
+    i=$((i + 1))
+  done
+  tar czf "$OUT/timelines.tgz" -C "$tl_root" --exclude='*_marks.csv' . && rm -rf "$tl_root"
+fi
 if [ -n "${PROFILE:-}" ]; then bash -c "$PROFILE" > "$OUT/profile.txt" 2>&1; echo "profile rc $?" | tee -a "$OUT/log.txt"; fi
 pack
 new_sweeps > "$state/sweeps"
