@@ -18,9 +18,10 @@
 #   run costs the call only that much; the process's exit frees the GPU for the sweeps),
 #   PROFILE="<command>" (run last, e.g. ncu on tools/profile_variants.py; output in
 #   $OUT/profile.txt). The GPU tests' full output is $OUT/pytest.txt.
-#   ONLY_ON=<name part> (e.g. H200): the GPU tests and sweeps run only where the card's name holds it,
-#   since the goals are that card's figures and a lent H100 has been given for an H200; the log says
-#   when they are skipped, and the timelines below run on any card (their phases compare within a call).
+#   ONLY_ON=<name part> (e.g. H200): the sweeps run only where the card's name holds it, since the
+#   goals are that card's figures and a lent H100 has been given for an H200; the log says when they
+#   are skipped. The GPU tests and the timelines below run on any card (correctness, and phases
+#   compared within one call).
 #   TIMELINES="<cta_timeline args>; <args> ..." (e.g. "dsa_topk radix_union_own --point M=32"): each
 #   run by tools/cta_timeline.py after the sweeps, stopped after TIMELINE_TIMEOUT seconds (default
 #   150), into timeline_<i>/ with its printed output as cta_timeline_output.txt, all packed without
@@ -56,10 +57,10 @@ if [ -n "${ONLY_ON:-}" ] && [[ "$card" != *"$ONLY_ON"* ]]; then run_here=0; fi
   # still names the tests that ran, where -q's dots did not); the log keeps every FAILED/ERROR line and
   # the tally (a plain tail lost the names of failing tests when a traceback was long)
   if [ $run_here -eq 0 ]; then
-    echo "ONLY_ON=$ONLY_ON: this card is '$card', so no GPU tests and no sweeps here (timelines only)"
+    echo "ONLY_ON=$ONLY_ON: this card is '$card', so no sweeps here (GPU tests and timelines only)"
     experiments=()
   fi
-  if [ -z "${SKIP_TESTS:-}" ] && [ $run_here -eq 1 ]; then
+  if [ -z "${SKIP_TESTS:-}" ]; then
     ${PYTEST_TIMEOUT:+timeout $PYTEST_TIMEOUT} python3 -m pytest -v -rsfE ${PYTEST_FILES:-tests/test_gpu_*.py tests/test_kda_cuda.py} ${PYTEST_K:+-k "$PYTEST_K"} > "$OUT/pytest.txt" 2>&1
     rc=$?
     if [ $rc -eq 124 ]; then
