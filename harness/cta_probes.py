@@ -76,7 +76,7 @@ class ProbeLayout:
         if len(bad):
             raise ValueError(f"CTA {int(bad[0])} wrote no entry/exit probe: was the kernel built with "
                              f"{self.option} and the buffer zeroed?")
-        t0 = int(gt[:, entry].min())
+        t0 = self.entry_ns(raw, n_ctas)
         cta, mark = np.nonzero(gt)
         df = pd.DataFrame({"cta": cta, "sm": (slots[cta, 0] - 1).astype(np.int64),
                            "rank": (slots[cta, 1] - 1).astype(np.int64), "mark": [self.marks[m] for m in mark],
