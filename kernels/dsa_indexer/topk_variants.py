@@ -343,6 +343,17 @@ def _make_union_build(design: str):
     return lambda geometry, point, inputs, backend: _union_build(geometry, point, inputs, backend, design)
 
 
+_SUPPORTS_UNION = {UNION_SOURCE: _supports_union, UNION_HALF_SOURCE: _supports_union_half}   # by source
+
+
+def _union_variant(design: str, why: str) -> Variant:
+    """The CUDA variant of a form of radix_union: its build, the rows its source's clusters hold and
+    the source it compiles, all from its UNION_FORMS entry's geometry."""
+    geo = UNION_FORMS[design].geo
+    return Variant(design, "cuda", _make_union_build(design), why=why, supports=_SUPPORTS_UNION[geo.source],
+                   sources=(geo.source,))
+
+
 def _union_build(geometry, point, inputs, backend, design: str) -> KernelStep:
     cp = backend.cp
     Mn, C, k = int(point["M"]), spec.n_candidates(geometry, point), spec.k_selected(geometry, point)
@@ -698,63 +709,54 @@ TOPK_VARIANTS = (
                 "and keeps the result when its k-th key is at or above every slice's share bound, else "
                 "selects again from both groups (each holds its slice's k best)",
             supports=_supports_share, sources=(SPLIT2_SOURCE,)),
-    Variant("radix_union", "cuda", _make_union_build("radix_union"),
-            why="one cluster a row with no workspace and no hand-off through global memory (radix_split2's "
-                "fixed chain at 512 of 65536): the slice read once and held on chip with every load in "
-                "flight, each CTA's bound (its ceil(k / CS)-th thread max) exchanged through DSMEM, the least "
-                "a lower bound on the row's k-th key (~800 keys above it at 512 of 65536), those keys pushed "
-                "to rank 0's shared memory, rank 0's select over them; the row itself when the union does "
-                "not serve",
-            supports=_supports_union, sources=(UNION_SOURCE,)),
-    Variant("radix_union_bulk", "cuda", _make_union_build("radix_union_bulk"),
-            why="radix_union with the slice copied whole into shared memory by the bulk (TMA) engine (8 copies "
-                "of 16 KiB from one thread on one mbarrier) instead of 8 loads a thread into registers and "
-                "cp.async slots: its timelines read ~23 GB/s an SM whether 64 or 128 SMs read, a per-SM rate "
-                "the copy engine, which tracks its own bytes in flight, may not share",
-            supports=_supports_union, sources=(UNION_SOURCE,)),
-    Variant("radix_union_own", "cuda", _make_union_build("radix_union_own"),
-            why="radix_union with no cluster barrier and no exchange between the local bound and the push "
-                "(0.51 + 0.27 us of its H200 timeline at M = 32): each CTA pushes its keys above its own bound "
-                "and counts them in a window fixed by that bound, then stores the bound in every rank; where "
-                "the bounds differ the ranks above the least push the rest in a second round and rank 0 runs "
-                "s2_select. The padding slots past a short slice (a quarter of a thread's keys at clusters "
-                "of 3) are no longer stored, read or compared",
-            supports=_supports_union, sources=(UNION_SOURCE,)),
-    Variant("radix_union_own_wfind", "cuda", _make_union_build("radix_union_own_wfind"),
-            why="radix_union_own with both bin searches on its critical path (the CTA's bound over 4096 bins, "
-                "rank 0's window over 1024) by one warp and one block barrier instead of 1024 threads and two: "
-                "0.59 and 0.78 us of the own form's H200 timeline at M = 32, for a few thousand counts",
-            supports=_supports_union, sources=(UNION_SOURCE,)),
-    Variant("radix_union_own_wfind_late", "cuda", _make_union_build("radix_union_own_wfind_late"),
-            why="radix_union_own_wfind with the cluster arrive after the read's barrier instead of under the loads' "
-                "flight: the own form's read phase runs 0.15-0.56 us longer than radix_union's over the same loads, "
-                "and the arrive's release (MEMBAR.ALL.GPU) is what it adds there",
-            supports=_supports_union, sources=(UNION_SOURCE,)),
-    Variant("radix_union_own_regions", "cuda", _make_union_build("radix_union_own_regions"),
-            why="radix_union_own with each rank pushing into its own region of rank 0's union (UNI_CAP / CS "
-                "pairs), its slots claimed on a counter in its own shared memory: no warp waits for the return of "
-                "a remote atomic, where the own form's 32 warps a rank each wait for one on rank 0's one counter "
-                "(the push, 1.41 us of its H200 timeline at M = 32, the largest phase after the read). Rank 0 reads "
-                "the regions in place (no compaction on the window path)",
-            supports=_supports_union, sources=(UNION_SOURCE,)),
-    *(Variant(f"radix_union_early{ev}", "cuda", _make_union_build(f"radix_union_early{ev}"),
-              why=f"radix_union with each CTA's bound from its first {ev} float4 slots of 8 (the register loads, "
-                  "now issued first, and the first cp.async group), found and exchanged through the cluster "
-                  "while the rest of the slice lands: the local bound, the cluster barrier and the exchange "
-                  "(~1.4 us of the H100 timeline at M = 32) under the read, for a larger union (the CPU model at "
-                  "512 of 65536, clusters of 3: ~1000-1500 keys against ~800); the window fixed by the bound as "
-                  "the own form's",
-              supports=_supports_union, sources=(UNION_SOURCE,)) for ev in (3, 4)),
-    Variant("radix_union_half", "cuda", _make_union_build("radix_union_half"),
-            why="radix_union in CTAs of half an SM (512 threads, two an SM) so that more SMs read at M = 32: its "
-                "read runs at a rate an SM, and clusters of 3 one-SM CTAs read with 96 SMs, while 32 clusters of 7 "
-                "half-SM CTAs fit at once (~112 SMs; 30 of 8); the same union_body, 24 keys a thread",
-            supports=_supports_union_half, sources=(UNION_HALF_SOURCE,)),
-    Variant("radix_union_half_own", "cuda", _make_union_build("radix_union_half_own"),
-            why="radix_union_own (no exchange before the push; the M = 32 design in clusters of 3) in the half-SM "
-                "CTAs of radix_union_half: 7 ranks' bounds agree in ~96 % of N(0, 1) rows at 512 of 65536 (the CPU "
-                "model), else the second round",
-            supports=_supports_union_half, sources=(UNION_HALF_SOURCE,)),
+    _union_variant("radix_union",
+        "one cluster a row with no workspace and no hand-off through global memory (radix_split2's "
+        "fixed chain at 512 of 65536): the slice read once and held on chip with every load in "
+        "flight, each CTA's bound (its ceil(k / CS)-th thread max) exchanged through DSMEM, the least "
+        "a lower bound on the row's k-th key (~800 keys above it at 512 of 65536), those keys pushed "
+        "to rank 0's shared memory, rank 0's select over them; the row itself when the union does "
+        "not serve"),
+    _union_variant("radix_union_bulk",
+        "radix_union with the slice copied whole into shared memory by the bulk (TMA) engine (8 copies "
+        "of 16 KiB from one thread on one mbarrier) instead of 8 loads a thread into registers and "
+        "cp.async slots: its timelines read ~23 GB/s an SM whether 64 or 128 SMs read, a per-SM rate "
+        "the copy engine, which tracks its own bytes in flight, may not share"),
+    _union_variant("radix_union_own",
+        "radix_union with no cluster barrier and no exchange between the local bound and the push "
+        "(0.51 + 0.27 us of its H200 timeline at M = 32): each CTA pushes its keys above its own bound "
+        "and counts them in a window fixed by that bound, then stores the bound in every rank; where "
+        "the bounds differ the ranks above the least push the rest in a second round and rank 0 runs "
+        "s2_select. The padding slots past a short slice (a quarter of a thread's keys at clusters "
+        "of 3) are no longer stored, read or compared"),
+    _union_variant("radix_union_own_wfind",
+        "radix_union_own with both bin searches on its critical path (the CTA's bound over 4096 bins, "
+        "rank 0's window over 1024) by one warp and one block barrier instead of 1024 threads and two: "
+        "0.59 and 0.78 us of the own form's H200 timeline at M = 32, for a few thousand counts"),
+    _union_variant("radix_union_own_wfind_late",
+        "radix_union_own_wfind with the cluster arrive after the read's barrier instead of under the loads' "
+        "flight: the own form's read phase runs 0.15-0.56 us longer than radix_union's over the same loads, "
+        "and the arrive's release (MEMBAR.ALL.GPU) is what it adds there"),
+    _union_variant("radix_union_own_regions",
+        "radix_union_own with each rank pushing into its own region of rank 0's union (UNI_CAP / CS "
+        "pairs), its slots claimed on a counter in its own shared memory: no warp waits for the return of "
+        "a remote atomic, where the own form's 32 warps a rank each wait for one on rank 0's one counter "
+        "(the push, 1.41 us of its H200 timeline at M = 32, the largest phase after the read). Rank 0 reads "
+        "the regions in place (no compaction on the window path)"),
+    *(_union_variant(f"radix_union_early{ev}",
+          f"radix_union with each CTA's bound from its first {ev} float4 slots of 8 (the register loads, "
+          "now issued first, and the first cp.async group), found and exchanged through the cluster "
+          "while the rest of the slice lands: the local bound, the cluster barrier and the exchange "
+          "(~1.4 us of the H100 timeline at M = 32) under the read, for a larger union (the CPU model at "
+          "512 of 65536, clusters of 3: ~1000-1500 keys against ~800); the window fixed by the bound as "
+          "the own form's") for ev in (3, 4)),
+    _union_variant("radix_union_half",
+        "radix_union in CTAs of half an SM (512 threads, two an SM) so that more SMs read at M = 32: its "
+        "read runs at a rate an SM, and clusters of 3 one-SM CTAs read with 96 SMs, while 32 clusters of 7 "
+        "half-SM CTAs fit at once (~112 SMs; 30 of 8); the same union_body, 24 keys a thread"),
+    _union_variant("radix_union_half_own",
+        "radix_union_own (no exchange before the push; the M = 32 design in clusters of 3) in the half-SM "
+        "CTAs of radix_union_half: 7 ranks' bounds agree in ~96 % of N(0, 1) rows at 512 of 65536 (the CPU "
+        "model), else the second round"),
     Variant("torch_topk", "cuda", lambda g, p, i, b: _TorchTopk(g, p, i, b),
             why="torch.topk(k, sorted=False) on our stream, non-finite picks mapped to -1",
             supports=lambda g, p: _torch_ready(), peer=True),
